@@ -1,0 +1,140 @@
+// StoreExecutor: how a non-blocking caller (an Asio event loop) uses a blocking Store.
+//
+// Store methods block (store.h). StoreExecutor runs them on a small, bounded pool of its own
+// threads and completes the caller's Asio completion token — a callback, `use_awaitable`, a
+// future — on the executor associated with that token, so the event loop never waits on disk or
+// network. When more than `max_pending` calls are queued or running, a new call completes at once
+// with kResourceExhausted instead of queueing without bound: the gateway turns that into 503 with
+// Retry-After, which is the backpressure a saturated store needs.
+//
+// Size the pool to the store: one or two threads for SQLite (writes serialise anyway), the
+// connection-pool size for Redis or PostgreSQL, so every pool thread can hold a connection.
+//
+// A call handed to the pool always runs to the end, even if the caller has gone away (a client
+// disconnected): a Complete must never be cancelled halfway, because that client is exactly the
+// one who will retry.
+//
+// Thread safety: all methods may be called from any thread. The destructor waits for queued
+// calls to finish and post their completions.
+// REQUIRES: the store, and every execution context a completion is posted to (the caller's
+// io_context), outlive the StoreExecutor: destroy the executor first. A pool thread may still be
+// returning from a post to the caller's context just after the caller's handler ran.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "idem/store.h"
+
+namespace idem {
+
+class StoreExecutor {
+ public:
+  struct Options {
+    // Threads running store calls. Default 4.
+    int threads = 4;
+    // Calls queued or running at once before new ones are refused. Default 4096.
+    int max_pending = 4096;
+  };
+
+  StoreExecutor(Store& store, Options options);
+  ~StoreExecutor();
+
+  StoreExecutor(const StoreExecutor&) = delete;
+  StoreExecutor& operator=(const StoreExecutor&) = delete;
+
+  Store& store() const { return store_; }
+  // Calls queued or running now.
+  int pending() const { return pending_.load(std::memory_order_relaxed); }
+
+  // Runs `fn(store)` on the pool and completes `token` with its result, a Result<T>, as
+  // `void(Result<T>)`. The completion runs on the token's associated executor.
+  template <typename Fn, typename CompletionToken>
+  auto Run(Fn fn, CompletionToken&& token) {
+    using R = std::invoke_result_t<Fn&, Store&>;
+    return boost::asio::async_initiate<CompletionToken, void(R)>(
+        [this](auto handler, Fn f) { Start(std::move(f), std::move(handler)); }, token,
+        std::move(fn));
+  }
+
+  template <typename CompletionToken>
+  auto AsyncBegin(Scope scope, Fingerprint fingerprint, Duration lease, CompletionToken&& token) {
+    return Run(
+        [scope = std::move(scope), fingerprint, lease](Store& s) {
+          return s.Begin(scope, fingerprint, lease);
+        },
+        std::forward<CompletionToken>(token));
+  }
+
+  template <typename CompletionToken>
+  auto AsyncComplete(Scope scope, FencingToken fencing_token, StoredResponse response,
+                     Duration ttl, CompletionToken&& token) {
+    return Run(
+        [scope = std::move(scope), fencing_token, response = std::move(response),
+         ttl](Store& s) { return s.Complete(scope, fencing_token, response, ttl); },
+        std::forward<CompletionToken>(token));
+  }
+
+  template <typename CompletionToken>
+  auto AsyncRelease(Scope scope, FencingToken fencing_token, CompletionToken&& token) {
+    return Run([scope = std::move(scope),
+                fencing_token](Store& s) { return s.Release(scope, fencing_token); },
+               std::forward<CompletionToken>(token));
+  }
+
+  template <typename CompletionToken>
+  auto AsyncGet(Scope scope, CompletionToken&& token) {
+    return Run([scope = std::move(scope)](Store& s) { return s.Get(scope); },
+               std::forward<CompletionToken>(token));
+  }
+
+  template <typename CompletionToken>
+  auto AsyncPurge(Scope scope, CompletionToken&& token) {
+    return Run([scope = std::move(scope)](Store& s) { return s.Purge(scope); },
+               std::forward<CompletionToken>(token));
+  }
+
+ private:
+  template <typename Fn, typename Handler>
+  void Start(Fn fn, Handler handler) {
+    using R = std::invoke_result_t<Fn&, Store&>;
+    auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(handler));
+    if (pending_.fetch_add(1, std::memory_order_acq_rel) >= max_pending_) {
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      R refused = ResourceExhaustedError("store executor saturated: " +
+                                         std::to_string(max_pending_) + " calls pending");
+      Finish(std::move(work), std::move(handler), std::move(refused));
+      return;
+    }
+    boost::asio::post(pool_, [this, fn = std::move(fn), handler = std::move(handler),
+                              work = std::move(work)]() mutable {
+      R result = fn(store_);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      Finish(std::move(work), std::move(handler), std::move(result));
+    });
+  }
+
+  template <typename Work, typename Handler, typename R>
+  static void Finish(Work work, Handler handler, R result) {
+    auto ex = work.get_executor();
+    boost::asio::post(ex, [handler = std::move(handler), result = std::move(result),
+                           work = std::move(work)]() mutable {
+      std::move(handler)(std::move(result));
+    });
+  }
+
+  Store& store_;
+  const int max_pending_;
+  std::atomic<int> pending_{0};
+  boost::asio::thread_pool pool_;
+};
+
+}  // namespace idem

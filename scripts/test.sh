@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# README command two: install dependencies, then build and run the whole test suite three
+# times: a release build, under AddressSanitizer + UndefinedBehaviorSanitizer, and under
+# ThreadSanitizer. Stops at the first failing stage.
+#
+#   scripts/test.sh                 all three stages
+#   IDEM_TEST_STAGES="release" scripts/test.sh    only some of them
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+for stage in ${IDEM_TEST_STAGES:-release asan tsan}; do
+  echo "=== idem tests: $stage build ==="
+  scripts/build.sh "$stage"
+  ctest --preset "$stage" -j"$(nproc)"
+done

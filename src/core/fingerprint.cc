@@ -1,0 +1,174 @@
+#include "idem/fingerprint.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+namespace idem {
+namespace {
+
+constexpr uint8_t kEncodingVersion = 0x01;
+constexpr char kHex[] = "0123456789abcdef";
+
+// SHA-256 is fetched once: in OpenSSL 3 an implicit fetch per digest costs a lock and a lookup.
+const EVP_MD* Sha256() {
+  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md;
+}
+
+struct CtxDeleter {
+  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
+};
+using CtxPtr = std::unique_ptr<EVP_MD_CTX, CtxDeleter>;
+
+class Hasher {
+ public:
+  Hasher() : ctx_(EVP_MD_CTX_new()) {
+    ok_ = ctx_ != nullptr && Sha256() != nullptr &&
+          EVP_DigestInit_ex2(ctx_.get(), Sha256(), nullptr) == 1;
+  }
+
+  void Update(std::string_view data) {
+    if (ok_ && !data.empty()) ok_ = EVP_DigestUpdate(ctx_.get(), data.data(), data.size()) == 1;
+  }
+
+  void Part(char tag, std::string_view data) {
+    char header[9];
+    header[0] = tag;
+    uint64_t n = data.size();
+    for (int i = 8; i >= 1; --i) {
+      header[i] = static_cast<char>(n & 0xff);
+      n >>= 8;
+    }
+    Update(std::string_view(header, sizeof header));
+    Update(data);
+  }
+
+  Result<Fingerprint::Bytes> Finish() {
+    Fingerprint::Bytes out{};
+    unsigned int len = 0;
+    if (!ok_ || EVP_DigestFinal_ex(ctx_.get(), out.data(), &len) != 1 || len != out.size()) {
+      return InternalError("OpenSSL SHA-256 failed");
+    }
+    return out;
+  }
+
+ private:
+  CtxPtr ctx_;
+  bool ok_ = false;
+};
+
+std::string ToLower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string ToHexString(const uint8_t* data, size_t n) {
+  std::string out(n * 2, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kHex[data[i] >> 4];
+    out[2 * i + 1] = kHex[data[i] & 0x0f];
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Fingerprint> Fingerprint::FromHex(std::string_view hex) {
+  if (hex.size() != kSize * 2) {
+    return InvalidArgumentError("fingerprint must be 64 hex characters, got " +
+                                std::to_string(hex.size()));
+  }
+  Bytes bytes{};
+  for (size_t i = 0; i < kSize; ++i) {
+    const int hi = HexValue(hex[2 * i]);
+    const int lo = HexValue(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return InvalidArgumentError("fingerprint has a non-hex character");
+    bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return Fingerprint(bytes);
+}
+
+Result<Fingerprint> Fingerprint::FromRaw(std::string_view raw) {
+  if (raw.size() != kSize) {
+    return DataLossError("stored fingerprint has " + std::to_string(raw.size()) +
+                         " bytes, expected 32");
+  }
+  Bytes bytes{};
+  std::copy(raw.begin(), raw.end(), reinterpret_cast<char*>(bytes.data()));
+  return Fingerprint(bytes);
+}
+
+std::string Fingerprint::ToHex() const { return ToHexString(bytes_.data(), bytes_.size()); }
+
+Result<Fingerprint> ComputeFingerprint(const FingerprintPolicy& policy,
+                                       const RequestParts& request) {
+  Hasher hasher;
+  const char version = static_cast<char>(kEncodingVersion);
+  hasher.Update(std::string_view(&version, 1));
+  if (policy.method) hasher.Part('M', request.method);
+  if (policy.path) hasher.Part('P', request.path);
+  if (policy.query) hasher.Part('Q', request.query);
+  if (policy.body) hasher.Part('B', request.body);
+
+  if (!policy.headers.empty()) {
+    std::vector<std::string> names;
+    names.reserve(policy.headers.size());
+    for (const auto& name : policy.headers) names.push_back(ToLower(name));
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    for (const auto& name : names) {
+      std::string joined;
+      bool present = false;
+      for (const auto& [header_name, value] : request.headers) {
+        if (!EqualsIgnoreCase(header_name, name)) continue;
+        if (present) joined.push_back(',');
+        joined.append(TrimOws(value));
+        present = true;
+      }
+      if (present) {
+        hasher.Part('H', name);
+        hasher.Part('V', joined);
+      } else {
+        hasher.Part('h', name);
+      }
+    }
+  }
+  auto bytes = hasher.Finish();
+  if (!bytes.ok()) return bytes.status();
+  return Fingerprint(*bytes);
+}
+
+Result<std::string> Sha256Hex(std::string_view data) {
+  Hasher hasher;
+  hasher.Update(data);
+  auto bytes = hasher.Finish();
+  if (!bytes.ok()) return bytes.status();
+  return ToHexString(bytes->data(), bytes->size());
+}
+
+}  // namespace idem

@@ -1,0 +1,218 @@
+#include "store/memory/memory_store.h"
+
+#include <bit>
+#include <functional>
+#include <mutex>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/record_machine.h"
+
+namespace idem {
+namespace {
+
+using internal::BeginAction;
+using internal::RecordHead;
+
+struct Entry {
+  RecordHead head;
+  TimePoint created_at;
+  std::optional<StoredResponse> response;
+};
+
+// Scopes are stored under one string: tenant NUL client NUL key. Scope::Make forbids NUL in
+// tenant and client, and keys are visible ASCII, so the encoding is unambiguous.
+std::string EncodeScope(const Scope& scope) {
+  std::string out;
+  out.reserve(scope.tenant.size() + scope.client.size() + scope.key.size() + 2);
+  out.append(scope.tenant).push_back('\0');
+  out.append(scope.client).push_back('\0');
+  out.append(scope.key);
+  return out;
+}
+
+Scope DecodeScope(const std::string& encoded) {
+  const size_t a = encoded.find('\0');
+  const size_t b = encoded.find('\0', a + 1);
+  return Scope{encoded.substr(0, a), encoded.substr(a + 1, b - a - 1), encoded.substr(b + 1)};
+}
+
+struct Expiry {
+  TimePoint at;
+  std::string key;
+  bool operator>(const Expiry& other) const { return at > other.at; }
+};
+
+// Thread safety: every member is guarded by `mu`.
+struct Shard {
+  std::mutex mu;
+  std::unordered_map<std::string, Entry> records;
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries;
+  FencingToken last_token = 0;
+};
+
+class MemoryStore final : public Store {
+ public:
+  explicit MemoryStore(const StoreOptions& options)
+      : options_(options),
+        shards_(std::bit_ceil(static_cast<unsigned>(std::max(1, options.memory_shards)))) {}
+
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
+                             Duration lease) override {
+    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    std::string key = EncodeScope(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    std::lock_guard lock(shard.mu);
+    auto it = shard.records.find(key);
+    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second.head;
+    const auto decision = internal::DecideBegin(existing, fingerprint, now);
+    switch (decision.action) {
+      case BeginAction::kMismatch:
+        return BeginOutcome(Mismatch{});
+      case BeginAction::kReplay:
+        return BeginOutcome(Replay{*it->second.response});
+      case BeginAction::kInFlight:
+        return BeginOutcome(InFlight{decision.retry_after});
+      case BeginAction::kTakeOver: {
+        Entry& entry = it->second;
+        const FencingToken previous = entry.head.token;
+        entry.head.token = ++shard.last_token;
+        entry.head.lease_deadline = now + lease;
+        entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
+        shard.expiries.push({entry.head.expires_at, key});
+        return BeginOutcome(TakenOver{entry.head.token, previous});
+      }
+      case BeginAction::kAcquire: {
+        Entry entry;
+        entry.head.fingerprint = fingerprint;
+        entry.head.state = RecordState::kInFlight;
+        entry.head.token = ++shard.last_token;
+        entry.head.lease_deadline = now + lease;
+        entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
+        entry.created_at = now;
+        const FencingToken token = entry.head.token;
+        shard.expiries.push({entry.head.expires_at, key});
+        if (it == shard.records.end()) {
+          shard.records.emplace(std::move(key), std::move(entry));
+        } else {
+          it->second = std::move(entry);
+        }
+        return BeginOutcome(Acquired{token});
+      }
+    }
+    return InternalError("begin: unhandled decision");
+  }
+
+  Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
+                                   const StoredResponse& response, Duration ttl) override {
+    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    std::string key = EncodeScope(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    std::lock_guard lock(shard.mu);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
+      return CompleteOutcome::kFenced;
+    }
+    Entry& entry = it->second;
+    entry.head.state = RecordState::kCompleted;
+    entry.head.expires_at = now + ttl;
+    entry.response = response;
+    shard.expiries.push({entry.head.expires_at, std::move(key)});
+    return CompleteOutcome::kOk;
+  }
+
+  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
+    const std::string key = EncodeScope(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    std::lock_guard lock(shard.mu);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
+      return ReleaseOutcome::kFenced;
+    }
+    shard.records.erase(it);
+    return ReleaseOutcome::kReleased;
+  }
+
+  Result<std::optional<Record>> Get(const Scope& scope) override {
+    const std::string key = EncodeScope(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    std::lock_guard lock(shard.mu);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || !internal::IsLive(it->second.head, now)) {
+      return std::optional<Record>();
+    }
+    const Entry& entry = it->second;
+    Record record;
+    record.scope = DecodeScope(it->first);
+    record.fingerprint = entry.head.fingerprint;
+    record.state = entry.head.state;
+    record.token = entry.head.token;
+    record.lease_deadline = entry.head.lease_deadline;
+    record.created_at = entry.created_at;
+    record.expires_at = entry.head.expires_at;
+    record.response = entry.response;
+    return std::optional<Record>(std::move(record));
+  }
+
+  Result<bool> Purge(const Scope& scope) override {
+    const std::string key = EncodeScope(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    std::lock_guard lock(shard.mu);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end()) return false;
+    const bool live = internal::IsLive(it->second.head, now);
+    shard.records.erase(it);
+    return live;
+  }
+
+  Result<uint64_t> Sweep(TimePoint now) override {
+    // Work in bounded batches per lock hold so Begin on the same shard waits at most one batch.
+    constexpr int kBatch = 1024;
+    uint64_t removed = 0;
+    for (Shard& shard : shards_) {
+      bool more = true;
+      while (more) {
+        std::lock_guard lock(shard.mu);
+        int n = 0;
+        while (!shard.expiries.empty() && shard.expiries.top().at <= now && n < kBatch) {
+          auto it = shard.records.find(shard.expiries.top().key);
+          if (it != shard.records.end() && !internal::IsLive(it->second.head, now)) {
+            shard.records.erase(it);
+            ++removed;
+          }
+          shard.expiries.pop();
+          ++n;
+        }
+        more = n == kBatch;
+      }
+    }
+    return removed;
+  }
+
+  std::string Describe() const override {
+    return "memory (" + std::to_string(shards_.size()) + " shards)";
+  }
+
+ private:
+  Shard& ShardFor(const std::string& key) {
+    return shards_[std::hash<std::string>{}(key) & (shards_.size() - 1)];
+  }
+
+  const StoreOptions options_;
+  std::vector<Shard> shards_;
+};
+
+}  // namespace
+
+std::unique_ptr<Store> NewMemoryStore(const StoreOptions& options) {
+  return std::make_unique<MemoryStore>(options);
+}
+
+}  // namespace idem

@@ -1,0 +1,80 @@
+// OpenStore: the store URL registry. The only file that knows every store.
+#include <string>
+
+#include "idem/store.h"
+#include "store/memory/memory_store.h"
+#include "store/sqlite/sqlite_store.h"
+
+namespace idem {
+namespace {
+
+struct ParsedUrl {
+  std::string scheme;
+  std::string rest;   // after "scheme:"
+  std::string query;  // after '?', without it
+};
+
+ParsedUrl Split(std::string_view url) {
+  ParsedUrl parsed;
+  const size_t colon = url.find(':');
+  parsed.scheme = std::string(url.substr(0, colon));
+  if (colon == std::string_view::npos) return parsed;
+  std::string_view rest = url.substr(colon + 1);
+  const size_t question = rest.find('?');
+  if (question != std::string_view::npos) {
+    parsed.query = std::string(rest.substr(question + 1));
+    rest = rest.substr(0, question);
+  }
+  parsed.rest = std::string(rest);
+  return parsed;
+}
+
+Status ApplySqliteOption(std::string_view name, std::string_view value, StoreOptions& options) {
+  if (name == "durability") {
+    if (value == "off") options.durability = Durability::kOff;
+    else if (value == "normal") options.durability = Durability::kNormal;
+    else if (value == "full") options.durability = Durability::kFull;
+    else return InvalidArgumentError("durability must be off, normal or full, not '" +
+                                     std::string(value) + "'");
+    return Status::Ok();
+  }
+  return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +
+                              "' (known: durability)");
+}
+
+Status ApplyQuery(std::string_view query, StoreOptions& options) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      return InvalidArgumentError("store option '" + std::string(pair) + "' has no value");
+    }
+    IDEM_RETURN_IF_ERROR(ApplySqliteOption(pair.substr(0, eq), pair.substr(eq + 1), options));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options) {
+  const ParsedUrl parsed = Split(url);
+  if (parsed.scheme == "memory") {
+    if (!parsed.rest.empty() || !parsed.query.empty()) {
+      return InvalidArgumentError("the memory store takes no path or options: use 'memory'");
+    }
+    return NewMemoryStore(options);
+  }
+  if (parsed.scheme == "sqlite") {
+    Status applied = ApplyQuery(parsed.query, options);
+    if (!applied.ok()) return applied.WithContext("store URL '" + std::string(url) + "'");
+    std::string path = parsed.rest.empty() ? "idem.db" : parsed.rest;
+    return OpenSqliteStore(path, options);
+  }
+  return InvalidArgumentError("unknown store '" + std::string(url) +
+                              "': expected 'memory' or 'sqlite:PATH'");
+}
+
+}  // namespace idem

@@ -1,0 +1,535 @@
+#include "store/sqlite/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/record_machine.h"
+#include "core/response_codec.h"
+
+namespace idem {
+namespace {
+
+using internal::BeginAction;
+using internal::RecordHead;
+
+constexpr int kSchemaVersion = 1;
+
+// Version 1 of the schema; docs/sqlite-schema.md explains each column.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE IF NOT EXISTS idem_records (
+  tenant            TEXT    NOT NULL,
+  client            TEXT    NOT NULL,
+  key               TEXT    NOT NULL,
+  fingerprint       BLOB    NOT NULL,
+  state             INTEGER NOT NULL CHECK (state IN (1, 2)),
+  token             INTEGER NOT NULL,
+  lease_deadline_ms INTEGER NOT NULL,
+  created_ms        INTEGER NOT NULL,
+  expires_ms        INTEGER NOT NULL,
+  status            INTEGER,
+  headers           BLOB,
+  body              BLOB,
+  PRIMARY KEY (tenant, client, key)
+);
+CREATE INDEX IF NOT EXISTS idem_records_by_expiry ON idem_records (expires_ms);
+CREATE TABLE IF NOT EXISTS idem_meta (
+  name  TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO idem_meta (name, value) VALUES ('fence', 0);
+PRAGMA user_version = 1;
+)sql";
+
+// The one place SQLite result codes become idem statuses.
+Status FromSqlite(int rc, sqlite3* db, std::string_view op) {
+  std::string message = "sqlite " + std::string(op) + ": ";
+  message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PROTOCOL:
+    case SQLITE_NOMEM:
+      return UnavailableError(std::move(message));
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_FORMAT:
+      return DataLossError(std::move(message));
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+      return FailedPreconditionError(std::move(message));
+    default:
+      return InternalError(std::move(message));
+  }
+}
+
+// A prepared statement reset and cleared whenever a Use ends.
+class Statement {
+ public:
+  Statement() = default;
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Status Prepare(sqlite3* db, const char* sql) {
+    const int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr);
+    return rc == SQLITE_OK ? Status::Ok() : FromSqlite(rc, db, "prepare");
+  }
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// Binds parameters to a statement for one execution and resets it afterwards.
+class Use {
+ public:
+  Use(const Statement& statement, sqlite3* db) : stmt_(statement.get()), db_(db) {}
+  ~Use() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+
+  Use& Text(int i, std::string_view v) {
+    Check(sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC));
+    return *this;
+  }
+  Use& Blob(int i, std::string_view v) {
+    Check(sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC));
+    return *this;
+  }
+  Use& Int(int i, int64_t v) {
+    Check(sqlite3_bind_int64(stmt_, i, v));
+    return *this;
+  }
+  Use& Scope3(const Scope& scope) { return Text(1, scope.tenant).Text(2, scope.client).Text(3, scope.key); }
+
+  // Steps once: true if a row is available, false when done; errors as a Status.
+  Result<bool> Step(std::string_view op) {
+    if (bind_rc_ != SQLITE_OK) return FromSqlite(bind_rc_, db_, op);
+    const int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return FromSqlite(rc, db_, op);
+  }
+  // Runs a statement that returns no rows; returns the rows it changed.
+  Result<int> Exec(std::string_view op) {
+    auto stepped = Step(op);
+    if (!stepped.ok()) return stepped.status();
+    return sqlite3_changes(db_);
+  }
+
+  int64_t ColumnInt(int i) const { return sqlite3_column_int64(stmt_, i); }
+  bool ColumnNull(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+  std::string_view ColumnBytes(int i) const {
+    const void* p = sqlite3_column_blob(stmt_, i);
+    const int n = sqlite3_column_bytes(stmt_, i);
+    return p == nullptr ? std::string_view() : std::string_view(static_cast<const char*>(p), n);
+  }
+
+ private:
+  void Check(int rc) {
+    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  }
+  sqlite3_stmt* stmt_;
+  sqlite3* db_;
+  int bind_rc_ = SQLITE_OK;
+};
+
+constexpr const char* kSelectHead =
+    "SELECT fingerprint, state, token, lease_deadline_ms, expires_ms FROM idem_records "
+    "WHERE tenant = ?1 AND client = ?2 AND key = ?3";
+constexpr const char* kSelectResponse =
+    "SELECT status, headers, body FROM idem_records "
+    "WHERE tenant = ?1 AND client = ?2 AND key = ?3";
+constexpr const char* kSelectRecord =
+    "SELECT fingerprint, state, token, lease_deadline_ms, expires_ms, created_ms, status, "
+    "headers, body FROM idem_records WHERE tenant = ?1 AND client = ?2 AND key = ?3";
+constexpr const char* kNextFence =
+    "UPDATE idem_meta SET value = value + 1 WHERE name = 'fence' RETURNING value";
+constexpr const char* kInsertInFlight =
+    "INSERT OR REPLACE INTO idem_records (tenant, client, key, fingerprint, state, token, "
+    "lease_deadline_ms, created_ms, expires_ms, status, headers, body) "
+    "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, NULL, NULL, NULL)";
+constexpr const char* kTakeOver =
+    "UPDATE idem_records SET token = ?4, lease_deadline_ms = ?5, expires_ms = ?6 "
+    "WHERE tenant = ?1 AND client = ?2 AND key = ?3";
+constexpr const char* kComplete =
+    "UPDATE idem_records SET state = 2, expires_ms = ?5, status = ?6, headers = ?7, body = ?8 "
+    "WHERE tenant = ?1 AND client = ?2 AND key = ?3 AND token = ?4 AND state = 1 "
+    "AND expires_ms > ?9";
+constexpr const char* kRelease =
+    "DELETE FROM idem_records WHERE tenant = ?1 AND client = ?2 AND key = ?3 AND token = ?4 "
+    "AND state = 1 AND expires_ms > ?5";
+constexpr const char* kPurge =
+    "DELETE FROM idem_records WHERE tenant = ?1 AND client = ?2 AND key = ?3 "
+    "RETURNING expires_ms";
+constexpr const char* kSweep =
+    "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records "
+    "WHERE expires_ms <= ?1 LIMIT ?2)";
+
+const char* SynchronousPragma(Durability d) {
+  switch (d) {
+    case Durability::kOff: return "PRAGMA synchronous = OFF";
+    case Durability::kNormal: return "PRAGMA synchronous = NORMAL";
+    case Durability::kFull: return "PRAGMA synchronous = FULL";
+  }
+  return "PRAGMA synchronous = NORMAL";
+}
+
+std::string_view DurabilityName(Durability d) {
+  switch (d) {
+    case Durability::kOff: return "off";
+    case Durability::kNormal: return "normal";
+    case Durability::kFull: return "full";
+  }
+  return "normal";
+}
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(std::string path, const StoreOptions& options)
+      : path_(std::move(path)), options_(options) {}
+
+  // sqlite3_close_v2 defers the close until the member statements are finalised just after.
+  ~SqliteStore() override { sqlite3_close_v2(db_); }
+
+  Status Open() {
+    const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
+    if (rc != SQLITE_OK) {
+      return FromSqlite(rc, db_, "open").WithContext(path_);
+    }
+    sqlite3_extended_result_codes(db_, 1);
+    sqlite3_busy_timeout(db_, static_cast<int>(options_.busy_timeout.count()));
+
+    auto mode = QueryText("PRAGMA journal_mode = WAL");
+    if (!mode.ok()) return mode.status().WithContext(path_);
+    if (*mode != "wal") {
+      return FailedPreconditionError("sqlite " + path_ + ": cannot switch to WAL (journal mode " +
+                                     *mode + ")");
+    }
+    IDEM_RETURN_IF_ERROR(ExecSql(SynchronousPragma(options_.durability)));
+    IDEM_RETURN_IF_ERROR(Migrate().WithContext(path_));
+
+    IDEM_RETURN_IF_ERROR(select_head_.Prepare(db_, kSelectHead));
+    IDEM_RETURN_IF_ERROR(select_response_.Prepare(db_, kSelectResponse));
+    IDEM_RETURN_IF_ERROR(select_record_.Prepare(db_, kSelectRecord));
+    IDEM_RETURN_IF_ERROR(next_fence_.Prepare(db_, kNextFence));
+    IDEM_RETURN_IF_ERROR(insert_in_flight_.Prepare(db_, kInsertInFlight));
+    IDEM_RETURN_IF_ERROR(take_over_.Prepare(db_, kTakeOver));
+    IDEM_RETURN_IF_ERROR(complete_.Prepare(db_, kComplete));
+    IDEM_RETURN_IF_ERROR(release_.Prepare(db_, kRelease));
+    IDEM_RETURN_IF_ERROR(purge_.Prepare(db_, kPurge));
+    IDEM_RETURN_IF_ERROR(sweep_.Prepare(db_, kSweep));
+    IDEM_RETURN_IF_ERROR(begin_immediate_.Prepare(db_, "BEGIN IMMEDIATE"));
+    IDEM_RETURN_IF_ERROR(commit_.Prepare(db_, "COMMIT"));
+    IDEM_RETURN_IF_ERROR(rollback_.Prepare(db_, "ROLLBACK"));
+    return Status::Ok();
+  }
+
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
+                             Duration lease) override {
+    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    std::lock_guard lock(mu_);
+    const TimePoint now = options_.clock->Now();
+
+    // Fast path without a write lock: replays, conflicts and mismatches only read.
+    auto outcome = DecideAndRead(scope, fingerprint, now);
+    if (!outcome.ok() || outcome->index() != 0) return ContextFor("begin", scope, outcome);
+
+    // The scope needs a write. Take the write lock, then decide again: another process
+    // sharing the file may have written in between.
+    auto began = Exec(begin_immediate_, "begin transaction");
+    if (!began.ok()) return ContextFor("begin", scope, Result<BeginOutcome>(began.status()));
+    auto written = BeginLocked(scope, fingerprint, lease, now);
+    if (written.ok()) {
+      auto committed = Exec(commit_, "commit");
+      if (committed.ok()) return written;
+      written = committed.status();
+    }
+    (void)Exec(rollback_, "rollback");
+    return ContextFor("begin", scope, written);
+  }
+
+  Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
+                                   const StoredResponse& response, Duration ttl) override {
+    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    const std::string headers = internal::EncodeHeaders(response.headers);
+    std::lock_guard lock(mu_);
+    const TimePoint now = options_.clock->Now();
+    Use use(complete_, db_);
+    use.Scope3(scope)
+        .Int(4, static_cast<int64_t>(token))
+        .Int(5, ToMillis(now + ttl))
+        .Int(6, response.status)
+        .Blob(7, headers)
+        .Blob(8, response.body)
+        .Int(9, ToMillis(now));
+    auto changed = use.Exec("complete");
+    if (!changed.ok()) return changed.status().WithContext("scope " + scope.Digest());
+    return *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+  }
+
+  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
+    std::lock_guard lock(mu_);
+    const TimePoint now = options_.clock->Now();
+    Use use(release_, db_);
+    use.Scope3(scope).Int(4, static_cast<int64_t>(token)).Int(5, ToMillis(now));
+    auto changed = use.Exec("release");
+    if (!changed.ok()) return changed.status().WithContext("scope " + scope.Digest());
+    return *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
+  }
+
+  Result<std::optional<Record>> Get(const Scope& scope) override {
+    std::lock_guard lock(mu_);
+    const TimePoint now = options_.clock->Now();
+    Use use(select_record_, db_);
+    use.Scope3(scope);
+    auto row = use.Step("get");
+    if (!row.ok()) return row.status().WithContext("scope " + scope.Digest());
+    if (!*row) return std::optional<Record>();
+    auto head = ReadHead(use);
+    if (!head.ok()) return head.status().WithContext("get scope " + scope.Digest());
+    if (!internal::IsLive(*head, now)) return std::optional<Record>();
+    Record record;
+    record.scope = scope;
+    record.fingerprint = head->fingerprint;
+    record.state = head->state;
+    record.token = head->token;
+    record.lease_deadline = head->lease_deadline;
+    record.expires_at = head->expires_at;
+    record.created_at = FromMillis(use.ColumnInt(5));
+    if (head->state == RecordState::kCompleted) {
+      auto response = ReadResponse(use, 6);
+      if (!response.ok()) return response.status().WithContext("get scope " + scope.Digest());
+      record.response = std::move(*response);
+    }
+    return std::optional<Record>(std::move(record));
+  }
+
+  Result<bool> Purge(const Scope& scope) override {
+    std::lock_guard lock(mu_);
+    const TimePoint now = options_.clock->Now();
+    Use use(purge_, db_);
+    use.Scope3(scope);
+    auto row = use.Step("purge");
+    if (!row.ok()) return row.status().WithContext("scope " + scope.Digest());
+    if (!*row) return false;
+    const bool live = now < FromMillis(use.ColumnInt(0));
+    auto done = use.Step("purge");  // finish the statement so the delete commits
+    if (!done.ok()) return done.status().WithContext("scope " + scope.Digest());
+    return live;
+  }
+
+  Result<uint64_t> Sweep(TimePoint now) override {
+    uint64_t removed = 0;
+    const int batch = std::max(1, options_.sweep_batch);
+    for (;;) {
+      // The lock is retaken per batch so Begin calls interleave with a long sweep.
+      std::lock_guard lock(mu_);
+      Use use(sweep_, db_);
+      use.Int(1, ToMillis(now)).Int(2, batch);
+      auto changed = use.Exec("sweep");
+      if (!changed.ok()) return changed.status();
+      removed += static_cast<uint64_t>(*changed);
+      if (*changed < batch) return removed;
+    }
+  }
+
+  std::string Describe() const override {
+    return "sqlite:" + path_ + " (durability=" + std::string(DurabilityName(options_.durability)) +
+           ")";
+  }
+
+ private:
+  template <typename T>
+  static Result<T> ContextFor(std::string_view op, const Scope& scope, Result<T> r) {
+    if (r.ok()) return r;
+    return r.status().WithContext(std::string(op) + " scope " + scope.Digest());
+  }
+
+  // Reads the record head and decides. Returns Acquired{0} as a marker when the decision needs
+  // a write (acquire or take over); any other outcome is final.
+  Result<BeginOutcome> DecideAndRead(const Scope& scope, const Fingerprint& fingerprint,
+                                     TimePoint now) {
+    Use use(select_head_, db_);
+    use.Scope3(scope);
+    auto row = use.Step("select");
+    if (!row.ok()) return row.status();
+    std::optional<RecordHead> head;
+    if (*row) {
+      auto read = ReadHead(use);
+      if (!read.ok()) return read.status();
+      head = *read;
+    }
+    const auto decision = internal::DecideBegin(head ? &*head : nullptr, fingerprint, now);
+    switch (decision.action) {
+      case BeginAction::kMismatch: return BeginOutcome(Mismatch{});
+      case BeginAction::kInFlight: return BeginOutcome(InFlight{decision.retry_after});
+      case BeginAction::kReplay: {
+        Use response_use(select_response_, db_);
+        response_use.Scope3(scope);
+        auto response_row = response_use.Step("select response");
+        if (!response_row.ok()) return response_row.status();
+        if (!*response_row) return InternalError("record vanished under the store lock");
+        auto response = ReadResponse(response_use, 0);
+        if (!response.ok()) return response.status();
+        return BeginOutcome(Replay{std::move(*response)});
+      }
+      case BeginAction::kAcquire:
+      case BeginAction::kTakeOver:
+        return BeginOutcome(Acquired{0});
+    }
+    return InternalError("unhandled decision");
+  }
+
+  // REQUIRES: inside BEGIN IMMEDIATE.
+  Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
+                                   Duration lease, TimePoint now) {
+    std::optional<RecordHead> head;
+    {
+      Use use(select_head_, db_);
+      use.Scope3(scope);
+      auto row = use.Step("select");
+      if (!row.ok()) return row.status();
+      if (*row) {
+        auto read = ReadHead(use);
+        if (!read.ok()) return read.status();
+        head = *read;
+      }
+    }
+    const auto decision = internal::DecideBegin(head ? &*head : nullptr, fingerprint, now);
+    if (decision.action != BeginAction::kAcquire && decision.action != BeginAction::kTakeOver) {
+      // Another process changed the record since the fast path looked; answer from it.
+      return DecideAndRead(scope, fingerprint, now);
+    }
+    auto token = NextFence();
+    if (!token.ok()) return token.status();
+    const TimePoint deadline = now + lease;
+    const TimePoint expires = internal::InFlightExpiry(deadline, options_);
+    if (decision.action == BeginAction::kTakeOver) {
+      Use use(take_over_, db_);
+      use.Scope3(scope)
+          .Int(4, static_cast<int64_t>(*token))
+          .Int(5, ToMillis(deadline))
+          .Int(6, ToMillis(expires));
+      auto changed = use.Exec("take over");
+      if (!changed.ok()) return changed.status();
+      return BeginOutcome(TakenOver{*token, head->token});
+    }
+    Use use(insert_in_flight_, db_);
+    use.Scope3(scope)
+        .Blob(4, fingerprint.raw())
+        .Int(5, static_cast<int64_t>(*token))
+        .Int(6, ToMillis(deadline))
+        .Int(7, ToMillis(now))
+        .Int(8, ToMillis(expires));
+    auto changed = use.Exec("insert");
+    if (!changed.ok()) return changed.status();
+    return BeginOutcome(Acquired{*token});
+  }
+
+  // Fencing tokens come from one persisted counter, so they keep increasing across releases,
+  // purges, restarts and processes sharing the file.
+  Result<FencingToken> NextFence() {
+    Use use(next_fence_, db_);
+    auto row = use.Step("next fence");
+    if (!row.ok()) return row.status();
+    if (!*row) return DataLossError("idem_meta has no 'fence' row");
+    const auto value = static_cast<FencingToken>(use.ColumnInt(0));
+    auto done = use.Step("next fence");
+    if (!done.ok()) return done.status();
+    return value;
+  }
+
+  static Result<RecordHead> ReadHead(const Use& use) {
+    auto fingerprint = Fingerprint::FromRaw(use.ColumnBytes(0));
+    if (!fingerprint.ok()) return fingerprint.status();
+    const int64_t state = use.ColumnInt(1);
+    if (state != 1 && state != 2) {
+      return DataLossError("record has unknown state " + std::to_string(state));
+    }
+    RecordHead head;
+    head.fingerprint = *fingerprint;
+    head.state = static_cast<RecordState>(state);
+    head.token = static_cast<FencingToken>(use.ColumnInt(2));
+    head.lease_deadline = FromMillis(use.ColumnInt(3));
+    head.expires_at = FromMillis(use.ColumnInt(4));
+    return head;
+  }
+
+  static Result<StoredResponse> ReadResponse(const Use& use, int first_column) {
+    if (use.ColumnNull(first_column)) return DataLossError("completed record has no status");
+    StoredResponse response;
+    response.status = static_cast<int>(use.ColumnInt(first_column));
+    auto headers = internal::DecodeHeaders(use.ColumnBytes(first_column + 1));
+    if (!headers.ok()) return headers.status();
+    response.headers = std::move(*headers);
+    response.body = std::string(use.ColumnBytes(first_column + 2));
+    return response;
+  }
+
+  Result<int> Exec(const Statement& statement, std::string_view op) {
+    Use use(statement, db_);
+    return use.Exec(op);
+  }
+
+  Status ExecSql(const char* sql) {
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
+    sqlite3_free(error);
+    return rc == SQLITE_OK ? Status::Ok() : FromSqlite(rc, db_, sql);
+  }
+
+  Result<std::string> QueryText(const char* sql) {
+    Statement statement;
+    IDEM_RETURN_IF_ERROR(statement.Prepare(db_, sql));
+    Use use(statement, db_);
+    auto row = use.Step(sql);
+    if (!row.ok()) return row.status();
+    if (!*row) return std::string();
+    return std::string(use.ColumnBytes(0));
+  }
+
+  Status Migrate() {
+    auto version = QueryText("PRAGMA user_version");
+    if (!version.ok()) return version.status();
+    const int current = std::stoi(version->empty() ? "0" : *version);
+    if (current > kSchemaVersion) {
+      return FailedPreconditionError("database schema version " + std::to_string(current) +
+                                     " is newer than this idem build understands (" +
+                                     std::to_string(kSchemaVersion) + "); upgrade idem");
+    }
+    if (current == kSchemaVersion) return Status::Ok();
+    IDEM_RETURN_IF_ERROR(ExecSql("BEGIN IMMEDIATE"));
+    Status status = ExecSql(kSchemaV1);
+    if (status.ok()) status = ExecSql("COMMIT");
+    if (!status.ok()) (void)ExecSql("ROLLBACK");
+    return status;
+  }
+
+  const std::string path_;
+  const StoreOptions options_;
+  std::mutex mu_;  // guards db_ and every statement
+  sqlite3* db_ = nullptr;
+  Statement select_head_, select_response_, select_record_, next_fence_, insert_in_flight_,
+      take_over_, complete_, release_, purge_, sweep_, begin_immediate_, commit_, rollback_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
+                                               const StoreOptions& options) {
+  auto store = std::make_unique<SqliteStore>(path, options);
+  IDEM_RETURN_IF_ERROR(store->Open());
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace idem

@@ -1,0 +1,40 @@
+#include <gtest/gtest.h>
+
+#include "idem/store.h"
+#include "util/temp_dir.h"
+
+namespace idem {
+namespace {
+
+TEST(OpenStoreTest, OpensMemoryAndSqlite) {
+  testing::TempDir dir;
+  auto memory = OpenStore("memory");
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  EXPECT_NE((*memory)->Describe().find("memory"), std::string::npos);
+
+  auto sqlite = OpenStore("sqlite:" + dir.File("a.db") + "?durability=full");
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
+  EXPECT_NE((*sqlite)->Describe().find("durability=full"), std::string::npos);
+  EXPECT_NE((*sqlite)->Describe().find(dir.File("a.db")), std::string::npos);
+}
+
+TEST(OpenStoreTest, BadUrlsAreClearInvalidArguments) {
+  for (const char* url : {"", "redis", "nosuch:x", "memory:extra", "memory?x=1"}) {
+    auto store = OpenStore(url);
+    ASSERT_FALSE(store.ok()) << url;
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url;
+  }
+  auto bad_option = OpenStore("sqlite:x.db?durability=sometimes");
+  ASSERT_FALSE(bad_option.ok());
+  EXPECT_NE(bad_option.status().message().find("off, normal or full"), std::string::npos);
+  auto unknown = OpenStore("sqlite:x.db?color=blue");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown sqlite store option 'color'"),
+            std::string::npos);
+  auto no_value = OpenStore("sqlite:x.db?durability");
+  ASSERT_FALSE(no_value.ok());
+  EXPECT_EQ(no_value.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace idem

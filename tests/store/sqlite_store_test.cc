@@ -1,0 +1,188 @@
+// SQLite-specific behaviour beyond the contract: schema versions, damaged files, contention
+// with another process's write lock, durability settings, large sweeps.
+#include <sqlite3.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "idem/fingerprint.h"
+#include "idem/store.h"
+#include "util/temp_dir.h"
+
+namespace idem {
+namespace {
+
+using std::chrono::seconds;
+
+Fingerprint Fp() { return *ComputeFingerprint({}, {"POST", "/", "", "x", {}}); }
+
+// Runs raw SQL on the database file, as another process would.
+void RawSql(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+class SqliteStoreTest : public ::testing::Test {
+ protected:
+  std::string Url() const { return "sqlite:" + path_; }
+  testing::TempDir dir_;
+  std::string path_ = dir_.File("idem.db");
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  StoreOptions Options() const {
+    StoreOptions o;
+    o.clock = clock_;
+    return o;
+  }
+};
+
+TEST_F(SqliteStoreTest, CreatesADocumentedSchemaInWalMode) {
+  ASSERT_TRUE(OpenStore(Url(), Options()).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  auto query = [&](const char* sql) {
+    sqlite3_stmt* stmt = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr), SQLITE_OK) << sql;
+    std::string out;
+    if (sqlite3_step(stmt) == SQLITE_ROW) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  };
+  EXPECT_EQ(query("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(query("PRAGMA user_version"), "1");
+  EXPECT_EQ(query("SELECT name FROM sqlite_master WHERE name = 'idem_records_by_expiry'"),
+            "idem_records_by_expiry");
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteStoreTest, FencingTokensKeepIncreasingAcrossReopen) {
+  const Scope scope{"t", "", "k"};
+  FencingToken first = 0;
+  {
+    auto store = OpenStore(Url(), Options());
+    ASSERT_TRUE(store.ok());
+    first = *OwnedToken(*(*store)->Begin(scope, Fp(), seconds(30)));
+    ASSERT_EQ(*(*store)->Release(scope, first), ReleaseOutcome::kReleased);
+  }
+  auto store = OpenStore(Url(), Options());
+  ASSERT_TRUE(store.ok());
+  const FencingToken second = *OwnedToken(*(*store)->Begin(scope, Fp(), seconds(30)));
+  EXPECT_GT(second, first);
+}
+
+TEST_F(SqliteStoreTest, ANewerSchemaIsRefusedNotOverwritten) {
+  ASSERT_TRUE(OpenStore(Url(), Options()).ok());
+  RawSql(path_, "PRAGMA user_version = 99");
+  auto store = OpenStore(Url(), Options());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("newer"), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, AFileThatIsNotADatabaseIsAnErrorNotACrash) {
+  std::ofstream(path_) << std::string(8192, 'x');
+  auto store = OpenStore(Url(), Options());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kDataLoss) << store.status().ToString();
+  EXPECT_NE(store.status().message().find(path_), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, AnUnopenablePathIsUnavailableWithThePath) {
+  auto store = OpenStore("sqlite:" + dir_.File("no/such/dir/idem.db"), Options());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kUnavailable) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("no/such/dir"), std::string::npos);
+}
+
+TEST_F(SqliteStoreTest, ACorruptRowIsDataLossForThatScopeOnly) {
+  auto store = OpenStore(Url(), Options());
+  ASSERT_TRUE(store.ok());
+  const Scope bad{"t", "", "bad"}, good{"t", "", "good"};
+  ASSERT_TRUE((*store)->Begin(bad, Fp(), seconds(30)).ok());
+  RawSql(path_, "UPDATE idem_records SET fingerprint = x'00' WHERE key = 'bad'");
+  auto begun = (*store)->Begin(bad, Fp(), seconds(30));
+  ASSERT_FALSE(begun.ok());
+  EXPECT_EQ(begun.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(begun.status().message().find(bad.Digest()), std::string::npos);
+  EXPECT_TRUE((*store)->Begin(good, Fp(), seconds(30)).ok());
+
+  RawSql(path_, "UPDATE idem_records SET state = 2, status = 200, headers = x'000000ff' "
+                "WHERE key = 'good'");
+  auto replay = (*store)->Begin(good, Fp(), seconds(30));
+  ASSERT_FALSE(replay.ok());
+  EXPECT_EQ(replay.status().code(), StatusCode::kDataLoss);
+  auto got = (*store)->Get(good);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(SqliteStoreTest, AnotherProcessHoldingTheWriteLockMakesBeginUnavailableNotHang) {
+  StoreOptions options = Options();
+  options.busy_timeout = std::chrono::milliseconds(50);
+  auto store = OpenStore(Url(), options);
+  ASSERT_TRUE(store.ok());
+  const Scope done{"t", "", "done"};
+  const FencingToken t = *OwnedToken(*(*store)->Begin(done, Fp(), seconds(30)));
+  ASSERT_EQ(*(*store)->Complete(done, t, {200, {}, "ok"}, seconds(60)), CompleteOutcome::kOk);
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+
+  auto begun = (*store)->Begin(Scope{"t", "", "new"}, Fp(), seconds(30));
+  ASSERT_FALSE(begun.ok());
+  EXPECT_EQ(begun.status().code(), StatusCode::kUnavailable) << begun.status().ToString();
+  // Replays need no write lock and keep working while another process writes.
+  auto replay = (*store)->Begin(done, Fp(), seconds(30));
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<Replay>(*replay));
+
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_TRUE((*store)->Begin(Scope{"t", "", "new"}, Fp(), seconds(30)).ok());
+}
+
+TEST_F(SqliteStoreTest, TwoHandlesOnOneFileStillAcquireOnce) {
+  auto a = OpenStore(Url(), Options());
+  auto b = OpenStore(Url(), Options());
+  ASSERT_TRUE(a.ok() && b.ok());
+  const Scope scope{"t", "", "k"};
+  auto first = (*a)->Begin(scope, Fp(), seconds(30));
+  auto second = (*b)->Begin(scope, Fp(), seconds(30));
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*first));
+  EXPECT_TRUE(std::holds_alternative<InFlight>(*second));
+  clock_->Advance(seconds(30));
+  auto takeover = (*b)->Begin(scope, Fp(), seconds(30));
+  ASSERT_TRUE(takeover.ok());
+  ASSERT_TRUE(std::holds_alternative<TakenOver>(*takeover));
+  EXPECT_EQ(*(*a)->Complete(scope, *OwnedToken(*first), {200, {}, ""}, seconds(60)),
+            CompleteOutcome::kFenced);
+}
+
+TEST_F(SqliteStoreTest, SweepDeletesManyExpiredRecordsInBatches) {
+  StoreOptions options = Options();
+  options.sweep_batch = 100;
+  auto store = OpenStore(Url(), options);
+  ASSERT_TRUE(store.ok());
+  // Insert directly: 5,000 expired rows and 100 live ones.
+  RawSql(path_,
+         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5100) "
+         "INSERT INTO idem_records SELECT 't', '', 'k' || i, zeroblob(32), 2, i, 0, 0, "
+         "CASE WHEN i <= 5000 THEN 1000 ELSE 9000000000000 END, 200, x'', x'' FROM n");
+  auto removed = (*store)->Sweep(FromMillis(1000));
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(*removed, 5000u);
+  EXPECT_EQ(*(*store)->Sweep(FromMillis(1000)), 0u);
+  EXPECT_TRUE((*store)->Get(Scope{"t", "", "k5050"})->has_value());
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,14 @@
+// `idem selfcheck`: drives a real store through every transition of the record state machine
+// and prints what happened, as a quick proof that an installation works.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace idem::cli {
+
+// Runs the self-check against the store at `store_url`. Returns the process exit code:
+// 0 when every step behaved as specified, 1 when one did not, 2 when the store cannot be opened.
+int RunSelfCheck(const std::string& store_url, std::ostream& out);
+
+}  // namespace idem::cli
