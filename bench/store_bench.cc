@@ -7,12 +7,15 @@
 // bench/run-store-bench.sh runs it and prints each store's figures as a ratio to the memory
 // store measured in the same run.
 #include <benchmark/benchmark.h>
+#include <sqlite3.h>
 
 #include <atomic>
+#include <charconv>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "idem/fingerprint.h"
 #include "idem/store.h"
@@ -37,6 +40,7 @@ const StoredResponse& BenchResponse() {
 // One store per benchmark (shared by its threads), created by thread 0 in setup.
 struct Shared {
   std::unique_ptr<Store> store;
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
   std::string path;
   std::atomic<uint64_t> next_key{0};
 };
@@ -54,7 +58,9 @@ void Setup(const std::string& url, const std::string& path) {
   g_shared = new Shared;
   g_shared->path = path;
   if (!path.empty()) RemoveDb(path);
-  auto store = OpenStore(url);
+  StoreOptions options;
+  options.clock = g_shared->clock;
+  auto store = OpenStore(url, options);
   if (!store.ok()) {
     std::fprintf(stderr, "cannot open %s: %s\n", url.c_str(), store.status().ToString().c_str());
     std::abort();
@@ -68,11 +74,20 @@ void Teardown() {
   g_shared = nullptr;
 }
 
+// Writes "prefix<n>" into `key` without allocating once its capacity suffices.
+void SetKey(std::string& key, size_t prefix_len, uint64_t n) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+  key.resize(prefix_len);
+  key.append(digits, end);
+}
+
 void BeginComplete(benchmark::State& state) {
   Store& store = *g_shared->store;
-  const std::string prefix = "bench-" + std::to_string(state.thread_index()) + "-";
+  Scope scope{"tenant-3f9a0c12d4e5b6a7", "", "bench-" + std::to_string(state.thread_index()) + "-"};
+  const size_t prefix_len = scope.key.size();
   for (auto _ : state) {
-    const Scope scope{"tenant", "", prefix + std::to_string(g_shared->next_key++)};
+    SetKey(scope.key, prefix_len, g_shared->next_key.fetch_add(1, std::memory_order_relaxed));
     auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
     const FencingToken token = begun.ok() ? OwnedToken(*begun).value_or(0) : 0;
     if (token == 0) {
@@ -85,35 +100,60 @@ void BeginComplete(benchmark::State& state) {
       break;
     }
   }
-  state.SetItemsProcessed(state.iterations());
   state.counters["pairs_per_s"] =
       benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// The production shape: records expire after their retention and a sweep removes them, so the
+// store holds a bounded number of live records (here 100,000) instead of growing forever. Each
+// pair advances the store's clock by 1 ms with a 100 s retention; every 1,024 pairs one thread
+// sweeps, and the sweep's cost is counted in the figure.
+void BeginCompleteSteady(benchmark::State& state) {
+  Store& store = *g_shared->store;
+  ManualClock& clock = *g_shared->clock;
+  Scope scope{"tenant-3f9a0c12d4e5b6a7", "", "steady-" + std::to_string(state.thread_index()) + "-"};
+  const size_t prefix_len = scope.key.size();
+  uint64_t n = 0;
+  for (auto _ : state) {
+    SetKey(scope.key, prefix_len, g_shared->next_key.fetch_add(1, std::memory_order_relaxed));
+    auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
+    const FencingToken token = begun.ok() ? OwnedToken(*begun).value_or(0) : 0;
+    if (token == 0) {
+      state.SkipWithError("begin did not acquire");
+      break;
+    }
+    auto done = store.Complete(scope, token, BenchResponse(), std::chrono::seconds(100));
+    if (!done.ok() || *done != CompleteOutcome::kOk) {
+      state.SkipWithError("complete failed");
+      break;
+    }
+    clock.Advance(Duration(1));
+    if (++n % 1024 == 0 && state.thread_index() == 0) (void)store.Sweep(clock.Now());
+  }
+  state.counters["pairs_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+constexpr int kReplayKeys = 1024;
+
+// Completes kReplayKeys records for ReplayLookup to find.
+void FillForReplay() {
+  Store& store = *g_shared->store;
+  for (int i = 0; i < kReplayKeys; ++i) {
+    const Scope scope{"tenant-3f9a0c12d4e5b6a7", "", "replay-" + std::to_string(i)};
+    auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
+    auto token = begun.ok() ? OwnedToken(*begun) : std::nullopt;
+    if (!token) std::abort();
+    (void)store.Complete(scope, *token, BenchResponse(), std::chrono::hours(24));
+  }
+}
+
 void ReplayLookup(benchmark::State& state) {
   Store& store = *g_shared->store;
-  constexpr int kKeys = 1024;
-  static std::once_flag filled;
-  static Store* filled_for = nullptr;
-  // Each benchmark instance fills its store once (thread 0 may not be first to arrive).
-  static std::mutex fill_mu;
-  {
-    std::lock_guard lock(fill_mu);
-    if (filled_for != &store) {
-      for (int i = 0; i < kKeys; ++i) {
-        const Scope scope{"tenant", "", "replay-" + std::to_string(i)};
-        auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
-        if (auto token = begun.ok() ? OwnedToken(*begun) : std::nullopt) {
-          (void)store.Complete(scope, *token, BenchResponse(), std::chrono::hours(24));
-        }
-      }
-      filled_for = &store;
-    }
-  }
-  (void)filled;
+  Scope scope{"tenant-3f9a0c12d4e5b6a7", "", "replay-"};
   uint64_t i = static_cast<uint64_t>(state.thread_index()) * 7919;
   for (auto _ : state) {
-    const Scope scope{"tenant", "", "replay-" + std::to_string(i++ % kKeys)};
+    SetKey(scope.key, 7, i++ % kReplayKeys);
     auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
     if (!begun.ok() || !std::holds_alternative<Replay>(*begun)) {
       state.SkipWithError("expected a replay");
@@ -129,16 +169,104 @@ void SetupMemory(const benchmark::State&) { Setup("memory", ""); }
 void SetupSqlite(const benchmark::State&) {
   Setup("sqlite:" + SqlitePath() + "?durability=normal", SqlitePath());
 }
+void SetupMemoryReplay(const benchmark::State& s) {
+  SetupMemory(s);
+  FillForReplay();
+}
+void SetupSqliteReplay(const benchmark::State& s) {
+  SetupSqlite(s);
+  FillForReplay();
+}
 void TeardownAny(const benchmark::State&) { Teardown(); }
+
+// ---- References, measured in the same run so the script can print ratios --------------------
+
+// What a begin+complete pair costs at the least in process memory: insert a small value under a
+// fresh key, then overwrite it with the response, in one mutex-guarded std::unordered_map.
+void ReferenceMapInsertUpdate(benchmark::State& state) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::string> map;
+  if (state.thread_index() == 0) {
+    std::lock_guard lock(mu);
+    map.clear();
+  }
+  std::string key = "tenant-3f9a0c12d4e5b6a7\0\0ref-" + std::to_string(state.thread_index()) + "-";
+  const size_t prefix_len = key.size();
+  const std::string small(48, 'i');
+  for (auto _ : state) {
+    SetKey(key, prefix_len, g_shared->next_key.fetch_add(1, std::memory_order_relaxed));
+    {
+      std::lock_guard lock(mu);
+      map.emplace(key, small);
+    }
+    std::string value = BenchResponse().body + "headers-and-status-of-about-sixty-bytes";
+    {
+      std::lock_guard lock(mu);
+      map.find(key)->second = std::move(value);
+    }
+  }
+  state.counters["pairs_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+// What a begin+complete pair costs at the least in SQLite with the same settings (WAL,
+// synchronous=NORMAL): one autocommit INSERT and one autocommit UPDATE of a row shaped like
+// idem's, with the same two indexes. Each is a durable commit, as begin and complete must be.
+void ReferenceSqliteInsertUpdate(benchmark::State& state) {
+  static std::mutex mu;
+  static sqlite3* db = nullptr;
+  static sqlite3_stmt* insert = nullptr;
+  static sqlite3_stmt* update = nullptr;
+  {
+    std::lock_guard lock(mu);
+    if (db == nullptr) {
+      const std::string path = SqlitePath() + "-ref";
+      RemoveDb(path);
+      sqlite3_open(path.c_str(), &db);
+      sqlite3_exec(db,
+                   "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                   "CREATE TABLE r (k TEXT PRIMARY KEY, fp BLOB, e INTEGER, body BLOB);"
+                   "CREATE INDEX r_e ON r (e);",
+                   nullptr, nullptr, nullptr);
+      sqlite3_prepare_v2(db, "INSERT INTO r VALUES (?1, zeroblob(32), ?2, NULL)", -1, &insert,
+                         nullptr);
+      sqlite3_prepare_v2(db, "UPDATE r SET body = ?2, e = ?3 WHERE k = ?1", -1, &update, nullptr);
+    }
+  }
+  static std::atomic<uint64_t> next_key{0};  // never reset: the table lives across runs
+  std::string key = "ref-";
+  const size_t prefix_len = key.size();
+  const std::string& body = BenchResponse().body;
+  int64_t n = 0;
+  for (auto _ : state) {
+    SetKey(key, prefix_len, next_key.fetch_add(1, std::memory_order_relaxed));
+    std::lock_guard lock(mu);
+    sqlite3_bind_text(insert, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    sqlite3_bind_int64(insert, 2, ++n);
+    if (sqlite3_step(insert) != SQLITE_DONE) state.SkipWithError(sqlite3_errmsg(db));
+    sqlite3_reset(insert);
+    sqlite3_bind_text(update, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
+    sqlite3_bind_blob(update, 2, body.data(), static_cast<int>(body.size()), SQLITE_STATIC);
+    sqlite3_bind_int64(update, 3, n + 1000);
+    if (sqlite3_step(update) != SQLITE_DONE) state.SkipWithError(sqlite3_errmsg(db));
+    sqlite3_reset(update);
+  }
+  state.counters["pairs_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
 
 #define IDEM_STORE_BENCH(fn, name, setup)                                            \
   BENCHMARK(fn)->Name(name)->Setup(setup)->Teardown(TeardownAny)->Threads(1)->Threads(2) \
       ->UseRealTime()->MinTime(1.0)
 
+IDEM_STORE_BENCH(ReferenceMapInsertUpdate, "Reference/MapInsertUpdate", SetupMemory);
+IDEM_STORE_BENCH(ReferenceSqliteInsertUpdate, "Reference/SqliteInsertUpdate", SetupMemory);
 IDEM_STORE_BENCH(BeginComplete, "Memory/BeginComplete", SetupMemory);
-IDEM_STORE_BENCH(ReplayLookup, "Memory/ReplayLookup", SetupMemory);
+IDEM_STORE_BENCH(BeginCompleteSteady, "Memory/BeginCompleteSteady", SetupMemory);
+IDEM_STORE_BENCH(ReplayLookup, "Memory/ReplayLookup", SetupMemoryReplay);
 IDEM_STORE_BENCH(BeginComplete, "Sqlite/BeginComplete", SetupSqlite);
-IDEM_STORE_BENCH(ReplayLookup, "Sqlite/ReplayLookup", SetupSqlite);
+IDEM_STORE_BENCH(BeginCompleteSteady, "Sqlite/BeginCompleteSteady", SetupSqlite);
+IDEM_STORE_BENCH(ReplayLookup, "Sqlite/ReplayLookup", SetupSqliteReplay);
 
 }  // namespace
 

@@ -13,30 +13,43 @@ void PutLength(std::string& out, size_t n) {
   out.push_back(static_cast<char>(v));
 }
 
-bool GetString(std::string_view& in, std::string& out) {
+bool GetLength(std::string_view& in, uint32_t& n) {
   if (in.size() < 4) return false;
   const auto* p = reinterpret_cast<const unsigned char*>(in.data());
-  const uint32_t n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
+  n = uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
   in.remove_prefix(4);
-  if (in.size() < n) return false;
+  return true;
+}
+
+bool GetString(std::string_view& in, std::string& out) {
+  uint32_t n = 0;
+  if (!GetLength(in, n) || in.size() < n) return false;
   out.assign(in.substr(0, n));
   in.remove_prefix(n);
   return true;
 }
 
-}  // namespace
-
-std::string EncodeHeaders(const std::vector<Header>& headers) {
+size_t EncodedHeadersSize(const std::vector<Header>& headers) {
   size_t size = 0;
   for (const auto& [name, value] : headers) size += 8 + name.size() + value.size();
-  std::string out;
-  out.reserve(size);
+  return size;
+}
+
+void AppendHeaders(std::string& out, const std::vector<Header>& headers) {
   for (const auto& [name, value] : headers) {
     PutLength(out, name.size());
     out.append(name);
     PutLength(out, value.size());
     out.append(value);
   }
+}
+
+}  // namespace
+
+std::string EncodeHeaders(const std::vector<Header>& headers) {
+  std::string out;
+  out.reserve(EncodedHeadersSize(headers));
+  AppendHeaders(out, headers);
   return out;
 }
 
@@ -50,6 +63,32 @@ Result<std::vector<Header>> DecodeHeaders(std::string_view encoded) {
     headers.push_back(std::move(header));
   }
   return headers;
+}
+
+std::string EncodeResponse(const StoredResponse& response) {
+  const size_t headers_size = EncodedHeadersSize(response.headers);
+  std::string out;
+  out.reserve(8 + headers_size + response.body.size());
+  PutLength(out, static_cast<uint32_t>(response.status));
+  PutLength(out, headers_size);
+  AppendHeaders(out, response.headers);
+  out.append(response.body);
+  return out;
+}
+
+Result<StoredResponse> DecodeResponse(std::string_view encoded) {
+  uint32_t status = 0, headers_size = 0;
+  if (!GetLength(encoded, status) || !GetLength(encoded, headers_size) ||
+      encoded.size() < headers_size) {
+    return DataLossError("stored response is truncated");
+  }
+  auto headers = DecodeHeaders(encoded.substr(0, headers_size));
+  if (!headers.ok()) return headers.status();
+  StoredResponse response;
+  response.status = static_cast<int>(status);
+  response.headers = std::move(*headers);
+  response.body = std::string(encoded.substr(headers_size));
+  return response;
 }
 
 }  // namespace idem::internal

@@ -17,4 +17,10 @@ std::string EncodeHeaders(const std::vector<Header>& headers);
 // kDataLoss if `encoded` is truncated or malformed.
 Result<std::vector<Header>> DecodeHeaders(std::string_view encoded);
 
+// A whole response in one buffer, for stores that keep it as a single value:
+//   4-byte big-endian status, 4-byte big-endian length of the encoded headers, the encoded
+//   headers, then the body to the end.
+std::string EncodeResponse(const StoredResponse& response);
+Result<StoredResponse> DecodeResponse(std::string_view encoded);
+
 }  // namespace idem::internal

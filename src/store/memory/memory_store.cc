@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/record_machine.h"
+#include "core/response_codec.h"
 
 namespace idem {
 namespace {
@@ -19,18 +20,27 @@ using internal::RecordHead;
 struct Entry {
   RecordHead head;
   TimePoint created_at;
-  std::optional<StoredResponse> response;
+  // The time of this record's representative in the shard's expiry heap (see Shard).
+  TimePoint queued_at;
+  // The response in one buffer (internal::EncodeResponse): one allocation per completion.
+  std::string response;
 };
 
 // Scopes are stored under one string: tenant NUL client NUL key. Scope::Make forbids NUL in
 // tenant and client, and keys are visible ASCII, so the encoding is unambiguous.
-std::string EncodeScope(const Scope& scope) {
-  std::string out;
+void EncodeScope(const Scope& scope, std::string& out) {
+  out.clear();
   out.reserve(scope.tenant.size() + scope.client.size() + scope.key.size() + 2);
   out.append(scope.tenant).push_back('\0');
   out.append(scope.client).push_back('\0');
   out.append(scope.key);
-  return out;
+}
+
+// Lookups encode into a per-thread buffer, so only an insertion allocates a key.
+const std::string& LookupKey(const Scope& scope) {
+  thread_local std::string buffer;
+  EncodeScope(scope, buffer);
+  return buffer;
 }
 
 Scope DecodeScope(const std::string& encoded) {
@@ -45,12 +55,26 @@ struct Expiry {
   bool operator>(const Expiry& other) const { return at > other.at; }
 };
 
+// One lock's worth of records.
+//
+// Expiry: every record has one representative entry in `expiries`, at `Entry::queued_at`, no
+// later than the moment the record may next need attention (its lease deadline while in flight,
+// its expiry once completed). Sweep pops due entries: an expired record is deleted; a live one
+// whose representative this is gets re-queued at its current time, moving the key string rather
+// than copying it. Entries that are no longer a representative are dropped. So each record costs
+// one key copy and O(1) heap operations over its life, and a sweep costs what came due.
+//
 // Thread safety: every member is guarded by `mu`.
 struct Shard {
   std::mutex mu;
   std::unordered_map<std::string, Entry> records;
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries;
   FencingToken last_token = 0;
+
+  void Queue(Entry& entry, TimePoint at, std::string key) {
+    entry.queued_at = at;
+    expiries.push({at, std::move(key)});
+  }
 };
 
 class MemoryStore final : public Store {
@@ -62,7 +86,7 @@ class MemoryStore final : public Store {
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
     if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
-    std::string key = EncodeScope(scope);
+    const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     std::lock_guard lock(shard.mu);
@@ -72,8 +96,11 @@ class MemoryStore final : public Store {
     switch (decision.action) {
       case BeginAction::kMismatch:
         return BeginOutcome(Mismatch{});
-      case BeginAction::kReplay:
-        return BeginOutcome(Replay{*it->second.response});
+      case BeginAction::kReplay: {
+        auto response = internal::DecodeResponse(it->second.response);
+        if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
+        return BeginOutcome(Replay{std::move(*response)});
+      }
       case BeginAction::kInFlight:
         return BeginOutcome(InFlight{decision.retry_after});
       case BeginAction::kTakeOver: {
@@ -82,25 +109,22 @@ class MemoryStore final : public Store {
         entry.head.token = ++shard.last_token;
         entry.head.lease_deadline = now + lease;
         entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
-        shard.expiries.push({entry.head.expires_at, key});
+        // The representative is due no later than the old deadline, which has passed: the
+        // next sweep re-queues it at the new deadline.
         return BeginOutcome(TakenOver{entry.head.token, previous});
       }
       case BeginAction::kAcquire: {
-        Entry entry;
+        if (it == shard.records.end()) it = shard.records.emplace(key, Entry{}).first;
+        Entry& entry = it->second;
         entry.head.fingerprint = fingerprint;
         entry.head.state = RecordState::kInFlight;
         entry.head.token = ++shard.last_token;
         entry.head.lease_deadline = now + lease;
         entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
         entry.created_at = now;
-        const FencingToken token = entry.head.token;
-        shard.expiries.push({entry.head.expires_at, key});
-        if (it == shard.records.end()) {
-          shard.records.emplace(std::move(key), std::move(entry));
-        } else {
-          it->second = std::move(entry);
-        }
-        return BeginOutcome(Acquired{token});
+        entry.response.clear();
+        shard.Queue(entry, entry.head.lease_deadline, key);
+        return BeginOutcome(Acquired{entry.head.token});
       }
     }
     return InternalError("begin: unhandled decision");
@@ -109,7 +133,8 @@ class MemoryStore final : public Store {
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
     if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
-    std::string key = EncodeScope(scope);
+    std::string encoded = internal::EncodeResponse(response);  // outside the lock
+    const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     std::lock_guard lock(shard.mu);
@@ -120,13 +145,13 @@ class MemoryStore final : public Store {
     Entry& entry = it->second;
     entry.head.state = RecordState::kCompleted;
     entry.head.expires_at = now + ttl;
-    entry.response = response;
-    shard.expiries.push({entry.head.expires_at, std::move(key)});
+    entry.response = std::move(encoded);
+    if (entry.head.expires_at < entry.queued_at) shard.Queue(entry, entry.head.expires_at, key);
     return CompleteOutcome::kOk;
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
-    const std::string key = EncodeScope(scope);
+    const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     std::lock_guard lock(shard.mu);
@@ -139,7 +164,7 @@ class MemoryStore final : public Store {
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
-    const std::string key = EncodeScope(scope);
+    const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     std::lock_guard lock(shard.mu);
@@ -156,12 +181,16 @@ class MemoryStore final : public Store {
     record.lease_deadline = entry.head.lease_deadline;
     record.created_at = entry.created_at;
     record.expires_at = entry.head.expires_at;
-    record.response = entry.response;
+    if (entry.head.state == RecordState::kCompleted) {
+      auto response = internal::DecodeResponse(entry.response);
+      if (!response.ok()) return response.status().WithContext("get " + scope.Digest());
+      record.response = std::move(*response);
+    }
     return std::optional<Record>(std::move(record));
   }
 
   Result<bool> Purge(const Scope& scope) override {
-    const std::string key = EncodeScope(scope);
+    const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     std::lock_guard lock(shard.mu);
@@ -173,7 +202,7 @@ class MemoryStore final : public Store {
   }
 
   Result<uint64_t> Sweep(TimePoint now) override {
-    // Work in bounded batches per lock hold so Begin on the same shard waits at most one batch.
+    // Bounded batches per lock hold, so Begin on the same shard waits at most one batch.
     constexpr int kBatch = 1024;
     uint64_t removed = 0;
     for (Shard& shard : shards_) {
@@ -182,13 +211,21 @@ class MemoryStore final : public Store {
         std::lock_guard lock(shard.mu);
         int n = 0;
         while (!shard.expiries.empty() && shard.expiries.top().at <= now && n < kBatch) {
-          auto it = shard.records.find(shard.expiries.top().key);
-          if (it != shard.records.end() && !internal::IsLive(it->second.head, now)) {
-            shard.records.erase(it);
-            ++removed;
-          }
+          Expiry due = std::move(const_cast<Expiry&>(shard.expiries.top()));
           shard.expiries.pop();
           ++n;
+          auto it = shard.records.find(due.key);
+          if (it == shard.records.end()) continue;
+          Entry& entry = it->second;
+          if (!internal::IsLive(entry.head, now)) {
+            shard.records.erase(it);
+            ++removed;
+          } else if (entry.queued_at == due.at) {
+            const bool leased = entry.head.state == RecordState::kInFlight &&
+                                now < entry.head.lease_deadline;
+            shard.Queue(entry, leased ? entry.head.lease_deadline : entry.head.expires_at,
+                        std::move(due.key));
+          }
         }
         more = n == kBatch;
       }

@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS idem_records (
   headers           BLOB,
   body              BLOB,
   PRIMARY KEY (tenant, client, key)
-);
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idem_records_by_expiry ON idem_records (expires_ms);
 CREATE TABLE IF NOT EXISTS idem_meta (
   name  TEXT PRIMARY KEY,
@@ -142,17 +142,12 @@ class Use {
   int bind_rc_ = SQLITE_OK;
 };
 
-constexpr const char* kSelectHead =
-    "SELECT fingerprint, state, token, lease_deadline_ms, expires_ms FROM idem_records "
-    "WHERE tenant = ?1 AND client = ?2 AND key = ?3";
-constexpr const char* kSelectResponse =
-    "SELECT status, headers, body FROM idem_records "
-    "WHERE tenant = ?1 AND client = ?2 AND key = ?3";
 constexpr const char* kSelectRecord =
     "SELECT fingerprint, state, token, lease_deadline_ms, expires_ms, created_ms, status, "
     "headers, body FROM idem_records WHERE tenant = ?1 AND client = ?2 AND key = ?3";
-constexpr const char* kNextFence =
-    "UPDATE idem_meta SET value = value + 1 WHERE name = 'fence' RETURNING value";
+constexpr const char* kReadFence = "SELECT value FROM idem_meta WHERE name = 'fence'";
+constexpr const char* kReserveFence = "UPDATE idem_meta SET value = ?1 WHERE name = 'fence'";
+constexpr const char* kDataVersion = "PRAGMA data_version";
 constexpr const char* kInsertInFlight =
     "INSERT OR REPLACE INTO idem_records (tenant, client, key, fingerprint, state, token, "
     "lease_deadline_ms, created_ms, expires_ms, status, headers, body) "
@@ -171,8 +166,8 @@ constexpr const char* kPurge =
     "DELETE FROM idem_records WHERE tenant = ?1 AND client = ?2 AND key = ?3 "
     "RETURNING expires_ms";
 constexpr const char* kSweep =
-    "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records "
-    "WHERE expires_ms <= ?1 LIMIT ?2)";
+    "DELETE FROM idem_records WHERE (tenant, client, key) IN (SELECT tenant, client, key "
+    "FROM idem_records WHERE expires_ms <= ?1 LIMIT ?2)";
 
 const char* SynchronousPragma(Durability d) {
   switch (d) {
@@ -218,10 +213,10 @@ class SqliteStore final : public Store {
     IDEM_RETURN_IF_ERROR(ExecSql(SynchronousPragma(options_.durability)));
     IDEM_RETURN_IF_ERROR(Migrate().WithContext(path_));
 
-    IDEM_RETURN_IF_ERROR(select_head_.Prepare(db_, kSelectHead));
-    IDEM_RETURN_IF_ERROR(select_response_.Prepare(db_, kSelectResponse));
     IDEM_RETURN_IF_ERROR(select_record_.Prepare(db_, kSelectRecord));
-    IDEM_RETURN_IF_ERROR(next_fence_.Prepare(db_, kNextFence));
+    IDEM_RETURN_IF_ERROR(read_fence_.Prepare(db_, kReadFence));
+    IDEM_RETURN_IF_ERROR(reserve_fence_.Prepare(db_, kReserveFence));
+    IDEM_RETURN_IF_ERROR(data_version_.Prepare(db_, kDataVersion));
     IDEM_RETURN_IF_ERROR(insert_in_flight_.Prepare(db_, kInsertInFlight));
     IDEM_RETURN_IF_ERROR(take_over_.Prepare(db_, kTakeOver));
     IDEM_RETURN_IF_ERROR(complete_.Prepare(db_, kComplete));
@@ -241,13 +236,14 @@ class SqliteStore final : public Store {
     const TimePoint now = options_.clock->Now();
 
     // Fast path without a write lock: replays, conflicts and mismatches only read.
-    auto outcome = DecideAndRead(scope, fingerprint, now);
-    if (!outcome.ok() || outcome->index() != 0) return ContextFor("begin", scope, outcome);
+    auto read = ReadAndDecide(scope, fingerprint, now);
+    if (!read.ok()) return read.status().WithContext("begin scope " + scope.Digest());
+    if (read->outcome) return std::move(*read->outcome);
 
     // The scope needs a write. Take the write lock, then decide again: another process
     // sharing the file may have written in between.
     auto began = Exec(begin_immediate_, "begin transaction");
-    if (!began.ok()) return ContextFor("begin", scope, Result<BeginOutcome>(began.status()));
+    if (!began.ok()) return began.status().WithContext("begin scope " + scope.Digest());
     auto written = BeginLocked(scope, fingerprint, lease, now);
     if (written.ok()) {
       auto committed = Exec(commit_, "commit");
@@ -255,7 +251,8 @@ class SqliteStore final : public Store {
       written = committed.status();
     }
     (void)Exec(rollback_, "rollback");
-    return ContextFor("begin", scope, written);
+    fence_known_ = false;  // a rolled-back reservation must be read again
+    return written.status().WithContext("begin scope " + scope.Digest());
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
@@ -349,17 +346,16 @@ class SqliteStore final : public Store {
   }
 
  private:
-  template <typename T>
-  static Result<T> ContextFor(std::string_view op, const Scope& scope, Result<T> r) {
-    if (r.ok()) return r;
-    return r.status().WithContext(std::string(op) + " scope " + scope.Digest());
-  }
+  struct Decided {
+    std::optional<BeginOutcome> outcome;  // set when the decision needs no write
+    BeginAction action = BeginAction::kAcquire;
+    FencingToken previous_token = 0;  // for a takeover
+  };
 
-  // Reads the record head and decides. Returns Acquired{0} as a marker when the decision needs
-  // a write (acquire or take over); any other outcome is final.
-  Result<BeginOutcome> DecideAndRead(const Scope& scope, const Fingerprint& fingerprint,
-                                     TimePoint now) {
-    Use use(select_head_, db_);
+  // Reads the scope's row and decides what Begin does with it.
+  Result<Decided> ReadAndDecide(const Scope& scope, const Fingerprint& fingerprint,
+                                TimePoint now) {
+    Use use(select_record_, db_);
     use.Scope3(scope);
     auto row = use.Step("select");
     if (!row.ok()) return row.status();
@@ -370,51 +366,43 @@ class SqliteStore final : public Store {
       head = *read;
     }
     const auto decision = internal::DecideBegin(head ? &*head : nullptr, fingerprint, now);
+    Decided decided;
+    decided.action = decision.action;
     switch (decision.action) {
-      case BeginAction::kMismatch: return BeginOutcome(Mismatch{});
-      case BeginAction::kInFlight: return BeginOutcome(InFlight{decision.retry_after});
+      case BeginAction::kMismatch:
+        decided.outcome = Mismatch{};
+        break;
+      case BeginAction::kInFlight:
+        decided.outcome = InFlight{decision.retry_after};
+        break;
       case BeginAction::kReplay: {
-        Use response_use(select_response_, db_);
-        response_use.Scope3(scope);
-        auto response_row = response_use.Step("select response");
-        if (!response_row.ok()) return response_row.status();
-        if (!*response_row) return InternalError("record vanished under the store lock");
-        auto response = ReadResponse(response_use, 0);
+        auto response = ReadResponse(use, 6);
         if (!response.ok()) return response.status();
-        return BeginOutcome(Replay{std::move(*response)});
+        decided.outcome = Replay{std::move(*response)};
+        break;
       }
-      case BeginAction::kAcquire:
       case BeginAction::kTakeOver:
-        return BeginOutcome(Acquired{0});
+        decided.previous_token = head->token;
+        break;
+      case BeginAction::kAcquire:
+        break;
     }
-    return InternalError("unhandled decision");
+    return decided;
   }
 
   // REQUIRES: inside BEGIN IMMEDIATE.
   Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
                                    Duration lease, TimePoint now) {
-    std::optional<RecordHead> head;
-    {
-      Use use(select_head_, db_);
-      use.Scope3(scope);
-      auto row = use.Step("select");
-      if (!row.ok()) return row.status();
-      if (*row) {
-        auto read = ReadHead(use);
-        if (!read.ok()) return read.status();
-        head = *read;
-      }
-    }
-    const auto decision = internal::DecideBegin(head ? &*head : nullptr, fingerprint, now);
-    if (decision.action != BeginAction::kAcquire && decision.action != BeginAction::kTakeOver) {
-      // Another process changed the record since the fast path looked; answer from it.
-      return DecideAndRead(scope, fingerprint, now);
-    }
+    auto decided = ReadAndDecide(scope, fingerprint, now);
+    if (!decided.ok()) return decided.status();
+    // Another process may have changed the record since the fast path looked.
+    if (decided->outcome) return std::move(*decided->outcome);
+
     auto token = NextFence();
     if (!token.ok()) return token.status();
     const TimePoint deadline = now + lease;
     const TimePoint expires = internal::InFlightExpiry(deadline, options_);
-    if (decision.action == BeginAction::kTakeOver) {
+    if (decided->action == BeginAction::kTakeOver) {
       Use use(take_over_, db_);
       use.Scope3(scope)
           .Int(4, static_cast<int64_t>(*token))
@@ -422,7 +410,7 @@ class SqliteStore final : public Store {
           .Int(6, ToMillis(expires));
       auto changed = use.Exec("take over");
       if (!changed.ok()) return changed.status();
-      return BeginOutcome(TakenOver{*token, head->token});
+      return BeginOutcome(TakenOver{*token, decided->previous_token});
     }
     Use use(insert_in_flight_, db_);
     use.Scope3(scope)
@@ -436,17 +424,43 @@ class SqliteStore final : public Store {
     return BeginOutcome(Acquired{*token});
   }
 
-  // Fencing tokens come from one persisted counter, so they keep increasing across releases,
-  // purges, restarts and processes sharing the file.
+  // Fencing tokens strictly increase across every acquisition, in commit order, across
+  // releases, purges, restarts and processes sharing the file. The row idem_meta.fence holds a
+  // reservation: no token above it has been issued by anyone. This connection issues from its
+  // own block below its reservation and writes the row only when the block runs out (once per
+  // kFenceBlock acquisitions), unless PRAGMA data_version shows another connection committed
+  // since we last looked: then it re-reads the reservation and jumps above it.
+  // REQUIRES: inside BEGIN IMMEDIATE, so no other connection can write meanwhile.
   Result<FencingToken> NextFence() {
-    Use use(next_fence_, db_);
-    auto row = use.Step("next fence");
+    static constexpr FencingToken kFenceBlock = 1024;
+    auto version = QueryInt(data_version_, "data version");
+    if (!version.ok()) return version.status();
+    if (!fence_known_ || *version != data_version_seen_) {
+      auto reserved = QueryInt(read_fence_, "read fence");
+      if (!reserved.ok()) return reserved.status();
+      reserved_ = static_cast<FencingToken>(*reserved);
+      next_token_ = std::max(next_token_, reserved_ + 1);
+      fence_known_ = true;
+      data_version_seen_ = *version;
+    }
+    if (next_token_ > reserved_) {
+      const FencingToken reservation = next_token_ + kFenceBlock - 1;
+      Use use(reserve_fence_, db_);
+      use.Int(1, static_cast<int64_t>(reservation));
+      auto changed = use.Exec("reserve fence");
+      if (!changed.ok()) return changed.status();
+      if (*changed != 1) return DataLossError("idem_meta has no 'fence' row");
+      reserved_ = reservation;
+    }
+    return next_token_++;
+  }
+
+  Result<int64_t> QueryInt(const Statement& statement, std::string_view op) {
+    Use use(statement, db_);
+    auto row = use.Step(op);
     if (!row.ok()) return row.status();
-    if (!*row) return DataLossError("idem_meta has no 'fence' row");
-    const auto value = static_cast<FencingToken>(use.ColumnInt(0));
-    auto done = use.Step("next fence");
-    if (!done.ok()) return done.status();
-    return value;
+    if (!*row) return DataLossError(std::string(op) + ": no row");
+    return use.ColumnInt(0);
   }
 
   static Result<RecordHead> ReadHead(const Use& use) {
@@ -517,9 +531,13 @@ class SqliteStore final : public Store {
 
   const std::string path_;
   const StoreOptions options_;
-  std::mutex mu_;  // guards db_ and every statement
+  std::mutex mu_;  // guards db_, every statement and the fence state below
   sqlite3* db_ = nullptr;
-  Statement select_head_, select_response_, select_record_, next_fence_, insert_in_flight_,
+  bool fence_known_ = false;         // reserved_ and data_version_seen_ are current
+  int64_t data_version_seen_ = 0;    // PRAGMA data_version when the fence was last read
+  FencingToken reserved_ = 0;        // the reservation in idem_meta.fence
+  FencingToken next_token_ = 1;      // the next token this connection issues
+  Statement select_record_, read_fence_, reserve_fence_, data_version_, insert_in_flight_,
       take_over_, complete_, release_, purge_, sweep_, begin_immediate_, commit_, rollback_;
 };
 
