@@ -138,11 +138,18 @@ int RunSelfCheck(const std::string& store_url, std::ostream& out) {
              std::to_string(acquired.load()) + " acquired, " + std::to_string(in_flight.load()) +
                  " in flight, " + std::to_string(other.load()) + " other");
 
-  // Clean up what the check wrote, then let retention pass and sweep.
-  for (const Scope* s : {&scope, &other_tenant, &hung, &raced}) (void)store.Purge(*s);
-  auto swept = store.Sweep(clock->Now() + ttl);
-  check.Step("sweep", swept.ok(),
-             swept.ok() ? std::to_string(*swept) + " expired records removed"
+  // An operator's purge, then retention: the completed record expires and the sweep removes it.
+  auto purged = store.Purge(hung);
+  check.Step("purge a record", purged.ok() && *purged,
+             purged.ok() ? (*purged ? "removed" : "nothing to remove") : purged.status().ToString());
+  for (const Scope* s : {&other_tenant, &raced}) (void)store.Purge(*s);
+  clock->Advance(ttl);
+  auto expired = store.Get(scope);
+  check.Step("the completed record after its 24 h retention", expired.ok() && !*expired,
+             expired.ok() ? (*expired ? "still there" : "expired") : expired.status().ToString());
+  auto swept = store.Sweep(clock->Now());
+  check.Step("sweep", swept.ok() && *swept >= 1,
+             swept.ok() ? std::to_string(*swept) + " expired record(s) removed"
                         : swept.status().ToString());
 
   if (check.failures() == 0) {
