@@ -5,6 +5,7 @@
 #include <iostream>
 #include <string>
 
+#include "gateway_command.h"
 #include "idem/version.h"
 #include "selfcheck.h"
 
@@ -13,8 +14,8 @@ int main(int argc, char** argv) {
       "idem: exactly-once effects on top of at-least-once delivery.\n\n"
       "Retries are safe to run again when a duplicate has to escape three independent layers:\n"
       "the ingest gateway (Idempotency-Key dedup), the worker inbox, and the emit outbox.\n"
-      "This build ships the core engine and its stores; the gateway, relay, key and call\n"
-      "subcommands arrive with their layers.",
+      "This build ships the gateway (ingest layer), the core engine and its stores; relay,\n"
+      "key and call arrive with their layers.",
       "idem"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(idem::kVersion));
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
                         "Store URL: 'memory', or 'sqlite:PATH[?durability=off|normal|full]'")
       ->capture_default_str();
 
+  auto run_gateway = idem::cli::AddGatewayCommand(app);
+
   CLI11_PARSE(app, argc, argv);
 
   if (version->parsed()) {
@@ -39,5 +42,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (selfcheck->parsed()) return idem::cli::RunSelfCheck(store_url, std::cout);
+  if (app.got_subcommand("gateway")) return run_gateway();
   return 0;
 }

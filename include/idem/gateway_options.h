@@ -1,0 +1,85 @@
+// Gateway options: the listener, the upstream, the store, and per-route idempotency policies.
+//
+// Flags cover the common case; a TOML file (--config) holds per-route policies. Every default
+// is stated here, next to the field.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/fingerprint.h"
+#include "idem/status.h"
+
+namespace idem {
+
+enum class KeyRequirement {
+  kRequired,  // no Idempotency-Key -> 400
+  kOptional,  // with a key: deduplicated; without: passed through
+  kOff,       // passed through untouched, key or not
+};
+
+// How one route (method + path prefix) is treated.
+struct RoutePolicy {
+  std::string method;       // exact, upper-case; empty matches every method
+  std::string path_prefix;  // "/v1/payments" matches "/v1/payments" and "/v1/payments/..."
+  KeyRequirement key = KeyRequirement::kRequired;
+  Duration retention = std::chrono::hours(24);  // how long a completed response is replayed
+  Duration lease = std::chrono::seconds(30);    // how long an attempt owns the key
+  FingerprintPolicy fingerprint;                // default: method, path, query, body
+  // Response headers stored and replayed besides the status and body (case-insensitive).
+  std::vector<std::string> stored_headers = {"Content-Type", "Content-Encoding", "Location",
+                                             "ETag", "Last-Modified", "Cache-Control", "Link"};
+  // If the store is unreachable: false (default) answers 503; true forwards the request
+  // without idempotency protection (and logs it).
+  bool fail_open = false;
+};
+
+struct GatewayOptions {
+  std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks a free port
+  std::string upstream;                   // http://HOST:PORT (required)
+  std::string store = "sqlite:idem.db";   // see OpenStore
+  std::string admin_listen;               // HOST:PORT; empty: no admin listener
+  int threads = 2;                        // event-loop threads
+  int store_threads = 2;                  // StoreExecutor pool threads
+  bool log_json = false;                  // --log-format json
+
+  // The header whose value identifies the tenant; stored only as a SHA-256 digest. A request
+  // without it belongs to the anonymous tenant.
+  std::string tenant_header = "Authorization";
+
+  size_t max_request_body = 1 << 20;           // larger -> 413
+  size_t max_header_bytes = 16 * 1024;         // larger -> 431
+  size_t max_stored_response = 1 << 20;        // larger responses are not replayed (see docs)
+  size_t max_upstream_response = 64 << 20;     // larger -> 502
+  Duration client_read_timeout = std::chrono::seconds(30);
+  Duration client_idle_timeout = std::chrono::seconds(60);
+  Duration upstream_connect_timeout = std::chrono::seconds(5);
+  Duration upstream_response_timeout = std::chrono::seconds(60);
+  Duration upstream_idle_timeout = std::chrono::seconds(4);  // pooled connections older are dropped
+  Duration shutdown_grace = std::chrono::seconds(30);
+  size_t upstream_pool_size = 64;  // idle keep-alive connections kept per gateway
+
+  // Routes in the order given; the first match decides. Requests no route matches use the
+  // default: POST and PATCH require a key, every other method is passed through.
+  std::vector<RoutePolicy> routes;
+
+  // The policy for a request. Never fails: falls back to the default.
+  const RoutePolicy& Match(std::string_view method, std::string_view path) const;
+};
+
+// Reads a TOML config file into `options` (fields it does not set are left as they are).
+// Errors name the file, the key and what was wrong.
+Status LoadGatewayConfig(const std::string& path, GatewayOptions& options);
+
+// Parses "250ms", "30s", "15m", "24h", "7d" or a bare number of seconds.
+Result<Duration> ParseDuration(std::string_view text);
+
+// The Idempotency-Key header's value: a structured-field string ("abc", with \" and \\
+// escapes) or a bare token (abc). Returns the key after ValidateKey, or kInvalidArgument.
+Result<std::string> ParseIdempotencyKey(std::string_view header_value);
+
+}  // namespace idem

@@ -1,0 +1,18 @@
+// The admin listener: health, readiness, metrics, and record inspection and purge.
+//
+//   GET    /healthz                       200 while the process runs
+//   GET    /readyz                        200 when the store answers, else 503
+//   GET    /metrics                       Prometheus text
+//   GET    /v1/records?key=K[&tenant=T]   the record as JSON, or 404
+//   DELETE /v1/records?key=K[&tenant=T]   purge it ("the resource was deleted, then retried")
+// `tenant` is the tenant header's value as clients send it (it is hashed the same way), or
+// `tenant_digest` its SHA-256 hex as the logs and record JSON show it.
+#pragma once
+
+#include "gateway/proxy.h"
+
+namespace idem::gateway {
+
+Task<Response> HandleAdminRequest(Services& services, Request& request);
+
+}  // namespace idem::gateway

@@ -1,0 +1,280 @@
+#include "idem/gateway_options.h"
+
+#define TOML_HEADER_ONLY 0
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "idem/scope.h"
+
+namespace idem {
+namespace {
+
+bool StartsWithPath(std::string_view path, std::string_view prefix) {
+  if (prefix.empty() || prefix == "/") return true;
+  if (path.substr(0, prefix.size()) != prefix) return false;
+  return path.size() == prefix.size() || prefix.back() == '/' || path[prefix.size()] == '/' ||
+         path[prefix.size()] == '?';
+}
+
+const RoutePolicy& DefaultPolicyFor(std::string_view method) {
+  static const RoutePolicy required = [] {
+    RoutePolicy p;
+    p.key = KeyRequirement::kRequired;
+    return p;
+  }();
+  static const RoutePolicy off = [] {
+    RoutePolicy p;
+    p.key = KeyRequirement::kOff;
+    return p;
+  }();
+  return method == "POST" || method == "PATCH" ? required : off;
+}
+
+bool IsTokenChar(char c) {
+  // RFC 9651 sf-token characters (tchar plus ":" and "/").
+  if (std::isalnum(static_cast<unsigned char>(c))) return true;
+  return std::string_view("!#$%&'*+-.^_`|~:/").find(c) != std::string_view::npos;
+}
+
+}  // namespace
+
+const RoutePolicy& GatewayOptions::Match(std::string_view method, std::string_view path) const {
+  for (const RoutePolicy& route : routes) {
+    if (!route.method.empty() && route.method != method) continue;
+    if (StartsWithPath(path, route.path_prefix)) return route;
+  }
+  return DefaultPolicyFor(method);
+}
+
+Result<Duration> ParseDuration(std::string_view text) {
+  if (text.empty()) return InvalidArgumentError("empty duration");
+  int64_t value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr == begin || value < 0) {
+    return InvalidArgumentError("duration '" + std::string(text) +
+                                "' must be a non-negative number with a unit: 250ms, 30s, 15m, "
+                                "24h, 7d");
+  }
+  const std::string_view unit(ptr, static_cast<size_t>(end - ptr));
+  using namespace std::chrono;
+  if (unit.empty() || unit == "s") return Duration(seconds(value));
+  if (unit == "ms") return Duration(value);
+  if (unit == "m") return Duration(minutes(value));
+  if (unit == "h") return Duration(hours(value));
+  if (unit == "d") return Duration(hours(24 * value));
+  return InvalidArgumentError("duration '" + std::string(text) + "' has unknown unit '" +
+                              std::string(unit) + "' (use ms, s, m, h or d)");
+}
+
+Result<std::string> ParseIdempotencyKey(std::string_view value) {
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  std::string key;
+  if (!value.empty() && value.front() == '"') {
+    // sf-string: DQUOTE *( unescaped / "\" ( DQUOTE / "\" ) ) DQUOTE
+    size_t i = 1;
+    bool closed = false;
+    for (; i < value.size(); ++i) {
+      const char c = value[i];
+      if (c == '"') {
+        closed = true;
+        ++i;
+        break;
+      }
+      if (c == '\\') {
+        if (i + 1 >= value.size() || (value[i + 1] != '"' && value[i + 1] != '\\')) {
+          return InvalidArgumentError("Idempotency-Key has an invalid escape");
+        }
+        key.push_back(value[++i]);
+        continue;
+      }
+      key.push_back(c);
+    }
+    if (!closed) return InvalidArgumentError("Idempotency-Key has an unterminated quoted string");
+    if (i != value.size()) {
+      return InvalidArgumentError("Idempotency-Key has text after its quoted string");
+    }
+  } else {
+    for (char c : value) {
+      if (!IsTokenChar(c)) {
+        IDEM_RETURN_IF_ERROR(ValidateKey(value));  // the clearer message when it applies
+        return InvalidArgumentError(
+            "Idempotency-Key must be a quoted string (\"...\") or a token; it has '" +
+            std::string(1, c) + "'");
+      }
+    }
+    key = std::string(value);
+  }
+  IDEM_RETURN_IF_ERROR(ValidateKey(key));
+  return key;
+}
+
+namespace {
+
+Status ConfigError(const std::string& path, std::string_view where, std::string_view what) {
+  return InvalidArgumentError(path + ": " + std::string(where) + ": " + std::string(what));
+}
+
+template <typename T>
+Status ReadScalar(const toml::table& table, std::string_view name, const std::string& path,
+                  std::string_view where, T& out) {
+  const toml::node* node = table.get(name);
+  if (node == nullptr) return Status::Ok();
+  auto value = node->value<T>();
+  if (!value) {
+    return ConfigError(path, std::string(where) + "." + std::string(name), "has the wrong type");
+  }
+  out = *value;
+  return Status::Ok();
+}
+
+Status ReadDuration(const toml::table& table, std::string_view name, const std::string& path,
+                    std::string_view where, Duration& out) {
+  const toml::node* node = table.get(name);
+  if (node == nullptr) return Status::Ok();
+  const std::string field = std::string(where) + "." + std::string(name);
+  if (auto seconds = node->value<int64_t>()) {
+    if (*seconds < 0) return ConfigError(path, field, "must not be negative");
+    out = std::chrono::seconds(*seconds);
+    return Status::Ok();
+  }
+  auto text = node->value<std::string>();
+  if (!text) return ConfigError(path, field, "must be a duration such as \"30s\" or seconds");
+  auto parsed = ParseDuration(*text);
+  if (!parsed.ok()) return ConfigError(path, field, parsed.status().message());
+  out = *parsed;
+  return Status::Ok();
+}
+
+Status ReadStrings(const toml::table& table, std::string_view name, const std::string& path,
+                   std::string_view where, std::vector<std::string>& out) {
+  const toml::node* node = table.get(name);
+  if (node == nullptr) return Status::Ok();
+  const std::string field = std::string(where) + "." + std::string(name);
+  const toml::array* array = node->as_array();
+  if (array == nullptr) return ConfigError(path, field, "must be an array of strings");
+  out.clear();
+  for (const toml::node& item : *array) {
+    auto s = item.value<std::string>();
+    if (!s) return ConfigError(path, field, "must be an array of strings");
+    out.push_back(*s);
+  }
+  return Status::Ok();
+}
+
+Status ReadRoute(const toml::table& table, const std::string& path, size_t index,
+                 RoutePolicy& route) {
+  const std::string where = "route[" + std::to_string(index) + "]";
+  static const std::vector<std::string_view> kKnown = {
+      "method", "path_prefix", "key", "retention", "lease", "fingerprint", "stored_headers",
+      "fail_open"};
+  for (const auto& [k, v] : table) {
+    if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
+      return ConfigError(path, where + "." + std::string(k.str()), "is not a route setting");
+    }
+  }
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "method", path, where, route.method));
+  std::transform(route.method.begin(), route.method.end(), route.method.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "path_prefix", path, where, route.path_prefix));
+  if (route.path_prefix.empty() || route.path_prefix.front() != '/') {
+    return ConfigError(path, where + ".path_prefix", "is required and must start with '/'");
+  }
+  std::string key = "required";
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "key", path, where, key));
+  if (key == "required") route.key = KeyRequirement::kRequired;
+  else if (key == "optional") route.key = KeyRequirement::kOptional;
+  else if (key == "off") route.key = KeyRequirement::kOff;
+  else return ConfigError(path, where + ".key", "must be \"required\", \"optional\" or \"off\"");
+  IDEM_RETURN_IF_ERROR(ReadDuration(table, "retention", path, where, route.retention));
+  IDEM_RETURN_IF_ERROR(ReadDuration(table, "lease", path, where, route.lease));
+  if (route.retention <= Duration(0) || route.lease <= Duration(0)) {
+    return ConfigError(path, where, "retention and lease must be positive");
+  }
+  std::vector<std::string> parts;
+  if (table.get("fingerprint") != nullptr) {
+    IDEM_RETURN_IF_ERROR(ReadStrings(table, "fingerprint", path, where, parts));
+    route.fingerprint = FingerprintPolicy{false, false, false, false, {}};
+    for (const std::string& part : parts) {
+      if (part == "method") route.fingerprint.method = true;
+      else if (part == "path") route.fingerprint.path = true;
+      else if (part == "query") route.fingerprint.query = true;
+      else if (part == "body") route.fingerprint.body = true;
+      else if (part.rfind("header:", 0) == 0 && part.size() > 7) {
+        route.fingerprint.headers.push_back(part.substr(7));
+      } else {
+        return ConfigError(path, where + ".fingerprint",
+                           "unknown part '" + part +
+                               "' (use method, path, query, body, header:NAME)");
+      }
+    }
+  }
+  IDEM_RETURN_IF_ERROR(ReadStrings(table, "stored_headers", path, where, route.stored_headers));
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "fail_open", path, where, route.fail_open));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return InvalidArgumentError(path + ":" + std::to_string(where.line) + ":" +
+                                std::to_string(where.column) + ": " +
+                                std::string(e.description()));
+  }
+  for (const auto& [k, v] : root) {
+    if (k.str() != "gateway" && k.str() != "route") {
+      return ConfigError(path, k.str(), "is not a section idem knows ([gateway], [[route]])");
+    }
+  }
+  if (const toml::table* g = root["gateway"].as_table()) {
+    const std::string where = "gateway";
+    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "listen", path, where, options.listen));
+    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "upstream", path, where, options.upstream));
+    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "store", path, where, options.store));
+    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "admin_listen", path, where, options.admin_listen));
+    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "tenant_header", path, where, options.tenant_header));
+    int64_t n = 0;
+    auto read_size = [&](std::string_view name, size_t& out) -> Status {
+      n = static_cast<int64_t>(out);
+      IDEM_RETURN_IF_ERROR(ReadScalar(*g, name, path, where, n));
+      if (n <= 0) return ConfigError(path, where + "." + std::string(name), "must be positive");
+      out = static_cast<size_t>(n);
+      return Status::Ok();
+    };
+    IDEM_RETURN_IF_ERROR(read_size("max_request_body", options.max_request_body));
+    IDEM_RETURN_IF_ERROR(read_size("max_stored_response", options.max_stored_response));
+    IDEM_RETURN_IF_ERROR(read_size("max_upstream_response", options.max_upstream_response));
+    size_t threads = static_cast<size_t>(options.threads);
+    IDEM_RETURN_IF_ERROR(read_size("threads", threads));
+    options.threads = static_cast<int>(threads);
+    IDEM_RETURN_IF_ERROR(ReadDuration(*g, "upstream_response_timeout", path, where,
+                                      options.upstream_response_timeout));
+    IDEM_RETURN_IF_ERROR(ReadDuration(*g, "client_read_timeout", path, where,
+                                      options.client_read_timeout));
+  }
+  if (const toml::node* routes = root.get("route")) {
+    const toml::array* array = routes->as_array();
+    if (array == nullptr) return ConfigError(path, "route", "must be written [[route]]");
+    options.routes.clear();
+    size_t index = 0;
+    for (const toml::node& node : *array) {
+      const toml::table* table = node.as_table();
+      if (table == nullptr) return ConfigError(path, "route", "must be written [[route]]");
+      RoutePolicy route;
+      IDEM_RETURN_IF_ERROR(ReadRoute(*table, path, index++, route));
+      options.routes.push_back(std::move(route));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace idem

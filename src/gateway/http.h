@@ -1,0 +1,40 @@
+// Beast aliases and small HTTP helpers shared by the gateway's files.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace idem::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+template <typename T>
+using Task = asio::awaitable<T>;
+
+// Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names.
+template <bool kIsRequest>
+void StripHopByHop(http::header<kIsRequest, http::fields>& h);
+
+// The request target split into path and query ("/a/b?x=1" -> "/a/b", "x=1").
+std::string_view TargetPath(std::string_view target);
+std::string_view TargetQuery(std::string_view target);
+
+// Decodes %XX and '+' in a query component; a malformed escape is kept as it is.
+std::string PercentDecode(std::string_view s);
+// The value of `name` in a query string, decoded; empty if absent.
+std::string QueryParam(std::string_view query, std::string_view name);
+
+}  // namespace idem::gateway

@@ -1,0 +1,60 @@
+#include "gateway/metrics.h"
+
+#include <fmt/format.h>
+
+namespace idem::gateway {
+
+std::string_view OutcomeLabel(Outcome outcome) {
+  static constexpr std::string_view kLabels[] = {
+      "executed", "replayed", "conflict", "mismatch",    "missing_key",
+      "invalid_key", "released", "store_error", "passthrough", "rejected"};
+  return kLabels[static_cast<size_t>(outcome)];
+}
+
+void Histogram::Observe(Duration d) { Observe(static_cast<double>(d.count()) / 1000.0); }
+
+void Histogram::Observe(double seconds) {
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_micros_.fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
+void Histogram::Write(std::string& out, std::string_view name, std::string_view help) const {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kBounds.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], cumulative);
+  }
+  cumulative += buckets_[kBounds.size()].load(std::memory_order_relaxed);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
+  out += fmt::format("{}_sum {}\n", name,
+                     static_cast<double>(sum_micros_.load(std::memory_order_relaxed)) / 1e6);
+  out += fmt::format("{}_count {}\n", name, count_.load(std::memory_order_relaxed));
+}
+
+std::string Metrics::Render() const {
+  std::string out;
+  out += "# HELP idem_gateway_requests_total Requests by what became of them.\n";
+  out += "# TYPE idem_gateway_requests_total counter\n";
+  for (size_t i = 0; i < outcomes_.size(); ++i) {
+    out += fmt::format("idem_gateway_requests_total{{outcome=\"{}\"}} {}\n",
+                       OutcomeLabel(static_cast<Outcome>(i)),
+                       outcomes_[i].load(std::memory_order_relaxed));
+  }
+  out += "# HELP idem_gateway_takeovers_total Keys taken over after an owner's lease ran out.\n";
+  out += "# TYPE idem_gateway_takeovers_total counter\n";
+  out += fmt::format("idem_gateway_takeovers_total {}\n", takeovers_.load());
+  out += "# HELP idem_gateway_fenced_completions_total Late completions discarded by fencing.\n";
+  out += "# TYPE idem_gateway_fenced_completions_total counter\n";
+  out += fmt::format("idem_gateway_fenced_completions_total {}\n", zombies_.load());
+  request_seconds_.Write(out, "idem_gateway_request_seconds",
+                         "Time from a complete request to its response.");
+  store_seconds_.Write(out, "idem_gateway_store_seconds", "Time of each store call.");
+  upstream_seconds_.Write(out, "idem_gateway_upstream_seconds", "Time of each upstream exchange.");
+  return out;
+}
+
+}  // namespace idem::gateway

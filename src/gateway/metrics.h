@@ -1,0 +1,73 @@
+// Gateway metrics in Prometheus text format: request outcomes and latency histograms.
+// (Debian ships no C++ Prometheus client; the text format is a few lines.)
+//
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <string>
+#include <string_view>
+
+#include "idem/clock.h"
+
+namespace idem::gateway {
+
+// What became of one request. Names are the `outcome` label values.
+enum class Outcome {
+  kExecuted,     // forwarded under a fresh or taken-over key and completed
+  kReplayed,     // answered from the store
+  kConflict,     // 409: the same key still in flight
+  kMismatch,     // 422: the key was used with another request
+  kMissingKey,   // 400: required key absent
+  kInvalidKey,   // 400: key malformed
+  kReleased,     // forwarded, transient failure, key released for the retry
+  kStoreError,   // 503: the store failed
+  kPassthrough,  // no idempotency for this route or request
+  kRejected,     // malformed HTTP, body too large, ...
+  kCount,
+};
+
+std::string_view OutcomeLabel(Outcome outcome);
+
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                     0.005,  0.01,    0.025,  0.05,  0.1,
+                                                     0.25,   0.5,     1,      5};
+  void Observe(Duration d);
+  void Observe(double seconds);
+  void Write(std::string& out, std::string_view name, std::string_view help) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_micros_{0};
+};
+
+class Metrics {
+ public:
+  void Count(Outcome outcome) {
+    outcomes_[static_cast<size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t count(Outcome outcome) const {
+    return outcomes_[static_cast<size_t>(outcome)].load(std::memory_order_relaxed);
+  }
+  Histogram& request_seconds() { return request_seconds_; }
+  Histogram& store_seconds() { return store_seconds_; }
+  Histogram& upstream_seconds() { return upstream_seconds_; }
+  void CountZombie() { zombies_.fetch_add(1, std::memory_order_relaxed); }
+  void CountTakeover() { takeovers_.fetch_add(1, std::memory_order_relaxed); }
+
+  std::string Render() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Outcome::kCount)> outcomes_{};
+  std::atomic<uint64_t> zombies_{0};
+  std::atomic<uint64_t> takeovers_{0};
+  Histogram request_seconds_;
+  Histogram store_seconds_;
+  Histogram upstream_seconds_;
+};
+
+}  // namespace idem::gateway

@@ -1,0 +1,228 @@
+// The gateway's process: listeners, client sessions, graceful shutdown. The request logic is in
+// proxy.cc and admin.cc.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "gateway/admin.h"
+#include "gateway/problem.h"
+#include "gateway/proxy.h"
+#include "idem/gateway.h"
+#include "idem/store.h"
+
+namespace idem {
+namespace {
+
+using namespace idem::gateway;
+
+Result<tcp::endpoint> ParseListen(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgumentError("listen address '" + text + "' must be HOST:PORT");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) return InvalidArgumentError("listen address '" + text + "': " + ec.message());
+  int port = -1;
+  try {
+    port = std::stoi(text.substr(colon + 1));
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) {
+    return InvalidArgumentError("listen address '" + text + "' has no valid port");
+  }
+  return tcp::endpoint(address, static_cast<unsigned short>(port));
+}
+
+class Server {
+ public:
+  Server(const GatewayOptions& options, asio::io_context& io, Services& services)
+      : options_(options), io_(io), services_(services) {}
+
+  Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
+    auto endpoint = ParseListen(address);
+    if (!endpoint.ok()) return endpoint.status();
+    auto acceptor = std::make_unique<tcp::acceptor>(io_);
+    boost::system::error_code ec;
+    acceptor->open(endpoint->protocol(), ec);
+    if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor->bind(*endpoint, ec);
+    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return UnavailableError("cannot listen on " + address + ": " + ec.message());
+    *bound = acceptor->local_endpoint();
+    asio::co_spawn(io_, Accept(*acceptor, admin), asio::detached);
+    acceptors_.push_back(std::move(acceptor));
+    return Status::Ok();
+  }
+
+  // Stops accepting, waits for requests in progress (at most the grace period), stops the loop.
+  void BeginShutdown() {
+    if (draining_.exchange(true)) return;
+    services_.log.Info("shutdown", "draining: no new connections; " +
+                                       std::to_string(active_.load()) + " request(s) in progress");
+    for (auto& acceptor : acceptors_) {
+      boost::system::error_code ignored;
+      acceptor->close(ignored);
+    }
+    asio::co_spawn(io_, Drain(), asio::detached);
+  }
+
+ private:
+  Task<void> Accept(tcp::acceptor& acceptor, bool admin) {
+    for (;;) {
+      boost::system::error_code ec;
+      auto strand = asio::make_strand(io_);  // named: see the g++ 12 note in docs
+      tcp::socket socket =
+          co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (!acceptor.is_open() || draining_) co_return;
+        services_.log.Warn("accept", ec.message());
+        continue;
+      }
+      auto executor = socket.get_executor();
+      asio::co_spawn(executor, Session(std::move(socket), admin), asio::detached);
+    }
+  }
+
+  Task<void> Session(tcp::socket socket, bool admin) {
+    beast::tcp_stream stream(std::move(socket));
+    beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+      parser.body_limit(options_.max_request_body);
+      stream.expires_after(options_.client_read_timeout);
+      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        std::optional<Problem> problem;
+        if (ec == http::error::body_limit) problem = Problem::kBodyTooLarge;
+        else if (ec == http::error::header_limit) problem = Problem::kHeadersTooLarge;
+        else if (&ec.category() == &http::make_error_code(http::error::bad_target).category() &&
+                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
+          problem = Problem::kMalformedRequest;  // garbage: answer 400, then close
+        }
+        if (problem) {
+          services_.metrics.Count(Outcome::kRejected);
+          Response res = MakeProblem(*problem, ec.message(), 11, false);
+          stream.expires_after(std::chrono::seconds(5));
+          co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        }
+        break;
+      }
+      Request request = parser.release();
+      ++active_;
+      Response response;
+      if (admin) {
+        response = co_await HandleAdminRequest(services_, request);
+      } else {
+        response = co_await HandleProxyRequest(services_, request);
+      }
+      --active_;
+      if (draining_) response.keep_alive(false);
+      stream.expires_after(options_.client_read_timeout);
+      co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || !response.keep_alive()) break;
+    }
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream.socket().close(ignored);
+  }
+
+  Task<void> Drain() {
+    asio::steady_timer timer(io_);
+    const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_grace;
+    while (active_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      timer.expires_after(std::chrono::milliseconds(20));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    if (active_.load() > 0) {
+      services_.log.Warn("shutdown", std::to_string(active_.load()) +
+                                         " request(s) still in progress after the grace period");
+    }
+    io_.stop();
+  }
+
+  const GatewayOptions& options_;
+  asio::io_context& io_;
+  Services& services_;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};
+};
+
+}  // namespace
+
+int RunGateway(const GatewayOptions& options) {
+  Log log(options.log_json);
+  if (options.upstream.empty()) {
+    log.Error("config", "no upstream: pass --upstream http://HOST:PORT");
+    return 2;
+  }
+  auto store = OpenStore(options.store);
+  if (!store.ok()) {
+    log.Error("store", "cannot open store '" + options.store + "': " + store.status().ToString());
+    return 2;
+  }
+  asio::io_context io(options.threads);
+  UpstreamOptions upstream_options;
+  upstream_options.connect_timeout = options.upstream_connect_timeout;
+  upstream_options.response_timeout = options.upstream_response_timeout;
+  upstream_options.idle_timeout = options.upstream_idle_timeout;
+  upstream_options.max_idle = options.upstream_pool_size;
+  upstream_options.max_response_body = options.max_upstream_response;
+  auto upstream = UpstreamPool::Create(io.get_executor(), options.upstream, upstream_options);
+  if (!upstream.ok()) {
+    log.Error("upstream", upstream.status().ToString());
+    return 2;
+  }
+  Metrics metrics;
+  {
+    StoreExecutor executor(**store, {options.store_threads, 4096});
+    Services services{options, executor, **upstream, metrics, log};
+    Server server(options, io, services);
+    tcp::endpoint bound, admin_bound;
+    if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {
+      log.Error("listen", s.ToString());
+      return 2;
+    }
+    std::string admin_text = "no admin listener";
+    if (!options.admin_listen.empty()) {
+      if (Status s = server.Listen(options.admin_listen, true, &admin_bound); !s.ok()) {
+        log.Error("listen", s.ToString());
+        return 2;
+      }
+      admin_text = "admin on " + admin_bound.address().to_string() + ":" +
+                   std::to_string(admin_bound.port());
+    }
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+      if (ec) return;
+      log.Info("signal", std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " received");
+      server.BeginShutdown();
+    });
+    log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
+                              std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
+                              (*upstream)->authority() + ", store " + (**store).Describe());
+    std::vector<std::thread> threads;
+    for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { io.run(); });
+    io.run();
+    for (auto& t : threads) t.join();
+    // The executor's destructor waits for store calls still queued.
+  }
+  log.Info("stopped", "requests drained, store closed");
+  return 0;
+}
+
+}  // namespace idem

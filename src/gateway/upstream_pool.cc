@@ -1,0 +1,122 @@
+#include "gateway/upstream_pool.h"
+
+#include <boost/asio/connect.hpp>
+
+namespace idem::gateway {
+
+Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(asio::any_io_executor executor,
+                                                          std::string_view url,
+                                                          UpstreamOptions options) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return InvalidArgumentError("upstream '" + std::string(url) +
+                                "' must be http://HOST:PORT (https is not supported)");
+  }
+  std::string_view authority = url.substr(kScheme.size());
+  while (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
+  if (authority.find('/') != std::string_view::npos) {
+    return InvalidArgumentError("upstream '" + std::string(url) + "' must not have a path");
+  }
+  const size_t colon = authority.rfind(':');
+  const std::string host(colon == std::string_view::npos ? authority : authority.substr(0, colon));
+  const std::string port(colon == std::string_view::npos ? "80" : authority.substr(colon + 1));
+  if (host.empty() || port.empty()) {
+    return InvalidArgumentError("upstream '" + std::string(url) + "' needs a host and a port");
+  }
+  boost::system::error_code ec;
+  tcp::resolver resolver(executor);
+  auto endpoints = resolver.resolve(host, port, ec);
+  if (ec) {
+    return UnavailableError("cannot resolve upstream " + std::string(authority) + ": " +
+                            ec.message());
+  }
+  return std::unique_ptr<UpstreamPool>(
+      new UpstreamPool(executor, std::move(endpoints), std::string(authority), options));
+}
+
+UpstreamPool::UpstreamPool(asio::any_io_executor executor, tcp::resolver::results_type endpoints,
+                           std::string authority, UpstreamOptions options)
+    : executor_(std::move(executor)),
+      endpoints_(std::move(endpoints)),
+      authority_(std::move(authority)),
+      options_(options) {}
+
+std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle() {
+  const auto now = std::chrono::steady_clock::now();
+  for (;;) {
+    std::unique_ptr<Connection> c;
+    {
+      std::lock_guard lock(mu_);
+      if (idle_.empty()) return nullptr;
+      c = std::move(idle_.back());
+      idle_.pop_back();
+    }
+    if (now - c->idle_since > options_.idle_timeout) continue;  // the upstream may close it
+    // A closed or misbehaving connection is readable: EOF, a reset, or bytes nobody asked for.
+    auto& socket = c->stream.socket();
+    boost::system::error_code ec;
+    socket.non_blocking(true, ec);
+    char byte;
+    const size_t n = socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
+    if (ec == asio::error::would_block && n == 0) return c;
+  }
+}
+
+void UpstreamPool::PutIdle(std::unique_ptr<Connection> connection) {
+  connection->idle_since = std::chrono::steady_clock::now();
+  std::lock_guard lock(mu_);
+  if (idle_.size() < options_.max_idle) idle_.push_back(std::move(connection));
+}
+
+Task<UpstreamResult> UpstreamPool::Exchange(Request& request) {
+  UpstreamResult result;
+  request.set(http::field::host, authority_);
+  request.keep_alive(true);
+  request.prepare_payload();
+
+  std::unique_ptr<Connection> c = TakeIdle();
+  boost::system::error_code ec;
+  if (!c) {
+    c = std::make_unique<Connection>(executor_);
+    c->stream.expires_after(options_.connect_timeout);
+    co_await c->stream.async_connect(endpoints_, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      // Nothing was sent, whether the connect was refused or timed out.
+      result.failure = UpstreamResult::Failure::kConnect;
+      result.detail = "connect to " + authority_ + ": " + ec.message();
+      co_return result;
+    }
+  }
+
+  c->stream.expires_after(options_.response_timeout);
+  co_await http::async_write(c->stream, request, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    result.failure = ec == beast::error::timeout ? UpstreamResult::Failure::kTimeout
+                                                 : UpstreamResult::Failure::kBroken;
+    result.detail = "send to " + authority_ + ": " + ec.message();
+    co_return result;
+  }
+
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(options_.max_response_body);
+  if (request.method() == http::verb::head) parser.skip(true);
+  co_await http::async_read(c->stream, c->buffer, parser,
+                            asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    if (ec == beast::error::timeout) {
+      result.failure = UpstreamResult::Failure::kTimeout;
+    } else if (ec == http::error::body_limit) {
+      result.failure = UpstreamResult::Failure::kTooLarge;
+    } else {
+      result.failure = UpstreamResult::Failure::kBroken;
+    }
+    result.detail = "response from " + authority_ + ": " + ec.message();
+    co_return result;
+  }
+  result.response = parser.release();
+  c->stream.expires_never();
+  if (result.response.keep_alive() && c->buffer.size() == 0) PutIdle(std::move(c));
+  co_return result;
+}
+
+}  // namespace idem::gateway

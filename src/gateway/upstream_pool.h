@@ -1,0 +1,75 @@
+// UpstreamPool: HTTP/1.1 exchanges with the one upstream service, over a pool of keep-alive
+// connections, with a timeout on connect and on the whole exchange.
+//
+// Thread safety: Exchange may be called from many coroutines on many threads at once.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gateway/http.h"
+#include "idem/status.h"
+
+namespace idem::gateway {
+
+struct UpstreamOptions {
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds response_timeout{60000};
+  std::chrono::milliseconds idle_timeout{4000};
+  size_t max_idle = 64;
+  size_t max_response_body = 64 << 20;
+};
+
+struct UpstreamResult {
+  enum class Failure {
+    kNone,      // `response` holds the upstream's answer
+    kConnect,   // could not connect: the request never left the gateway
+    kTimeout,   // no complete answer in time: the upstream may still be working on it
+    kBroken,    // the connection failed mid-exchange: the upstream may have acted
+    kTooLarge,  // the answer's body exceeded the limit: the upstream did act
+  };
+  Failure failure = Failure::kNone;
+  std::string detail;
+  Response response;
+};
+
+class UpstreamPool {
+ public:
+  // `url` is http://HOST:PORT; HOST is resolved once, here.
+  static Result<std::unique_ptr<UpstreamPool>> Create(asio::any_io_executor executor,
+                                                      std::string_view url,
+                                                      UpstreamOptions options);
+
+  // Sends `request` (its Host header is set to the upstream's) and reads the answer.
+  Task<UpstreamResult> Exchange(Request& request);
+
+  // "127.0.0.1:9000" for logs.
+  const std::string& authority() const { return authority_; }
+
+ private:
+  struct Connection {
+    explicit Connection(asio::any_io_executor ex) : stream(ex) {}
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    std::chrono::steady_clock::time_point idle_since;
+  };
+
+  UpstreamPool(asio::any_io_executor executor, tcp::resolver::results_type endpoints,
+               std::string authority, UpstreamOptions options);
+
+  // An idle connection that still looks alive, or null.
+  std::unique_ptr<Connection> TakeIdle();
+  void PutIdle(std::unique_ptr<Connection> connection);
+
+  asio::any_io_executor executor_;
+  tcp::resolver::results_type endpoints_;
+  std::string authority_;
+  UpstreamOptions options_;
+  std::mutex mu_;  // guards idle_
+  std::vector<std::unique_ptr<Connection>> idle_;
+};
+
+}  // namespace idem::gateway

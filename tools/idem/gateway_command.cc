@@ -1,0 +1,79 @@
+#include "gateway_command.h"
+
+#include <iostream>
+#include <memory>
+
+#include "idem/gateway.h"
+
+namespace idem::cli {
+
+std::function<int()> AddGatewayCommand(CLI::App& app) {
+  struct Flags {
+    GatewayOptions options;
+    std::string config;
+    std::string log_format = "text";
+  };
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "gateway",
+      "Run the idempotency gateway: an HTTP reverse proxy that gives any upstream\n"
+      "Idempotency-Key semantics. POST and PATCH need a key by default; a retry with the same\n"
+      "key and request gets the stored response (Idempotent-Replayed: true), a concurrent\n"
+      "duplicate 409, the same key with another request 422. Keys are scoped per tenant\n"
+      "(the Authorization header's digest). SIGTERM drains in-flight requests and exits.\n\n"
+      "Example:\n"
+      "  idem gateway --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \\\n"
+      "               --store sqlite:/var/lib/idem/idem.db --admin-listen 127.0.0.1:9090");
+  GatewayOptions& o = flags->options;
+  o.store = "sqlite:idem.db";
+  cmd->add_option("--listen", o.listen, "HOST:PORT to serve clients on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--upstream", o.upstream, "The service to protect: http://HOST:PORT");
+  cmd->add_option("--store", o.store,
+                  "Where records live: memory | sqlite:PATH[?durability=off|normal|full]")
+      ->capture_default_str();
+  cmd->add_option("--admin-listen", o.admin_listen,
+                  "HOST:PORT for /healthz /readyz /metrics /v1/records (default: none)");
+  cmd->add_option("--config", flags->config,
+                  "TOML file with [gateway] settings and [[route]] policies; flags given on the\n"
+                  "command line win over the file");
+  cmd->add_option("--threads", o.threads, "Event-loop threads")->capture_default_str();
+  cmd->add_option("--store-threads", o.store_threads, "Threads running store calls")
+      ->capture_default_str();
+  cmd->add_option("--tenant-header", o.tenant_header,
+                  "Header identifying the tenant (stored as a SHA-256 digest)")
+      ->capture_default_str();
+  cmd->add_option("--log-format", flags->log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  return [flags, cmd]() -> int {
+    GatewayOptions options = flags->options;
+    if (!flags->config.empty()) {
+      // Load the file into a fresh copy, then re-apply what the command line set explicitly.
+      GatewayOptions from_file;
+      from_file.store = "sqlite:idem.db";
+      if (Status s = LoadGatewayConfig(flags->config, from_file); !s.ok()) {
+        std::cerr << "idem gateway: " << s.message() << "\n";
+        return 2;
+      }
+      auto given = [&](const char* name) { return cmd->count(name) > 0; };
+      if (given("--listen")) from_file.listen = options.listen;
+      if (given("--upstream")) from_file.upstream = options.upstream;
+      if (given("--store")) from_file.store = options.store;
+      if (given("--admin-listen")) from_file.admin_listen = options.admin_listen;
+      if (given("--threads")) from_file.threads = options.threads;
+      if (given("--store-threads")) from_file.store_threads = options.store_threads;
+      if (given("--tenant-header")) from_file.tenant_header = options.tenant_header;
+      options = std::move(from_file);
+    }
+    options.log_json = flags->log_format == "json";
+    if (options.threads < 1 || options.store_threads < 1) {
+      std::cerr << "idem gateway: --threads and --store-threads must be at least 1\n";
+      return 2;
+    }
+    return RunGateway(options);
+  };
+}
+
+}  // namespace idem::cli
