@@ -4,7 +4,8 @@
 //   example_service [HOST:PORT]          default 127.0.0.1:9000; port 0 picks a free port
 //
 //   POST /anything[?sleep_ms=N&status=S&size=B]  "executes": counts the call, answers 201 with
-//        a JSON receipt (or status S, or a B-byte body), after sleeping N ms
+//        a JSON receipt (or status S, or a B-byte body), after sleeping N ms (or the
+//        X-Sleep-Ms header's value, which a gateway's default fingerprint does not cover)
 //   GET  /executions?key=K   how many requests with Idempotency-Key K executed
 //   GET  /executions         how many requests executed in all
 //   GET  anything else       200 "hello"
@@ -55,9 +56,9 @@ http::response<http::string_body> Handle(const http::request<http::string_body>&
   const std::string_view target = req.target();
   const std::string_view path = target.substr(0, target.find('?'));
   if (req.method() == http::verb::post || req.method() == http::verb::patch) {
-    if (auto ms = Param(target, "sleep_ms"); !ms.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(ms)));
-    }
+    std::string sleep_ms = Param(target, "sleep_ms");
+    if (sleep_ms.empty()) sleep_ms = std::string(req["X-Sleep-Ms"]);  // outside the fingerprint
+    if (!sleep_ms.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(sleep_ms)));
     const std::string key(req["Idempotency-Key"]);
     int n = ++executions;
     int for_key = 0;

@@ -78,8 +78,9 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options);
 // Parses "250ms", "30s", "15m", "24h", "7d" or a bare number of seconds.
 Result<Duration> ParseDuration(std::string_view text);
 
-// The Idempotency-Key header's value: a structured-field string ("abc", with \" and \\
-// escapes) or a bare token (abc). Returns the key after ValidateKey, or kInvalidArgument.
+// The Idempotency-Key header's value: a structured-field string ("abc", where a backslash
+// escapes a quote or a backslash) or a bare token (abc). Returns the key after ValidateKey,
+// or kInvalidArgument.
 Result<std::string> ParseIdempotencyKey(std::string_view header_value);
 
 }  // namespace idem

@@ -1,0 +1,334 @@
+// End-to-end tests of `idem gateway`: the real binary in front of the real example service,
+// both started as processes on free loopback ports, talked to over HTTP.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <latch>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "util/http_client.h"
+#include "util/process.h"
+#include "util/temp_dir.h"
+
+namespace idem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartService(); }
+
+  void StartService() {
+    service_ = std::make_unique<Process>(std::vector<std::string>{EXAMPLE_SERVICE, "127.0.0.1:0"},
+                                         dir_.File("service.log"));
+    auto line = service_->WaitForLine("listening on", 10s);
+    ASSERT_TRUE(line) << service_->Output();
+    service_address_ = AddressAfter(*line, "listening on ");
+  }
+
+  // Starts the gateway with the SQLite store in the test's directory unless `store` is given;
+  // `config` is written to a TOML file when not empty.
+  void StartGateway(const std::string& config = "", std::string store = "") {
+    if (store.empty()) store = "sqlite:" + dir_.File("idem.db");
+    std::vector<std::string> argv = {IDEM_BINARY,     "gateway",
+                                     "--listen",      "127.0.0.1:0",
+                                     "--admin-listen", "127.0.0.1:0",
+                                     "--upstream",    "http://" + service_address_,
+                                     "--store",       store};
+    if (!config.empty()) {
+      std::ofstream(dir_.File("gateway.toml")) << config;
+      argv.push_back("--config");
+      argv.push_back(dir_.File("gateway.toml"));
+    }
+    gateway_ = std::make_unique<Process>(argv, dir_.File("gateway-" + std::to_string(++starts_) + ".log"));
+    auto line = gateway_->WaitForLine("gateway on", 10s);
+    ASSERT_TRUE(line) << gateway_->Output();
+    gateway_address_ = AddressAfter(*line, "gateway on ");
+    admin_address_ = AddressAfter(*line, "admin on ");
+  }
+
+  HttpResponse Post(const std::string& target, const std::string& key, const std::string& body,
+                    Headers extra = {}) {
+    Headers headers = std::move(extra);
+    if (!key.empty()) headers.emplace_back("Idempotency-Key", key);
+    return Http(gateway_address_, "POST", target, headers, body);
+  }
+
+  int Executions(const std::string& key) {
+    auto r = Http(service_address_, "GET", "/executions?key=" + key);
+    EXPECT_EQ(r.status, 200) << r.error;
+    return r.status == 200 ? std::stoi(r.body) : -1;
+  }
+
+  std::string Metrics() { return Http(admin_address_, "GET", "/metrics").body; }
+
+  TempDir dir_;
+  std::unique_ptr<Process> service_;
+  std::unique_ptr<Process> gateway_;
+  std::string service_address_, gateway_address_, admin_address_;
+  int starts_ = 0;
+};
+
+TEST_F(GatewayTest, FirstRequestExecutesAndRetriesReplayByteForByte) {
+  StartGateway();
+  const Headers auth = {{"Authorization", "Bearer tenant-a"}, {"Content-Type", "application/json"}};
+  auto first = Post("/v1/payments", "key-1", R"({"amount":250})", auth);
+  ASSERT_EQ(first.status, 201) << first.error << first.body;
+  EXPECT_EQ(first.Header("Idempotent-Replayed"), "false");
+  EXPECT_EQ(first.Header("Location"), "/v1/payments/1");
+
+  for (int i = 0; i < 3; ++i) {
+    auto retry = Post("/v1/payments", "key-1", R"({"amount":250})", auth);
+    ASSERT_EQ(retry.status, 201) << "a replay keeps the original status";
+    EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(retry.body, first.body);
+    EXPECT_EQ(retry.Header("Content-Type"), "application/json");
+    EXPECT_EQ(retry.Header("Location"), "/v1/payments/1");
+  }
+  EXPECT_EQ(Executions("key-1"), 1);
+  // The structured-field string form of the same key is the same key.
+  auto quoted = Post("/v1/payments", "\"key-1\"", R"({"amount":250})", auth);
+  EXPECT_EQ(quoted.Header("Idempotent-Replayed"), "true");
+  // The key and the fencing token reach the upstream.
+  EXPECT_NE(first.body.find("\"fencing_token\":\"1\""), std::string::npos) << first.body;
+}
+
+TEST_F(GatewayTest, SameKeyWithAnotherBodyIs422AndChangesNothing) {
+  StartGateway();
+  ASSERT_EQ(Post("/pay", "k", "one").status, 201);
+  auto reused = Post("/pay", "k", "two");
+  EXPECT_EQ(reused.status, 422);
+  EXPECT_EQ(reused.Header("Content-Type"), "application/problem+json");
+  EXPECT_NE(reused.body.find("urn:idem:problem:key-reused"), std::string::npos);
+  EXPECT_EQ(Post("/pay?x=1", "k", "one").status, 422) << "the query is part of the fingerprint";
+  EXPECT_EQ(Post("/pay", "k", "one").Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions("k"), 1);
+}
+
+TEST_F(GatewayTest, MissingOrMalformedKeysAre400AndOtherMethodsPassThrough) {
+  StartGateway();
+  auto missing = Post("/pay", "", "x");
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_NE(missing.body.find("urn:idem:problem:missing-key"), std::string::npos);
+  for (const std::string& bad : {std::string(256, 'k'), std::string("\"\""), std::string("a b"),
+                                std::string("\"unterminated"), std::string("caf\xc3\xa9")}) {
+    auto r = Post("/pay", bad, "x");
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_NE(r.body.find("urn:idem:problem:invalid-key"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(Post("/pay", std::string(255, 'k'), "x").status, 201);
+  EXPECT_EQ(Http(gateway_address_, "GET", "/anything").body, "hello");
+  EXPECT_EQ(Executions(""), 1);
+}
+
+TEST_F(GatewayTest, TheSameKeyUnderTwoTenantsIsTwoRequests) {
+  StartGateway();
+  auto a = Post("/pay", "shared", "same", {{"Authorization", "Bearer tenant-a"}});
+  auto b = Post("/pay", "shared", "same", {{"Authorization", "Bearer tenant-b"}});
+  ASSERT_EQ(a.status, 201);
+  ASSERT_EQ(b.status, 201);
+  EXPECT_EQ(b.Header("Idempotent-Replayed"), "false") << "a response never crosses tenants";
+  EXPECT_NE(a.body, b.body);
+  EXPECT_EQ(Post("/pay", "shared", "same", {{"Authorization", "Bearer tenant-a"}}).body, a.body);
+  EXPECT_EQ(Post("/pay", "shared", "same", {{"Authorization", "Bearer tenant-b"}}).body, b.body);
+  EXPECT_EQ(Executions("shared"), 2);
+}
+
+TEST_F(GatewayTest, FiftyConcurrentDuplicatesExecuteOnce) {
+  StartGateway();
+  constexpr int kClients = 50;
+  std::latch start(kClients);
+  std::atomic<int> created{0}, conflicts{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      start.arrive_and_wait();
+      // The upstream takes 300 ms, so the duplicates really overlap the first request.
+      auto r = Post("/pay", "dup", "body", {{"X-Sleep-Ms", "300"}});
+      if (r.status == 201) {
+        ++created;
+      } else if (r.status == 409 && !r.Header("Retry-After").empty()) {
+        ++conflicts;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(Executions("dup"), 1);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GE(created.load(), 1);
+  EXPECT_EQ(created.load() + conflicts.load(), kClients);
+}
+
+TEST_F(GatewayTest, HungUpstreamIsTakenOverAndTheLateCompletionIsFenced) {
+  StartGateway(R"(
+[[route]]
+method = "POST"
+path_prefix = "/pay"
+lease = "1s"
+)");
+  // The first attempt hangs in the upstream for 2.5 s, past its 1 s lease.
+  HttpResponse first;
+  std::thread slow([&] { first = Post("/pay", "hung", "body", {{"X-Sleep-Ms", "2500"}}); });
+  std::this_thread::sleep_for(300ms);
+  auto during = Post("/pay", "hung", "body");
+  EXPECT_EQ(during.status, 409) << "still inside the lease";
+  EXPECT_FALSE(during.Header("Retry-After").empty());
+  std::this_thread::sleep_for(1000ms);
+  auto takeover = Post("/pay", "hung", "body");
+  ASSERT_EQ(takeover.status, 201) << takeover.body;
+  EXPECT_NE(takeover.body.find("\"fencing_token\":\"2\""), std::string::npos) << takeover.body;
+  slow.join();
+  EXPECT_EQ(first.status, 201);
+  // The record holds the new owner's response, not the zombie's.
+  auto replay = Post("/pay", "hung", "body");
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(replay.body, takeover.body);
+  EXPECT_NE(Metrics().find("idem_gateway_fenced_completions_total 1"), std::string::npos);
+  EXPECT_NE(Metrics().find("idem_gateway_takeovers_total 1"), std::string::npos);
+}
+
+TEST_F(GatewayTest, TransientFailuresReleaseTheKeySoTheRetryRunsAgain) {
+  StartGateway();
+  for (const char* status : {"500", "503", "429", "408"}) {
+    const std::string key = std::string("transient-") + status;
+    auto r1 = Post(std::string("/pay?status=") + status, key, "b");
+    EXPECT_EQ(r1.status, std::stoi(status));
+    auto r2 = Post(std::string("/pay?status=") + status, key, "b");
+    EXPECT_EQ(r2.status, std::stoi(status));
+    EXPECT_EQ(Executions(key), 2) << "released, not burned: " << status;
+  }
+  // A terminal status is stored and replayed like any other.
+  EXPECT_EQ(Post("/pay?status=400", "terminal", "b").status, 400);
+  auto again = Post("/pay?status=400", "terminal", "b");
+  EXPECT_EQ(again.status, 400);
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions("terminal"), 1);
+}
+
+TEST_F(GatewayTest, UnreachableUpstreamIs502AndTheKeyIsReleased) {
+  StartGateway();
+  service_->Stop(SIGKILL);
+  auto r = Post("/pay", "down", "b");
+  EXPECT_EQ(r.status, 502);
+  EXPECT_NE(r.body.find("urn:idem:problem:upstream-unavailable"), std::string::npos);
+  StartService();  // a new port: restart the gateway in front of it, same store
+  gateway_->Stop(SIGTERM);
+  StartGateway();
+  EXPECT_EQ(Post("/pay", "down", "b").status, 201);
+  EXPECT_EQ(Executions("down"), 1);
+}
+
+TEST_F(GatewayTest, ResponsesTooLargeToStoreAreNeverExecutedTwice) {
+  StartGateway(R"(
+[gateway]
+max_stored_response = 1000
+)");
+  auto first = Post("/pay?size=5000", "big", "b");
+  ASSERT_EQ(first.status, 201);
+  EXPECT_EQ(first.body.size(), 5000u);
+  auto retry = Post("/pay?size=5000", "big", "b");
+  EXPECT_EQ(retry.status, 502);
+  EXPECT_NE(retry.body.find("urn:idem:problem:response-not-stored"), std::string::npos);
+  EXPECT_NE(retry.body.find("status 201"), std::string::npos) << retry.body;
+  EXPECT_EQ(Executions("big"), 1);
+}
+
+TEST_F(GatewayTest, CompletedRecordsSurviveKillNineOfTheGateway) {
+  StartGateway();
+  auto first = Post("/pay", "durable", "b");
+  ASSERT_EQ(first.status, 201);
+  const int status = gateway_->Stop(SIGKILL);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  StartGateway();
+  auto replay = Post("/pay", "durable", "b");
+  EXPECT_EQ(replay.status, 201);
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(replay.body, first.body);
+  EXPECT_EQ(Executions("durable"), 1);
+}
+
+TEST_F(GatewayTest, BadInputGetsAnAnswerOrACloseNeverACrash) {
+  StartGateway(R"(
+[gateway]
+max_request_body = 1024
+client_read_timeout = "1s"
+)");
+  auto big = Post("/pay", "big-body", std::string(4096, 'x'));
+  EXPECT_EQ(big.status, 413);
+  auto huge_headers = Http(gateway_address_, "POST", "/pay",
+                           {{"Idempotency-Key", "h"}, {"X-Filler", std::string(64 * 1024, 'h')}}, "b");
+  EXPECT_TRUE(huge_headers.status == 431 || huge_headers.status == 0) << huge_headers.status;
+  const std::string garbage = RawExchange(gateway_address_, std::string("\x16\x03\x01\x00\xa5garbage\r\n\r\n", 18));
+  EXPECT_TRUE(garbage.empty() || garbage.rfind("HTTP/1.1 400", 0) == 0) << garbage;
+  // A slow client that never finishes its request is cut off after the read timeout.
+  const auto started = std::chrono::steady_clock::now();
+  const std::string slow = RawExchange(gateway_address_, "POST /pay HTTP/1.1\r\nHost: x\r\n", 5s);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 4s);
+  (void)slow;
+  // Still serving.
+  EXPECT_EQ(Post("/pay", "after", "b").status, 201);
+  EXPECT_TRUE(gateway_->Running());
+}
+
+TEST_F(GatewayTest, AdminInspectsAndPurgesRecords) {
+  StartGateway();
+  ASSERT_EQ(Post("/orders", "order-1", "b", {{"Authorization", "Bearer t"}}).status, 201);
+  EXPECT_EQ(Http(admin_address_, "GET", "/healthz").status, 200);
+  EXPECT_EQ(Http(admin_address_, "GET", "/readyz").status, 200);
+  auto record = Http(admin_address_, "GET", "/v1/records?key=order-1&tenant=Bearer%20t");
+  ASSERT_EQ(record.status, 200) << record.body;
+  EXPECT_NE(record.body.find("\"state\": \"completed\""), std::string::npos) << record.body;
+  EXPECT_EQ(Http(admin_address_, "GET", "/v1/records?key=order-1").status, 404)
+      << "another tenant's record is not found without its tenant";
+  // The resource was deleted; the operator purges the key; the retried create runs again.
+  EXPECT_EQ(Http(admin_address_, "DELETE", "/v1/records?key=order-1&tenant=Bearer%20t").status, 200);
+  EXPECT_EQ(Post("/orders", "order-1", "b", {{"Authorization", "Bearer t"}}).Header("Idempotent-Replayed"),
+            "false");
+  EXPECT_EQ(Executions("order-1"), 2);
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("idem_gateway_requests_total{outcome=\"executed\"} 2"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("idem_gateway_request_seconds_bucket"), std::string::npos);
+  EXPECT_NE(metrics.find("idem_gateway_store_seconds_count"), std::string::npos);
+}
+
+TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
+  StartGateway();
+  HttpResponse slow;
+  std::thread t([&] { slow = Post("/pay", "draining", "b", {{"X-Sleep-Ms", "800"}}); });
+  std::this_thread::sleep_for(200ms);
+  const int status = gateway_->Stop(SIGTERM);
+  t.join();
+  EXPECT_EQ(slow.status, 201) << slow.error;
+  ASSERT_TRUE(WIFEXITED(status)) << gateway_->Output();
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_NE(gateway_->Output().find("requests drained"), std::string::npos);
+  // The completion was written before exit.
+  StartGateway();
+  EXPECT_EQ(Post("/pay", "draining", "b").Header("Idempotent-Replayed"), "true");
+}
+
+TEST_F(GatewayTest, BadConfigurationIsAClearErrorAndExitCode2) {
+  std::ofstream(dir_.File("bad.toml")) << "[[route]]\npath_prefix = \"/x\"\nlease = \"soon\"\n";
+  Process p({IDEM_BINARY, "gateway", "--upstream", "http://" + service_address_, "--config",
+             dir_.File("bad.toml")},
+            dir_.File("bad.log"));
+  const std::optional<int> status = p.WaitForExit(10s);
+  ASSERT_TRUE(status.has_value()) << "gateway kept running with a bad config";
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+  EXPECT_NE(p.Output().find("route[0].lease"), std::string::npos) << p.Output();
+}
+
+}  // namespace
+}  // namespace idem::testing

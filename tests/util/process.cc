@@ -1,0 +1,117 @@
+#include "util/process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace idem::testing {
+
+Process::Process(std::vector<std::string> argv, std::string log_path)
+    : log_path_(std::move(log_path)) {
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  // The log is truncated here, before the fork, so WaitForLine never reads what an earlier
+  // process wrote to the same file.
+  const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  pid_ = fork();
+  if (pid_ == 0) {
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  if (fd >= 0) close(fd);
+}
+
+Process::~Process() {
+  if (Running()) Stop(SIGKILL);
+}
+
+bool Process::Running() {
+  if (pid_ <= 0 || reaped_) return false;
+  const pid_t r = waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    return false;
+  }
+  return true;
+}
+
+std::string Process::Output() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<std::string> Process::WaitForLine(const std::string& needle,
+                                                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string out = Output();
+    const size_t at = out.find(needle);
+    if (at != std::string::npos) {
+      const size_t begin = out.rfind('\n', at);
+      const size_t end = out.find('\n', at);
+      const size_t from = begin == std::string::npos ? 0 : begin + 1;
+      return out.substr(from, end == std::string::npos ? std::string::npos : end - from);
+    }
+    if (!Running()) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::nullopt;
+}
+
+int Process::Stop(int signal, std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  if (reaped_) return status_;
+  kill(pid_, signal);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+      reaped_ = true;
+      return status_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status_, 0);
+  reaped_ = true;
+  return -1;
+}
+
+std::optional<int> Process::WaitForExit(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!reaped_) {
+    if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+      reaped_ = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return status_;
+}
+
+std::string AddressAfter(const std::string& line, const std::string& marker) {
+  const size_t at = line.find(marker);
+  if (at == std::string::npos) return {};
+  size_t begin = at + marker.size();
+  size_t end = begin;
+  while (end < line.size() && (std::isdigit(static_cast<unsigned char>(line[end])) ||
+                               line[end] == '.' || line[end] == ':')) {
+    ++end;
+  }
+  return line.substr(begin, end - begin);
+}
+
+}  // namespace idem::testing
