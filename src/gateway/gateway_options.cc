@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <type_traits>
+#include <utility>
 
 #include "idem/scope.h"
 
@@ -60,14 +62,26 @@ Result<Duration> ParseDuration(std::string_view text) {
                                 "24h, 7d");
   }
   const std::string_view unit(ptr, static_cast<size_t>(end - ptr));
-  using namespace std::chrono;
-  if (unit.empty() || unit == "s") return Duration(seconds(value));
-  if (unit == "ms") return Duration(value);
-  if (unit == "m") return Duration(minutes(value));
-  if (unit == "h") return Duration(hours(value));
-  if (unit == "d") return Duration(hours(24 * value));
-  return InvalidArgumentError("duration '" + std::string(text) + "' has unknown unit '" +
-                              std::string(unit) + "' (use ms, s, m, h or d)");
+  struct Unit {
+    std::string_view name;
+    int64_t ms;
+  };
+  static constexpr Unit kUnits[] = {{"", 1000},    {"s", 1000},      {"ms", 1},
+                                    {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}};
+  const auto* found = std::find_if(std::begin(kUnits), std::end(kUnits),
+                                   [&](const Unit& u) { return u.name == unit; });
+  if (found == std::end(kUnits)) {
+    return InvalidArgumentError("duration '" + std::string(text) + "' has unknown unit '" +
+                                std::string(unit) + "' (use ms, s, m, h or d)");
+  }
+  const int64_t unit_ms = found->ms;
+  // Ten years is longer than any lease or retention anyone means; it also keeps the
+  // multiplication and later deadline arithmetic far from overflow.
+  constexpr int64_t kMaxMs = int64_t{3650} * 24 * 3600 * 1000;
+  if (value > kMaxMs / unit_ms) {
+    return InvalidArgumentError("duration '" + std::string(text) + "' is longer than 3650d");
+  }
+  return Duration(value * unit_ms);
 }
 
 Result<std::string> ParseIdempotencyKey(std::string_view value) {
@@ -138,8 +152,9 @@ Status ReadDuration(const toml::table& table, std::string_view name, const std::
   if (node == nullptr) return Status::Ok();
   const std::string field = std::string(where) + "." + std::string(name);
   if (auto seconds = node->value<int64_t>()) {
-    if (*seconds < 0) return ConfigError(path, field, "must not be negative");
-    out = std::chrono::seconds(*seconds);
+    auto parsed = ParseDuration(std::to_string(*seconds));
+    if (!parsed.ok()) return ConfigError(path, field, parsed.status().message());
+    out = *parsed;
     return Status::Ok();
   }
   auto text = node->value<std::string>();
@@ -170,8 +185,8 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
                  RoutePolicy& route) {
   const std::string where = "route[" + std::to_string(index) + "]";
   static const std::vector<std::string_view> kKnown = {
-      "method", "path_prefix", "key", "retention", "lease", "fingerprint", "stored_headers",
-      "fail_open"};
+      "method",      "path_prefix",    "key",      "retention", "lease",
+      "fingerprint", "stored_headers", "fail_open"};
   for (const auto& [k, v] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
       return ConfigError(path, where + "." + std::string(k.str()), "is not a route setting");
@@ -186,10 +201,14 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   }
   std::string key = "required";
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "key", path, where, key));
-  if (key == "required") route.key = KeyRequirement::kRequired;
-  else if (key == "optional") route.key = KeyRequirement::kOptional;
-  else if (key == "off") route.key = KeyRequirement::kOff;
-  else return ConfigError(path, where + ".key", "must be \"required\", \"optional\" or \"off\"");
+  if (key == "required")
+    route.key = KeyRequirement::kRequired;
+  else if (key == "optional")
+    route.key = KeyRequirement::kOptional;
+  else if (key == "off")
+    route.key = KeyRequirement::kOff;
+  else
+    return ConfigError(path, where + ".key", "must be \"required\", \"optional\" or \"off\"");
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "retention", path, where, route.retention));
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "lease", path, where, route.lease));
   if (route.retention <= Duration(0) || route.lease <= Duration(0)) {
@@ -200,21 +219,91 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
     IDEM_RETURN_IF_ERROR(ReadStrings(table, "fingerprint", path, where, parts));
     route.fingerprint = FingerprintPolicy{false, false, false, false, {}};
     for (const std::string& part : parts) {
-      if (part == "method") route.fingerprint.method = true;
-      else if (part == "path") route.fingerprint.path = true;
-      else if (part == "query") route.fingerprint.query = true;
-      else if (part == "body") route.fingerprint.body = true;
+      if (part == "method")
+        route.fingerprint.method = true;
+      else if (part == "path")
+        route.fingerprint.path = true;
+      else if (part == "query")
+        route.fingerprint.query = true;
+      else if (part == "body")
+        route.fingerprint.body = true;
       else if (part.rfind("header:", 0) == 0 && part.size() > 7) {
         route.fingerprint.headers.push_back(part.substr(7));
       } else {
-        return ConfigError(path, where + ".fingerprint",
-                           "unknown part '" + part +
-                               "' (use method, path, query, body, header:NAME)");
+        return ConfigError(
+            path, where + ".fingerprint",
+            "unknown part '" + part + "' (use method, path, query, body, header:NAME)");
       }
     }
   }
   IDEM_RETURN_IF_ERROR(ReadStrings(table, "stored_headers", path, where, route.stored_headers));
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "fail_open", path, where, route.fail_open));
+  return Status::Ok();
+}
+
+Status ReadGatewaySection(const toml::table& g, const std::string& path, GatewayOptions& options) {
+  const std::string where = "gateway";
+  static const std::vector<std::string_view> kKnown = {"listen",
+                                                       "upstream",
+                                                       "store",
+                                                       "admin_listen",
+                                                       "tenant_header",
+                                                       "threads",
+                                                       "store_threads",
+                                                       "max_request_body",
+                                                       "max_header_bytes",
+                                                       "max_stored_response",
+                                                       "max_upstream_response",
+                                                       "upstream_pool_size",
+                                                       "client_read_timeout",
+                                                       "client_idle_timeout",
+                                                       "upstream_connect_timeout",
+                                                       "upstream_response_timeout",
+                                                       "upstream_idle_timeout",
+                                                       "shutdown_grace"};
+  for (const auto& [k, v] : g) {
+    if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
+      return ConfigError(path, where + "." + std::string(k.str()), "is not a gateway setting");
+    }
+  }
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "listen", path, where, options.listen));
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "upstream", path, where, options.upstream));
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "store", path, where, options.store));
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "admin_listen", path, where, options.admin_listen));
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "tenant_header", path, where, options.tenant_header));
+  // Positive integers, bounded so a typo cannot ask for a billion threads.
+  auto read_count = [&](std::string_view name, auto& out, int64_t max) -> Status {
+    int64_t n = static_cast<int64_t>(out);
+    IDEM_RETURN_IF_ERROR(ReadScalar(g, name, path, where, n));
+    if (n <= 0 || n > max) {
+      return ConfigError(path, where + "." + std::string(name),
+                         "must be between 1 and " + std::to_string(max));
+    }
+    out = static_cast<std::remove_reference_t<decltype(out)>>(n);
+    return Status::Ok();
+  };
+  IDEM_RETURN_IF_ERROR(read_count("threads", options.threads, 1024));
+  IDEM_RETURN_IF_ERROR(read_count("store_threads", options.store_threads, 1024));
+  constexpr int64_t kMaxBytes = int64_t{1} << 40;
+  IDEM_RETURN_IF_ERROR(read_count("max_request_body", options.max_request_body, kMaxBytes));
+  IDEM_RETURN_IF_ERROR(read_count("max_header_bytes", options.max_header_bytes, kMaxBytes));
+  IDEM_RETURN_IF_ERROR(read_count("max_stored_response", options.max_stored_response, kMaxBytes));
+  IDEM_RETURN_IF_ERROR(
+      read_count("max_upstream_response", options.max_upstream_response, kMaxBytes));
+  IDEM_RETURN_IF_ERROR(read_count("upstream_pool_size", options.upstream_pool_size, 1 << 20));
+  const std::pair<std::string_view, Duration*> durations[] = {
+      {"client_read_timeout", &options.client_read_timeout},
+      {"client_idle_timeout", &options.client_idle_timeout},
+      {"upstream_connect_timeout", &options.upstream_connect_timeout},
+      {"upstream_response_timeout", &options.upstream_response_timeout},
+      {"upstream_idle_timeout", &options.upstream_idle_timeout},
+      {"shutdown_grace", &options.shutdown_grace}};
+  for (const auto& [name, out] : durations) {
+    IDEM_RETURN_IF_ERROR(ReadDuration(g, name, path, where, *out));
+    if (*out <= Duration(0)) {
+      return ConfigError(path, where + "." + std::string(name), "must be positive");
+    }
+  }
   return Status::Ok();
 }
 
@@ -227,8 +316,7 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
     return InvalidArgumentError(path + ":" + std::to_string(where.line) + ":" +
-                                std::to_string(where.column) + ": " +
-                                std::string(e.description()));
+                                std::to_string(where.column) + ": " + std::string(e.description()));
   }
   for (const auto& [k, v] : root) {
     if (k.str() != "gateway" && k.str() != "route") {
@@ -236,30 +324,9 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
     }
   }
   if (const toml::table* g = root["gateway"].as_table()) {
-    const std::string where = "gateway";
-    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "listen", path, where, options.listen));
-    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "upstream", path, where, options.upstream));
-    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "store", path, where, options.store));
-    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "admin_listen", path, where, options.admin_listen));
-    IDEM_RETURN_IF_ERROR(ReadScalar(*g, "tenant_header", path, where, options.tenant_header));
-    int64_t n = 0;
-    auto read_size = [&](std::string_view name, size_t& out) -> Status {
-      n = static_cast<int64_t>(out);
-      IDEM_RETURN_IF_ERROR(ReadScalar(*g, name, path, where, n));
-      if (n <= 0) return ConfigError(path, where + "." + std::string(name), "must be positive");
-      out = static_cast<size_t>(n);
-      return Status::Ok();
-    };
-    IDEM_RETURN_IF_ERROR(read_size("max_request_body", options.max_request_body));
-    IDEM_RETURN_IF_ERROR(read_size("max_stored_response", options.max_stored_response));
-    IDEM_RETURN_IF_ERROR(read_size("max_upstream_response", options.max_upstream_response));
-    size_t threads = static_cast<size_t>(options.threads);
-    IDEM_RETURN_IF_ERROR(read_size("threads", threads));
-    options.threads = static_cast<int>(threads);
-    IDEM_RETURN_IF_ERROR(ReadDuration(*g, "upstream_response_timeout", path, where,
-                                      options.upstream_response_timeout));
-    IDEM_RETURN_IF_ERROR(ReadDuration(*g, "client_read_timeout", path, where,
-                                      options.client_read_timeout));
+    IDEM_RETURN_IF_ERROR(ReadGatewaySection(*g, path, options));
+  } else if (root.get("gateway") != nullptr) {
+    return ConfigError(path, "gateway", "must be a table: [gateway]");
   }
   if (const toml::node* routes = root.get("route")) {
     const toml::array* array = routes->as_array();
