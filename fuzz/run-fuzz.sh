@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses with clang-14 (ASan+UBSan) and fuzzes the gateway's request
+# path. Not part of scripts/test.sh: fuzzing is open-ended; run it for as long as you like.
+#
+#   fuzz/run-fuzz.sh              60 seconds
+#   FUZZ_SECONDS=600 fuzz/run-fuzz.sh
+#   fuzz/run-fuzz.sh CRASH_FILE   re-run one input (a reproducer libFuzzer wrote)
+#
+# New interesting inputs go to build/fuzz/corpus (the seeds in fuzz/corpus stay as they are);
+# crashes are written to build/fuzz/ as crash-<sha1>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+need=()
+for p in clang-14 libclang-rt-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if ((${#need[@]})); then
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz --target request_path_fuzzer -- -j"$(nproc)"
+
+fuzzer=build/fuzz/fuzz/request_path_fuzzer
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+if (($#)); then
+  exec "$fuzzer" "$@"
+fi
+mkdir -p build/fuzz/corpus
+exec "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" -max_len=8192 -timeout=10 \
+  -artifact_prefix=build/fuzz/ build/fuzz/corpus fuzz/corpus/request_path
