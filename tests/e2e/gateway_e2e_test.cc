@@ -268,8 +268,15 @@ client_read_timeout = "1s"
   auto huge_headers = Http(gateway_address_, "POST", "/pay",
                            {{"Idempotency-Key", "h"}, {"X-Filler", std::string(64 * 1024, 'h')}}, "b");
   EXPECT_TRUE(huge_headers.status == 431 || huge_headers.status == 0) << huge_headers.status;
-  const std::string garbage = RawExchange(gateway_address_, std::string("\x16\x03\x01\x00\xa5garbage\r\n\r\n", 18));
-  EXPECT_TRUE(garbage.empty() || garbage.rfind("HTTP/1.1 400", 0) == 0) << garbage;
+  static constexpr char kTlsHello[] = "\x16\x03\x01\x00\xa5garbage\r\n\r\n";
+  for (const std::string& bytes :
+       {std::string(kTlsHello, sizeof kTlsHello - 1), std::string("GET / HTTP/9.9\r\n\r\n"),
+        std::string("POST /pay HTTP/1.1\r\nContent-Length: -5\r\n\r\n"),
+        std::string("POST /pay HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+        std::string(1000, '\0')}) {
+    const std::string answer = RawExchange(gateway_address_, bytes);
+    EXPECT_TRUE(answer.empty() || answer.rfind("HTTP/1.1 400", 0) == 0) << answer;
+  }
   // A slow client that never finishes its request is cut off after the read timeout.
   const auto started = std::chrono::steady_clock::now();
   const std::string slow = RawExchange(gateway_address_, "POST /pay HTTP/1.1\r\nHost: x\r\n", 5s);
