@@ -177,7 +177,8 @@ class Store {
 // Opens a store from a URL:
 //   memory                      the in-process sharded store (lost on exit)
 //   sqlite:PATH                 SQLite at PATH (created if missing); "sqlite:" alone means
-//                               ./idem.db. Query options: ?durability=off|normal|full
+//                               ./idem.db. Query options: durability=off|normal|full,
+//                               busy_timeout_ms=N (see StoreOptions), joined with '&'.
 // Unknown schemes and malformed URLs are kInvalidArgument; an unopenable database is
 // kUnavailable or kFailedPrecondition with the path in the message.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options = {});

@@ -206,7 +206,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
       s.log.Warn("fail_open", "store failed, forwarding without idempotency: " + trace.detail);
       Response res = co_await Forward(s, request, trace, &transport_failed, &failure);
       trace.Finish(Outcome::kStoreError, res);
-    co_return std::move(res);
+      co_return std::move(res);
     }
     if (begun.status().code() == StatusCode::kDataLoss) {
       Response res = MakeProblem(Problem::kRecordCorrupt,
@@ -215,7 +215,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
                                  version, keep_alive);
       s.log.Error("record_corrupt", trace.detail);
       trace.Finish(Outcome::kStoreError, res);
-    co_return std::move(res);
+      co_return std::move(res);
     }
     Response res = MakeProblem(Problem::kStoreUnavailable,
                                "the idempotency store did not answer; retry with the same key",

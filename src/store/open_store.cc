@@ -1,4 +1,5 @@
 // OpenStore: the store URL registry. The only file that knows every store.
+#include <charconv>
 #include <string>
 
 #include "idem/store.h"
@@ -38,8 +39,18 @@ Status ApplySqliteOption(std::string_view name, std::string_view value, StoreOpt
                                      std::string(value) + "'");
     return Status::Ok();
   }
+  if (name == "busy_timeout_ms") {
+    int64_t ms = -1;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
+    if (ec != std::errc() || ptr != value.data() + value.size() || ms < 0 || ms > 3'600'000) {
+      return InvalidArgumentError("busy_timeout_ms must be 0 to 3600000 milliseconds, not '" +
+                                  std::string(value) + "'");
+    }
+    options.busy_timeout = Duration(ms);
+    return Status::Ok();
+  }
   return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +
-                              "' (known: durability)");
+                              "' (known: durability, busy_timeout_ms)");
 }
 
 Status ApplyQuery(std::string_view query, StoreOptions& options) {

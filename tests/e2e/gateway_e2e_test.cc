@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <fstream>
 #include <latch>
 #include <memory>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -36,7 +38,8 @@ class GatewayTest : public ::testing::Test {
 
   // Starts the gateway with the SQLite store in the test's directory unless `store` is given;
   // `config` is written to a TOML file when not empty.
-  void StartGateway(const std::string& config = "", std::string store = "") {
+  void StartGateway(const std::string& config = "", std::string store = "",
+                    const std::vector<std::string>& extra_args = {}) {
     if (store.empty()) store = "sqlite:" + dir_.File("idem.db");
     std::vector<std::string> argv = {IDEM_BINARY,     "gateway",
                                      "--listen",      "127.0.0.1:0",
@@ -48,6 +51,7 @@ class GatewayTest : public ::testing::Test {
       argv.push_back("--config");
       argv.push_back(dir_.File("gateway.toml"));
     }
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     gateway_ = std::make_unique<Process>(argv, dir_.File("gateway-" + std::to_string(++starts_) + ".log"));
     auto line = gateway_->WaitForLine("gateway on", 10s);
     ASSERT_TRUE(line) << gateway_->Output();
@@ -323,6 +327,61 @@ TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
   // The completion was written before exit.
   StartGateway();
   EXPECT_EQ(Post("/pay", "draining", "b").Header("Idempotent-Replayed"), "true");
+}
+
+TEST_F(GatewayTest, AStoreThatCannotAnswerIs503FailClosedUnlessTheRouteFailsOpen) {
+  const std::string db = dir_.File("locked.db");
+  StartGateway(R"(
+[[route]]
+path_prefix = "/open"
+fail_open = true
+)",
+               "sqlite:" + db + "?busy_timeout_ms=200");
+  ASSERT_EQ(Post("/pay", "before", "b").status, 201);
+  {
+    // Another process holds SQLite's write lock: every claim times out as busy.
+    sqlite3* locker = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &locker), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+    auto closed = Post("/pay", "during", "b");
+    EXPECT_EQ(closed.status, 503);
+    EXPECT_EQ(closed.Header("Retry-After"), "1");
+    EXPECT_NE(closed.body.find("urn:idem:problem:store-unavailable"), std::string::npos)
+        << closed.body;
+    EXPECT_EQ(Executions("during"), 0) << "fail closed: the upstream is not called";
+    auto open = Post("/open/pay", "open", "b");
+    EXPECT_EQ(open.status, 201) << "fail_open forwards without protection";
+    EXPECT_EQ(Executions("open"), 1);
+    EXPECT_NE(Metrics().find("idem_gateway_requests_total{outcome=\"store_error\"} 2"),
+              std::string::npos)
+        << Metrics();
+    sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(locker);
+  }
+  // The lock is gone: the retry of the refused request runs, once.
+  EXPECT_EQ(Post("/pay", "during", "b").status, 201);
+  EXPECT_EQ(Executions("during"), 1);
+}
+
+TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
+  StartGateway("", "", {"--log-format", "json"});
+  ASSERT_EQ(Post("/pay", "logged", "b").status, 201);
+  ASSERT_EQ(Post("/pay", "logged", "b").status, 201);
+  gateway_->Stop(SIGTERM);
+  std::istringstream lines(gateway_->Output());
+  std::vector<std::string> requests;
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_EQ(line.front(), '{') << line;
+    ASSERT_EQ(line.back(), '}') << line;
+    if (line.find("\"outcome\"") != std::string::npos) requests.push_back(line);
+  }
+  ASSERT_EQ(requests.size(), 2u) << gateway_->Output();
+  EXPECT_NE(requests[0].find("\"outcome\":\"executed\""), std::string::npos) << requests[0];
+  EXPECT_NE(requests[1].find("\"outcome\":\"replayed\""), std::string::npos) << requests[1];
+  EXPECT_NE(requests[0].find("\"status\":201"), std::string::npos) << requests[0];
+  EXPECT_NE(requests[0].find("\"latency_ms\""), std::string::npos) << requests[0];
+  // The key itself never reaches the log, only its digest.
+  EXPECT_EQ(gateway_->Output().find("logged"), std::string::npos);
 }
 
 TEST_F(GatewayTest, BadConfigurationIsAClearErrorAndExitCode2) {

@@ -12,7 +12,7 @@ TEST(OpenStoreTest, OpensMemoryAndSqlite) {
   ASSERT_TRUE(memory.ok()) << memory.status().ToString();
   EXPECT_NE((*memory)->Describe().find("memory"), std::string::npos);
 
-  auto sqlite = OpenStore("sqlite:" + dir.File("a.db") + "?durability=full");
+  auto sqlite = OpenStore("sqlite:" + dir.File("a.db") + "?durability=full&busy_timeout_ms=250");
   ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
   EXPECT_NE((*sqlite)->Describe().find("durability=full"), std::string::npos);
   EXPECT_NE((*sqlite)->Describe().find(dir.File("a.db")), std::string::npos);
@@ -31,6 +31,12 @@ TEST(OpenStoreTest, BadUrlsAreClearInvalidArguments) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown sqlite store option 'color'"),
             std::string::npos);
+  for (const char* bad : {"sqlite:x.db?busy_timeout_ms=soon", "sqlite:x.db?busy_timeout_ms=-1",
+                          "sqlite:x.db?busy_timeout_ms=10s"}) {
+    auto r = OpenStore(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("busy_timeout_ms must be"), std::string::npos) << bad;
+  }
   auto no_value = OpenStore("sqlite:x.db?durability");
   ASSERT_FALSE(no_value.ok());
   EXPECT_EQ(no_value.status().code(), StatusCode::kInvalidArgument);

@@ -30,7 +30,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--upstream", o.upstream, "The service to protect: http://HOST:PORT");
   cmd->add_option("--store", o.store,
-                  "Where records live: memory | sqlite:PATH[?durability=off|normal|full]")
+                  "Where records live: memory | sqlite:PATH[?durability=off|normal|full\n"
+                  "&busy_timeout_ms=N]")
       ->capture_default_str();
   cmd->add_option("--admin-listen", o.admin_listen,
                   "HOST:PORT for /healthz /readyz /metrics /v1/records (default: none)");
