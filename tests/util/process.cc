@@ -1,6 +1,7 @@
 #include "util/process.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,6 +22,8 @@ Process::Process(std::vector<std::string> argv, std::string log_path)
   const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   pid_ = fork();
   if (pid_ == 0) {
+    // If the test process dies (an assertion aborts it), the child dies with it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
