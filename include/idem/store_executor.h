@@ -10,6 +10,10 @@
 // Size the pool to the store: one or two threads for SQLite (writes serialise anyway), the
 // connection-pool size for Redis or PostgreSQL, so every pool thread can hold a connection.
 //
+// A store that NeverBlocks() (the memory store) has its per-request calls (AsyncBegin,
+// AsyncComplete, AsyncRelease, AsyncGet, AsyncPurge) run on the calling thread instead; the
+// completion is still posted, never invoked from inside the initiating call.
+//
 // A call handed to the pool always runs to the end, even if the caller has gone away (a client
 // disconnected): a Complete must never be cancelled halfway, because that client is exactly the
 // one who will retry.
@@ -59,15 +63,13 @@ class StoreExecutor {
   // `void(Result<T>)`. The completion runs on the token's associated executor.
   template <typename Fn, typename CompletionToken>
   auto Run(Fn fn, CompletionToken&& token) {
-    using R = std::invoke_result_t<Fn&, Store&>;
-    return boost::asio::async_initiate<CompletionToken, void(R)>(
-        [this](auto handler, Fn f) { Start(std::move(f), std::move(handler)); }, token,
-        std::move(fn));
+    return Initiate(std::move(fn), /*may_run_inline=*/false,
+                    std::forward<CompletionToken>(token));
   }
 
   template <typename CompletionToken>
   auto AsyncBegin(Scope scope, Fingerprint fingerprint, Duration lease, CompletionToken&& token) {
-    return Run(
+    return RunRequestCall(
         [scope = std::move(scope), fingerprint, lease](Store& s) {
           return s.Begin(scope, fingerprint, lease);
         },
@@ -77,7 +79,7 @@ class StoreExecutor {
   template <typename CompletionToken>
   auto AsyncComplete(Scope scope, FencingToken fencing_token, StoredResponse response,
                      Duration ttl, CompletionToken&& token) {
-    return Run(
+    return RunRequestCall(
         [scope = std::move(scope), fencing_token, response = std::move(response),
          ttl](Store& s) { return s.Complete(scope, fencing_token, response, ttl); },
         std::forward<CompletionToken>(token));
@@ -85,28 +87,49 @@ class StoreExecutor {
 
   template <typename CompletionToken>
   auto AsyncRelease(Scope scope, FencingToken fencing_token, CompletionToken&& token) {
-    return Run([scope = std::move(scope),
-                fencing_token](Store& s) { return s.Release(scope, fencing_token); },
-               std::forward<CompletionToken>(token));
+    return RunRequestCall([scope = std::move(scope),
+                           fencing_token](Store& s) { return s.Release(scope, fencing_token); },
+                          std::forward<CompletionToken>(token));
   }
 
   template <typename CompletionToken>
   auto AsyncGet(Scope scope, CompletionToken&& token) {
-    return Run([scope = std::move(scope)](Store& s) { return s.Get(scope); },
-               std::forward<CompletionToken>(token));
+    return RunRequestCall([scope = std::move(scope)](Store& s) { return s.Get(scope); },
+                          std::forward<CompletionToken>(token));
   }
 
   template <typename CompletionToken>
   auto AsyncPurge(Scope scope, CompletionToken&& token) {
-    return Run([scope = std::move(scope)](Store& s) { return s.Purge(scope); },
-               std::forward<CompletionToken>(token));
+    return RunRequestCall([scope = std::move(scope)](Store& s) { return s.Purge(scope); },
+                          std::forward<CompletionToken>(token));
   }
 
  private:
+  // A per-request call: inline when the store never blocks, else on the pool.
+  template <typename Fn, typename CompletionToken>
+  auto RunRequestCall(Fn fn, CompletionToken&& token) {
+    return Initiate(std::move(fn), store_.NeverBlocks(), std::forward<CompletionToken>(token));
+  }
+
+  template <typename Fn, typename CompletionToken>
+  auto Initiate(Fn fn, bool may_run_inline, CompletionToken&& token) {
+    using R = std::invoke_result_t<Fn&, Store&>;
+    return boost::asio::async_initiate<CompletionToken, void(R)>(
+        [this, may_run_inline](auto handler, Fn f) {
+          Start(std::move(f), std::move(handler), may_run_inline);
+        },
+        token, std::move(fn));
+  }
+
   template <typename Fn, typename Handler>
-  void Start(Fn fn, Handler handler) {
+  void Start(Fn fn, Handler handler, bool may_run_inline) {
     using R = std::invoke_result_t<Fn&, Store&>;
     auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(handler));
+    if (may_run_inline) {
+      R result = fn(store_);
+      Finish(std::move(work), std::move(handler), std::move(result));
+      return;
+    }
     if (pending_.fetch_add(1, std::memory_order_acq_rel) >= max_pending_) {
       pending_.fetch_sub(1, std::memory_order_acq_rel);
       R refused = ResourceExhaustedError("store executor saturated: " +

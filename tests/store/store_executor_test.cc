@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "idem/fingerprint.h"
+#include "idem/store_wrapper.h"
 #include "util/fault_store.h"
 
 namespace idem {
@@ -43,6 +44,46 @@ TEST(StoreExecutorTest, CompletesOnTheCallersExecutorNotAPoolThread) {
   EXPECT_EQ(handler_thread, std::this_thread::get_id());
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(std::holds_alternative<Acquired>(*result));
+}
+
+// Records the thread each Begin runs on; forwards everything else.
+class ThreadRecordingStore : public StoreWrapper {
+ public:
+  ThreadRecordingStore(Store& inner, bool never_blocks)
+      : StoreWrapper(inner), never_blocks_(never_blocks) {}
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fp, Duration lease) override {
+    begin_thread = std::this_thread::get_id();
+    return StoreWrapper::Begin(scope, fp, lease);
+  }
+  bool NeverBlocks() const override { return never_blocks_; }
+  std::thread::id begin_thread;
+
+ private:
+  bool never_blocks_;
+};
+
+TEST(StoreExecutorTest, StoresThatNeverBlockRunOnTheCallersThreadAndStillCompleteLater) {
+  auto memory = Memory();
+  EXPECT_TRUE(memory->NeverBlocks());
+  for (const bool never_blocks : {true, false}) {
+    ThreadRecordingStore store(*memory, never_blocks);
+    asio::io_context io;
+    StoreExecutor executor(store, {1, 16});
+    bool handled = false;
+    executor.AsyncBegin(Scope{"t", "", never_blocks ? "inline" : "pooled"}, Fp(), seconds(30),
+                        asio::bind_executor(io, [&](Result<BeginOutcome> r) {
+                          EXPECT_TRUE(r.ok());
+                          handled = true;
+                        }));
+    EXPECT_FALSE(handled) << "a completion is never invoked inside the initiating call";
+    io.run();
+    EXPECT_TRUE(handled);
+    if (never_blocks) {
+      EXPECT_EQ(store.begin_thread, std::this_thread::get_id());
+    } else {
+      EXPECT_NE(store.begin_thread, std::this_thread::get_id());
+    }
+  }
 }
 
 TEST(StoreExecutorTest, CoroutinesRaceOneScopeAndExactlyOneAcquires) {

@@ -237,6 +237,8 @@ class MemoryStore final : public Store {
     return "memory (" + std::to_string(shards_.size()) + " shards)";
   }
 
+  bool NeverBlocks() const override { return true; }
+
  private:
   Shard& ShardFor(const std::string& key) {
     return shards_[std::hash<std::string>{}(key) & (shards_.size() - 1)];
