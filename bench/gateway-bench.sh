@@ -2,45 +2,75 @@
 # Gateway benchmark: wrk against one trivial upstream (examples/example_service), measured
 # directly, through nginx (proxy_pass with a keep-alive pool) and through `idem gateway` on the
 # memory and the SQLite store, with a fresh Idempotency-Key per request (the first-execution
-# path) and with one repeated key (the replay path). Every figure is printed next to nginx's,
-# measured in the same run (these machines are noisy; ratios drift much less than absolutes).
+# path) and with one repeated key (the replay path). Throughput is printed as a ratio to nginx's
+# and p99 as the time added over the direct upstream, both measured in the same run (these
+# machines are noisy; ratios drift much less than absolutes).
 #
-#   bench/gateway-bench.sh                 10 s per throughput run (~3 minutes in all)
-#   DURATION=3s bench/gateway-bench.sh     a quick look
+#   bench/gateway-bench.sh              DURATION (10s) per run, two runs per case (~3 minutes)
+#   bench/gateway-bench.sh --quick      a 3-second smoke run (also QUICK=1)
+#   DURATION=5s CONNECTIONS=64 bench/gateway-bench.sh
 #
-# Two kinds of run per case:
-#   throughput  CONNECTIONS (32) connections, as fast as they go: req/s
+# Two wrk runs per case, each after a 1-second warm-up:
+#   throughput  CONNECTIONS (32) connections as fast as they go: req/s (and "p99 loaded", which
+#               is mostly queueing)
 #   latency     LATENCY_CONNECTIONS (1) connection, one request at a time: p50 and p99 of the
-#               path itself, not of a queue (wrk cannot hold a fixed rate; one connection is
-#               the closest it gets to measuring the cost a proxy adds to each request)
-# Threads: nginx runs NGINX_WORKERS (1) worker; the gateway IDEM_THREADS (1) event-loop thread
-# and IDEM_STORE_THREADS (1) store thread; wrk WRK_THREADS (1). wrk, the proxy and the upstream
-# share this machine's cores, so a faster proxy also leaves less CPU to the others. The
-# gateway writes its one log line per request to a file; nginx's access log is off.
-# Not part of the test command.
+#               path itself rather than of a queue (wrk cannot hold a fixed rate; one connection
+#               is the closest it gets to the cost a proxy adds to each request)
+# Each gateway run starts a fresh `idem gateway` (the SQLite file, in the temp dir with
+# ?durability=normal, starts empty); the replay runs prime their key with one request first.
+#
+# Threads (environment variables): nginx runs NGINX_WORKERS (1) worker process; the gateway
+# IDEM_THREADS (1) event-loop thread and IDEM_STORE_THREADS (1) store thread (the memory store
+# answers inline on the event loop; the SQLite store's calls run on the store thread, work nginx
+# does not do at all). One event loop against one worker keeps the comparison fair on a small
+# machine. wrk runs WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
+# proxy and the upstream share this machine's cores, so a proxy that burns more CPU also leaves
+# less to the others. The gateway logs one line per request (to a file in the temp dir); nginx's
+# access log is off unless NGINX_ACCESS_LOG=1.
+#
+# A case fails (exit status 1) if wrk counted socket errors or responses with status >= 400, if
+# the upstream did not execute once per first-execution response, if a replay reached the
+# upstream, or if the gateway's metrics show any outcome other than executed/replayed.
+# Installs wrk, nginx and curl with apt-get if missing; builds the release binaries if absent.
+# Every process is started here and stopped by its PID on exit. Not part of the test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+quick=${QUICK:-0}
+for arg in "$@"; do
+  case $arg in
+    --quick) quick=1 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench/gateway-bench.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+if [[ $quick == 1 ]]; then DURATION=${DURATION:-3s}; fi
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-32}
 LATENCY_CONNECTIONS=${LATENCY_CONNECTIONS:-1}
 WRK_THREADS=${WRK_THREADS:-1}
 NGINX_WORKERS=${NGINX_WORKERS:-1}
+NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
 IDEM_THREADS=${IDEM_THREADS:-1}
 IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-1}
 
-scripts/install-deps.sh
 need=()
-for p in wrk nginx-light; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if ((${#need[@]})) && ! command -v nginx >/dev/null; then
+command -v wrk >/dev/null || need+=(wrk)
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx)  # Debian 12: nginx-light
+command -v curl >/dev/null || need+=(curl)                                  # is only a wrapper
+if ((${#need[@]})); then
+  echo "gateway-bench: installing ${need[*]}" >&2
   sudo_cmd=()
-  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-scripts/build.sh release >/dev/null
+if [[ ! -x build/release/idem || ! -x build/release/example_service ]]; then
+  scripts/install-deps.sh
+  scripts/build.sh release >/dev/null
+fi
 
 work=$(mktemp -d)
 pids=()
@@ -51,128 +81,246 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
+# Copies, so that a rebuild during the run cannot mix two versions into one table.
+mkdir "$work/bin"
+cp build/release/idem build/release/example_service "$work/bin/"
 
-# Waits for "$marker HOST:PORT" in log $1; prints HOST:PORT.
+fail() {
+  echo "gateway-bench: $*" >&2
+  exit 1
+}
+
+stop_pid() {
+  local pid=$1 p rest=()
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${pids[@]}"; do [[ $p == "$pid" ]] || rest+=("$p"); done
+  pids=("${rest[@]}")
+}
+
+# Waits until log $1 shows "$2 HOST:PORT" (process $3 still alive); prints HOST:PORT.
 address_after() {
-  local log=$1 marker=$2
+  local log=$1 marker=$2 pid=$3 found
   for _ in $(seq 1 500); do
-    if grep -q "$marker" "$log" 2>/dev/null; then
-      grep -o "$marker [0-9.]*:[0-9]*" "$log" | head -1 | awk '{print $NF}'
+    found=$(grep -o "$marker [0-9.]*:[0-9]*" "$log" 2>/dev/null | head -1) || true
+    if [[ -n $found ]]; then
+      echo "${found##* }"
       return 0
     fi
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.02
   done
-  echo "gateway-bench: '$marker' never appeared in $log:" >&2
+  echo "gateway-bench: '$marker' never appeared in the log:" >&2
   cat "$log" >&2
   return 1
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+upstream_executions() { curl -sf "http://$service/executions"; }
+
+# The gateway's outcome counters on admin address $1: "executed replayed other".
+gateway_outcomes() {
+  curl -sf "http://$1/metrics" | awk '
+    /^idem_gateway_requests_total\{/ {
+      match($0, /outcome="[a-z_]*"/)
+      outcome = substr($0, RSTART + 9, RLENGTH - 10)
+      if (outcome == "executed") e += $NF; else if (outcome == "replayed") r += $NF; else x += $NF
+    }
+    END { printf "%d %d %d\n", e, r, x }'
 }
 
-stop_pid() {
-  kill -TERM "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
+# One wrk run: address, mode (unique|fixed), connections, duration, run id. Prints the RESULT
+# line's values: requests duration_us p50_us p99_us connect read write status timeout.
+run_wrk() {
+  local threads=$WRK_THREADS out line
+  ((threads <= $3)) || threads=$3
+  out=$(IDEM_BENCH_MODE=$2 IDEM_BENCH_RUN=$5 wrk -t"$threads" -c"$3" -d"$4" \
+    -s bench/gateway/wrk.lua "http://$1" 2>&1) || true
+  line=$(grep '^RESULT' <<<"$out" | head -1) || true
+  if [[ -z $line ]]; then
+    echo "gateway-bench: wrk printed no RESULT line:" >&2
+    echo "$out" >&2
+    return 1
+  fi
+  awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); printf "%s ", kv[2] } print "" }' \
+    <<<"$line"
 }
 
-# wrk against $1 (HOST:PORT) in mode $2 (unique|fixed) with $3 connections for DURATION after a
-# 1-second warm-up; prints "requests_per_s p50_ms p99_ms errors".
+runs=0
+# One measurement: name, kind (throughput|latency), address, mode, connections, admin address
+# of a gateway or "-". Appends "name kind req/s p50_ms p99_ms non2xx socket_errors problem" to
+# $work/results, where problem is "-" or a reason with "_" for spaces.
 measure() {
-  local address=$1 mode=$2 connections=$3 out
-  IDEM_BENCH_MODE=$mode IDEM_BENCH_RUN="warm$RANDOM" wrk -t"$WRK_THREADS" -c"$connections" -d1s \
-    -s bench/gateway/wrk.lua "http://$address" >/dev/null 2>&1 || true
-  out=$(IDEM_BENCH_MODE=$mode IDEM_BENCH_RUN="run$RANDOM$RANDOM" wrk -t"$WRK_THREADS" \
-    -c"$connections" -d"$DURATION" -s bench/gateway/wrk.lua "http://$address" 2>&1)
-  echo "$out" | awk '/^RESULT/ {
-    for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-    errors = v["connect"] + v["read"] + v["write"] + v["status"] + v["timeout"]
-    printf "%.0f %.3f %.3f %d\n", v["requests"] / (v["duration_us"] / 1e6), v["p50_us"] / 1000, v["p99_us"] / 1000, errors
-  }'
+  local name=$1 kind=$2 address=$3 mode=$4 connections=$5 admin=$6
+  local before_exec after_exec before_out=(0 0 0) after_out=(0 0 0) r problem=() slack
+  runs=$((runs + 1))
+  run_wrk "$address" "$mode" "$connections" 1s "warm$runs-$RANDOM" >/dev/null
+  sleep 0.2  # let requests the warm-up left in flight finish
+  before_exec=$(upstream_executions)
+  [[ $admin == - ]] || before_out=($(gateway_outcomes "$admin"))
+  r=($(run_wrk "$address" "$mode" "$connections" "$DURATION" "run$runs-$RANDOM$RANDOM"))
+  sleep 0.2
+  after_exec=$(upstream_executions)
+  [[ $admin == - ]] || after_out=($(gateway_outcomes "$admin"))
+
+  local requests=${r[0]} duration_us=${r[1]} socket=$((r[4] + r[5] + r[6] + r[8])) status=${r[7]}
+  local executions=$((after_exec - before_exec))
+  local executed=$((after_out[0] - before_out[0])) replayed=$((after_out[1] - before_out[1]))
+  local other=$((after_out[2] - before_out[2]))
+  slack=$((2 * connections + 2))  # requests in flight when wrk stops are executed, not counted
+  ((requests > 0)) || problem+=("no_responses")
+  ((socket == 0)) || problem+=("${socket}_socket_errors")
+  ((status == 0)) || problem+=("${status}_responses_>=400")
+  if [[ $mode == fixed ]]; then
+    ((executions == 0)) || problem+=("${executions}_replays_reached_the_upstream")
+    [[ $admin == - ]] || ((replayed >= requests && executed == 0)) ||
+      problem+=("gateway_counted_${replayed}_replayed_${executed}_executed_of_${requests}")
+  else
+    ((executions >= requests && executions <= requests + slack)) ||
+      problem+=("upstream_executed_${executions}_for_${requests}_responses")
+    [[ $admin == - ]] || ((executed >= requests && executed <= requests + slack)) ||
+      problem+=("gateway_counted_${executed}_executed_for_${requests}_responses")
+  fi
+  [[ $admin == - ]] || ((other == 0)) || problem+=("gateway_counted_${other}_other_outcomes")
+
+  local summary
+  summary=$(awk -v n="$requests" -v d="$duration_us" -v p50="${r[2]}" -v p99="${r[3]}" \
+    'BEGIN { printf "%.0f %.3f %.3f", n / (d / 1e6), p50 / 1000, p99 / 1000 }')
+  local problems="-"
+  if ((${#problem[@]})); then problems=$(IFS=,; echo "${problem[*]}"); fi
+  echo "$name $kind $summary $status $socket $problems" >>"$work/results"
+  printf '  %-20s %-10s %6s conns  %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
+    "$name" "$kind" "$connections" ${summary} "$executions" \
+    "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
 }
 
-results=()
-record() {  # name, throughput line, latency line
-  local tput lat
-  tput=($2)
-  lat=($3)
-  results+=("$1 ${tput[0]} ${lat[1]} ${lat[2]} $((tput[3] + lat[3]))")
-  printf '  %-22s %9s req/s   p50 %7s ms   p99 %7s ms   errors %s\n' "$1" "${tput[0]}" "${lat[1]}" "${lat[2]}" "$((tput[3] + lat[3]))" >&2
+# Starts `idem gateway` on store $1 (memory|sqlite); sets gateway_pid, gateway, admin.
+gateways=0
+start_gateway() {
+  local store=memory log
+  gateways=$((gateways + 1))
+  [[ $1 == sqlite ]] && store="sqlite:$work/idem-$gateways.db?durability=normal"
+  log="$work/gateway-$gateways.log"
+  "$work/bin/idem" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --upstream "http://$service" --store "$store" \
+    --threads "$IDEM_THREADS" --store-threads "$IDEM_STORE_THREADS" >"$log" 2>&1 &
+  gateway_pid=$!
+  pids+=("$gateway_pid")
+  gateway=$(address_after "$log" "gateway on" "$gateway_pid")
+  admin=$(address_after "$log" "admin on" "$gateway_pid")
 }
 
-bench_both() {  # name address mode
-  local t l
-  t=$(measure "$2" "$3" "$CONNECTIONS")
-  l=$(measure "$2" "$3" "$LATENCY_CONNECTIONS")
-  record "$1" "$t" "$l"
+# Stores the replay key's response through gateway $1 and checks that a retry is a replay.
+prime() {
+  local request=(-s -X POST "http://$1/v1/payments" -H "Idempotency-Key: bench-replay"
+    -H "Content-Type: application/json" -H "Authorization: Bearer bench-tenant"
+    --data-binary '{"amount":1000,"currency":"EUR"}')
+  local status
+  status=$(curl "${request[@]}" -o /dev/null -w '%{http_code}')
+  [[ $status == 201 ]] || fail "priming the replay key: status $status, not 201"
+  curl "${request[@]}" -o /dev/null -D - | grep -qi '^Idempotent-Replayed: *true' ||
+    fail "priming the replay key: the retry was not answered as a replay"
 }
 
-echo "gateway-bench: $(nproc) cores shared by wrk, the proxy and the upstream; $DURATION per run" >&2
+# Starts nginx in front of the upstream on a free port; sets nginx_pid, nginx.
+start_nginx() {
+  local dir=$work/nginx port access_log=off
+  mkdir -p "$dir"
+  [[ $NGINX_ACCESS_LOG == 1 ]] && access_log="$dir/access.log"
+  for _ in 1 2 3 4 5; do
+    port=$((20000 + RANDOM % 40000))
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi  # taken
+    sed -e "s|@DIR@|$dir|g" -e "s|@USER@|$(id -un) $(id -gn)|" \
+      -e "s|@WORKERS@|$NGINX_WORKERS|" -e "s|@ACCESS_LOG@|$access_log|" \
+      -e "s|@LISTEN@|127.0.0.1:$port|" -e "s|@UPSTREAM@|$service|" \
+      bench/gateway/nginx.conf.in >"$dir/nginx.conf"
+    "$NGINX" -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >"$dir/nginx.out" 2>&1 &
+    nginx_pid=$!
+    pids+=("$nginx_pid")
+    for _ in $(seq 1 250); do
+      if curl -s -o /dev/null "http://127.0.0.1:$port/"; then
+        nginx=127.0.0.1:$port
+        return 0
+      fi
+      kill -0 "$nginx_pid" 2>/dev/null || break
+      sleep 0.02
+    done
+    stop_pid "$nginx_pid"
+  done
+  cat "$dir/nginx.out" "$dir/nginx-error.log" >&2 2>/dev/null || true
+  fail "nginx did not start"
+}
 
-build/release/example_service 127.0.0.1:0 >"$work/service.log" 2>&1 &
-pids+=($!)
-service=$(address_after "$work/service.log" "listening on")
+echo "gateway-bench: $(nproc) cores, shared by wrk, the proxy and the upstream;" \
+  "$DURATION per run after a 1 s warm-up; $CONNECTIONS connections for throughput," \
+  "$LATENCY_CONNECTIONS for latency; wrk $WRK_THREADS thread(s), nginx $NGINX_WORKERS" \
+  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s)" >&2
 
-bench_both direct "$service" unique
+"$work/bin/example_service" 127.0.0.1:0 >"$work/service.log" 2>&1 &
+service_pid=$!
+pids+=("$service_pid")
+service=$(address_after "$work/service.log" "listening on" "$service_pid")
 
-nginx_port=$(free_port)
-mkdir -p "$work/nginx"
-sed -e "s|@DIR@|$work/nginx|g" -e "s|@WORKERS@|$NGINX_WORKERS|" \
-  -e "s|@LISTEN@|127.0.0.1:$nginx_port|" -e "s|@UPSTREAM@|$service|" \
-  bench/gateway/nginx.conf.in >"$work/nginx/nginx.conf"
-"$NGINX" -c "$work/nginx/nginx.conf" -p "$work/nginx" -e "$work/nginx/nginx-error.log" &
-nginx_pid=$!
-pids+=("$nginx_pid")
-for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$nginx_port/" && break; sleep 0.02; done
-bench_both nginx "127.0.0.1:$nginx_port" unique
+measure direct throughput "$service" unique "$CONNECTIONS" -
+measure direct latency "$service" unique "$LATENCY_CONNECTIONS" -
+
+start_nginx
+measure nginx throughput "$nginx" unique "$CONNECTIONS" -
+measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
 stop_pid "$nginx_pid"
 
 for store in memory sqlite; do
   for mode in unique fixed; do
-    url=memory
-    [[ $store == sqlite ]] && url="sqlite:$work/idem-$mode.db?durability=normal"
-    log="$work/gateway-$store-$mode.log"
-    build/release/idem gateway --listen 127.0.0.1:0 --upstream "http://$service" --store "$url" \
-      --threads "$IDEM_THREADS" --store-threads "$IDEM_STORE_THREADS" >"$log" 2>&1 &
-    gateway_pid=$!
-    pids+=("$gateway_pid")
-    gateway=$(address_after "$log" "gateway on")
-    if [[ $mode == fixed ]]; then
-      curl -s -o /dev/null -X POST "http://$gateway/v1/payments" -H "Idempotency-Key: bench-replay" \
-        -H "Content-Type: application/json" -H "Authorization: Bearer bench-tenant" \
-        -d '{"amount":1000,"currency":"EUR"}'
-    fi
     name="idem-$store-$([[ $mode == unique ]] && echo first || echo replay)"
-    bench_both "$name" "$gateway" "$mode"
-    stop_pid "$gateway_pid"
+    for kind in throughput latency; do
+      start_gateway "$store"
+      [[ $mode == fixed ]] && prime "$gateway"
+      connections=$CONNECTIONS
+      [[ $kind == latency ]] && connections=$LATENCY_CONNECTIONS
+      measure "$name" "$kind" "$gateway" "$mode" "$connections" "$admin"
+      stop_pid "$gateway_pid"
+    done
   done
 done
 
-python3 - "${results[@]}" <<'PY'
-import sys
-rows = [r.split() for r in sys.argv[1:]]
-by = {r[0]: (float(r[1]), float(r[2]), float(r[3]), int(r[4])) for r in rows}
-nginx_rps = by["nginx"][0]
-direct_p99 = by["direct"][2]
-print()
-print(f"{'case':<20} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'x nginx':>8} {'p99 +ms':>8} {'errors':>7}")
-for name, (rps, p50, p99, errors) in by.items():
-    added = "" if name == "direct" else f"{p99 - direct_p99:+.3f}"
-    print(f"{name:<20} {rps:>9,.0f} {p50:>8.3f} {p99:>8.3f} {rps / nginx_rps:>8.2f} {added:>8} {errors:>7}")
-print()
-def aim(label, ok, figure):
-    print(f"  {'met   ' if ok else 'missed'}  {label}: {figure}")
-print("aims (req/s as a ratio to nginx; p99 over the direct upstream, one connection):")
-for name, want in (("idem-memory-first", 0.9), ("idem-sqlite-first", 0.7)):
-    r = by[name][0] / nginx_rps
-    aim(f"{name} >= {want}x nginx", r >= want, f"{r:.2f}x")
-for name in ("idem-memory-replay", "idem-sqlite-replay"):
-    r = by[name][0] / nginx_rps
-    aim(f"{name} >= 2x nginx", r >= 2.0, f"{r:.2f}x")
-for name in ("idem-memory-first", "idem-sqlite-first", "idem-memory-replay", "idem-sqlite-replay"):
-    added = by[name][2] - direct_p99
-    aim(f"{name} p99 added <= 1 ms", added <= 1.0, f"{added:+.3f} ms")
-if any(v[3] for v in by.values()):
-    print("\nsome runs had errors (connect/read/write/timeout or non-2xx): their figures are suspect")
-    sys.exit(1)
-PY
+echo
+awk '
+  { key = $1 " " $2; rps[key] = $3; p50[key] = $4; p99[key] = $5
+    non2xx[$1] += $6; sock[$1] += $7
+    if ($8 != "-") { gsub(/_/, " ", $8); problems[$1] = problems[$1] " " $2 ": " $8 ";" }
+    if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+  END {
+    nginx_rps = rps["nginx throughput"]; direct_p99 = p99["direct latency"]
+    printf "%-19s %9s %7s %7s %8s %12s %11s %8s %8s\n", "case", "req/s", "p50 ms", "p99 ms",
+      "x nginx", "p99 +ms over", "p99 loaded", "non-2xx", "socket"
+    printf "%-19s %9s %7s %7s %8s %12s %11s %8s %8s\n", "", "", "", "", "req/s", "direct",
+      "ms", "(>=400)", "errors"
+    for (i = 1; i <= n; i++) {
+      c = order[i]
+      added = c == "direct" ? "-" : sprintf("%+.3f", p99[c " latency"] - direct_p99)
+      printf "%-19s %9.0f %7.3f %7.3f %8.2f %12s %11.3f %8d %8d%s\n", c, rps[c " throughput"],
+        p50[c " latency"], p99[c " latency"], rps[c " throughput"] / nginx_rps, added,
+        p99[c " throughput"], non2xx[c], sock[c], (c in problems) ? "  FAILED" : ""
+    }
+    print ""
+    print "req/s: " ENVIRON["CONNECTIONS"] " connections; p50/p99: " ENVIRON["LATENCY_CONNECTIONS"] \
+      " connection(s), one request at a time; p99 loaded: the req/s run"
+    print ""
+    print "aims:"
+    aim("idem-memory-first", "req/s >= 0.9x nginx", rps["idem-memory-first throughput"] / nginx_rps, 0.9, "x")
+    aim("idem-sqlite-first", "req/s >= 0.7x nginx", rps["idem-sqlite-first throughput"] / nginx_rps, 0.7, "x")
+    aim("idem-memory-replay", "req/s >= 2x nginx", rps["idem-memory-replay throughput"] / nginx_rps, 2, "x")
+    aim("idem-sqlite-replay", "req/s >= 2x nginx", rps["idem-sqlite-replay throughput"] / nginx_rps, 2, "x")
+    split("idem-memory-first idem-sqlite-first idem-memory-replay idem-sqlite-replay", g, " ")
+    for (i = 1; i <= 4; i++)
+      aim(g[i], "p99 added over direct <= 1 ms", p99[g[i] " latency"] - direct_p99, 1, " ms", 1)
+    failed = 0
+    for (c in problems) { if (!failed) print "\nfailed cases (their figures are suspect):"
+      failed = 1; print "  " c ":" problems[c] }
+    exit failed
+  }
+  function aim(c, what, value, bound, unit, at_most) {
+    ok = at_most ? value <= bound : value >= bound
+    printf "  %-6s  %-19s %-30s %s\n", ok ? "met" : "missed", c, what,
+      sprintf(at_most ? "%+.3f" : "%.2f", value) unit
+  }' "$work/results"

@@ -1,8 +1,11 @@
--- The wrk script of bench/gateway-bench.sh. Every request is the same POST; only the
--- Idempotency-Key differs by mode (environment variable IDEM_BENCH_MODE):
---   unique  a fresh key per request: the gateway's first-execution path
+-- The wrk script of bench/gateway-bench.sh. Every request is the same small POST; only the
+-- Idempotency-Key differs, by mode (environment variable IDEM_BENCH_MODE):
+--   unique  a fresh key per request, "<IDEM_BENCH_RUN>-<wrk thread>-<counter>": the gateway's
+--           first-execution path (the direct and nginx runs send these too, so the bytes match)
 --   fixed   one key (IDEM_BENCH_KEY) for every request: the replay path
--- done() prints one machine-readable RESULT line.
+-- done() prints one machine-readable line:
+--   RESULT requests=N duration_us=N p50_us=N p99_us=N connect=N read=N write=N status=N timeout=N
+-- (status: responses with a status of 400 or more, which wrk reports as "Non-2xx or 3xx").
 local mode = os.getenv("IDEM_BENCH_MODE") or "unique"
 local fixed_key = os.getenv("IDEM_BENCH_KEY") or "bench-replay"
 local run_id = os.getenv("IDEM_BENCH_RUN") or tostring(os.time())

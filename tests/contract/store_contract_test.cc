@@ -422,6 +422,54 @@ TEST_P(StoreContractTest, ThirtyTwoThreadsRacingBeginOnOneScopeAcquireOnce) {
   }
 }
 
+// Many threads each writing their own scopes at once (stores may batch concurrent writes into
+// one commit): every call gets its own outcome, every completion replays its own response, and
+// every release leaves its scope free.
+TEST_P(StoreContractTest, ConcurrentWritersToManyScopesEachGetTheirOwnOutcome) {
+  constexpr int kThreads = 8;
+  constexpr int kScopesPerThread = 150;
+  std::latch start(kThreads);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kScopesPerThread; ++i) {
+        const std::string name = "w" + std::to_string(t) + "-" + std::to_string(i);
+        const Scope scope = S(name);
+        auto begun = store_->Begin(scope, Fp(name), kLease);
+        auto token = begun.ok() ? OwnedToken(*begun) : std::nullopt;
+        if (!token || !std::holds_alternative<Acquired>(*begun)) {
+          ++failures;
+          continue;
+        }
+        if (i % 3 == 0) {
+          auto released = store_->Release(scope, *token);
+          if (!released.ok() || *released != ReleaseOutcome::kReleased) ++failures;
+          continue;
+        }
+        auto done = store_->Complete(scope, *token, {201, {{"X-Name", name}}, name}, kTtl);
+        if (!done.ok() || *done != CompleteOutcome::kOk) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kScopesPerThread; ++i) {
+      const std::string name = "w" + std::to_string(t) + "-" + std::to_string(i);
+      auto again = store_->Begin(S(name), Fp(name), kLease);
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      if (i % 3 == 0) {
+        EXPECT_TRUE(std::holds_alternative<Acquired>(*again)) << name << " was released";
+      } else {
+        ASSERT_TRUE(std::holds_alternative<Replay>(*again)) << name;
+        EXPECT_EQ(std::get<Replay>(*again).response.body, name);
+      }
+    }
+  }
+}
+
 TEST_P(StoreContractTest, ThirtyTwoThreadsRacingATakeoverTakeOverOnce) {
   constexpr int kThreads = 32;
   const FencingToken first = Token(Must(store_->Begin(S("k1"), Fp("a"), kLease)));

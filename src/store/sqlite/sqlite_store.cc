@@ -2,9 +2,12 @@
 
 #include <sqlite3.h>
 
+#include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/record_machine.h"
 #include "core/response_codec.h"
@@ -226,62 +229,69 @@ class SqliteStore final : public Store {
     IDEM_RETURN_IF_ERROR(begin_immediate_.Prepare(db_, "BEGIN IMMEDIATE"));
     IDEM_RETURN_IF_ERROR(commit_.Prepare(db_, "COMMIT"));
     IDEM_RETURN_IF_ERROR(rollback_.Prepare(db_, "ROLLBACK"));
+    IDEM_RETURN_IF_ERROR(savepoint_.Prepare(db_, "SAVEPOINT idem_write"));
+    IDEM_RETURN_IF_ERROR(release_savepoint_.Prepare(db_, "RELEASE idem_write"));
+    IDEM_RETURN_IF_ERROR(rollback_to_savepoint_.Prepare(db_, "ROLLBACK TO idem_write"));
     return Status::Ok();
   }
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
     if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
-    std::lock_guard lock(mu_);
-    const TimePoint now = options_.clock->Now();
-
-    // Fast path without a write lock: replays, conflicts and mismatches only read.
-    auto read = ReadAndDecide(scope, fingerprint, now);
-    if (!read.ok()) return read.status().WithContext("begin scope " + scope.Digest());
-    if (read->outcome) return std::move(*read->outcome);
-
-    // The scope needs a write. Take the write lock, then decide again: another process
-    // sharing the file may have written in between.
-    auto began = Exec(begin_immediate_, "begin transaction");
-    if (!began.ok()) return began.status().WithContext("begin scope " + scope.Digest());
-    auto written = BeginLocked(scope, fingerprint, lease, now);
-    if (written.ok()) {
-      auto committed = Exec(commit_, "commit");
-      if (committed.ok()) return written;
-      written = committed.status();
+    {
+      // Fast path without a write lock: replays, conflicts and mismatches only read.
+      std::lock_guard lock(mu_);
+      auto read = ReadAndDecide(scope, fingerprint, options_.clock->Now());
+      if (!read.ok()) return read.status().WithContext("begin scope " + scope.Digest());
+      if (read->outcome) return std::move(*read->outcome);
     }
-    (void)Exec(rollback_, "rollback");
-    fence_known_ = false;  // a rolled-back reservation must be read again
-    return written.status().WithContext("begin scope " + scope.Digest());
+    // The scope needs a write. Inside the write transaction, decide again: another caller, or
+    // another process sharing the file, may have written in between.
+    Result<BeginOutcome> outcome = InternalError("begin did not run");
+    Status written = InWriteBatch([&]() -> Status {
+      outcome = BeginLocked(scope, fingerprint, lease, options_.clock->Now());
+      return outcome.ok() ? Status::Ok() : outcome.status();
+    });
+    if (!written.ok()) return written.WithContext("begin scope " + scope.Digest());
+    return outcome;
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
     if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
     const std::string headers = internal::EncodeHeaders(response.headers);
-    std::lock_guard lock(mu_);
-    const TimePoint now = options_.clock->Now();
-    Use use(complete_, db_);
-    use.Scope3(scope)
-        .Int(4, static_cast<int64_t>(token))
-        .Int(5, ToMillis(now + ttl))
-        .Int(6, response.status)
-        .Blob(7, headers)
-        .Blob(8, response.body)
-        .Int(9, ToMillis(now));
-    auto changed = use.Exec("complete");
-    if (!changed.ok()) return changed.status().WithContext("scope " + scope.Digest());
-    return *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    CompleteOutcome outcome = CompleteOutcome::kFenced;
+    Status written = InWriteBatch([&]() -> Status {
+      const TimePoint now = options_.clock->Now();
+      Use use(complete_, db_);
+      use.Scope3(scope)
+          .Int(4, static_cast<int64_t>(token))
+          .Int(5, ToMillis(now + ttl))
+          .Int(6, response.status)
+          .Blob(7, headers)
+          .Blob(8, response.body)
+          .Int(9, ToMillis(now));
+      auto changed = use.Exec("complete");
+      if (!changed.ok()) return changed.status();
+      outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+      return Status::Ok();
+    });
+    if (!written.ok()) return written.WithContext("scope " + scope.Digest());
+    return outcome;
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
-    std::lock_guard lock(mu_);
-    const TimePoint now = options_.clock->Now();
-    Use use(release_, db_);
-    use.Scope3(scope).Int(4, static_cast<int64_t>(token)).Int(5, ToMillis(now));
-    auto changed = use.Exec("release");
-    if (!changed.ok()) return changed.status().WithContext("scope " + scope.Digest());
-    return *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
+    ReleaseOutcome outcome = ReleaseOutcome::kFenced;
+    Status written = InWriteBatch([&]() -> Status {
+      Use use(release_, db_);
+      use.Scope3(scope).Int(4, static_cast<int64_t>(token)).Int(5, ToMillis(options_.clock->Now()));
+      auto changed = use.Exec("release");
+      if (!changed.ok()) return changed.status();
+      outcome = *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
+      return Status::Ok();
+    });
+    if (!written.ok()) return written.WithContext("scope " + scope.Digest());
+    return outcome;
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
@@ -312,16 +322,18 @@ class SqliteStore final : public Store {
   }
 
   Result<bool> Purge(const Scope& scope) override {
-    std::lock_guard lock(mu_);
-    const TimePoint now = options_.clock->Now();
-    Use use(purge_, db_);
-    use.Scope3(scope);
-    auto row = use.Step("purge");
-    if (!row.ok()) return row.status().WithContext("scope " + scope.Digest());
-    if (!*row) return false;
-    const bool live = now < FromMillis(use.ColumnInt(0));
-    auto done = use.Step("purge");  // finish the statement so the delete commits
-    if (!done.ok()) return done.status().WithContext("scope " + scope.Digest());
+    bool live = false;
+    Status written = InWriteBatch([&]() -> Status {
+      Use use(purge_, db_);
+      use.Scope3(scope);
+      auto row = use.Step("purge");
+      if (!row.ok()) return row.status();
+      if (!*row) return Status::Ok();
+      live = options_.clock->Now() < FromMillis(use.ColumnInt(0));
+      auto done = use.Step("purge");  // finish the statement so the delete takes effect
+      return done.ok() ? Status::Ok() : done.status();
+    });
+    if (!written.ok()) return written.WithContext("scope " + scope.Digest());
     return live;
   }
 
@@ -346,6 +358,81 @@ class SqliteStore final : public Store {
   }
 
  private:
+  // Group commit. Every write (Begin's write path, Complete, Release, Purge) is a `body` run
+  // inside a write transaction. Callers that arrive while a transaction is being written queue
+  // up; the next of them to find no batch running becomes the leader and runs everything queued
+  // in ONE transaction (each body in its own savepoint, so one failing body undoes only its own
+  // changes), with one commit, then wakes the others. Alone, a caller pays what it did before
+  // (one transaction); under concurrency the commit cost is shared. A call returns only after
+  // the commit that holds its write, so durability is unchanged.
+  struct PendingWrite {
+    const std::function<Status()>* body;
+    Status result = Status::Ok();
+    bool done = false;
+  };
+
+  Status InWriteBatch(const std::function<Status()>& body) {
+    PendingWrite mine{&body};
+    std::unique_lock queue_lock(queue_mu_);
+    queue_.push_back(&mine);
+    while (!mine.done) {
+      if (leader_active_) {
+        queue_cv_.wait(queue_lock);
+        continue;
+      }
+      leader_active_ = true;
+      std::vector<PendingWrite*> batch;
+      batch.swap(queue_);
+      queue_lock.unlock();
+      RunBatch(batch);
+      queue_lock.lock();
+      for (PendingWrite* w : batch) w->done = true;
+      leader_active_ = false;
+      queue_cv_.notify_all();
+    }
+    return mine.result;
+  }
+
+  void RunBatch(const std::vector<PendingWrite*>& batch) {
+    std::lock_guard lock(mu_);
+    auto began = Exec(begin_immediate_, "begin transaction");
+    if (!began.ok()) {
+      for (PendingWrite* w : batch) w->result = began.status();
+      return;
+    }
+    const bool alone = batch.size() == 1;  // no savepoint needed: a failure rolls back all
+    bool any_failed = false;
+    for (PendingWrite* w : batch) {
+      if (!alone) {
+        if (auto sp = Exec(savepoint_, "savepoint"); !sp.ok()) {
+          w->result = sp.status();
+          any_failed = true;
+          continue;
+        }
+      }
+      w->result = (*w->body)();
+      if (!w->result.ok()) any_failed = true;
+      if (!alone) {
+        if (!w->result.ok()) (void)Exec(rollback_to_savepoint_, "rollback to savepoint");
+        (void)Exec(release_savepoint_, "release savepoint");
+      }
+    }
+    if (alone && any_failed) {
+      (void)Exec(rollback_, "rollback");
+      fence_known_ = false;  // a rolled-back reservation must be read again
+      return;
+    }
+    auto committed = Exec(commit_, "commit");
+    if (!committed.ok()) {
+      for (PendingWrite* w : batch) {
+        if (w->result.ok()) w->result = committed.status();
+      }
+      (void)Exec(rollback_, "rollback");
+      any_failed = true;
+    }
+    if (any_failed) fence_known_ = false;
+  }
+
   struct Decided {
     std::optional<BeginOutcome> outcome;  // set when the decision needs no write
     BeginAction action = BeginAction::kAcquire;
@@ -538,7 +625,13 @@ class SqliteStore final : public Store {
   FencingToken reserved_ = 0;        // the reservation in idem_meta.fence
   FencingToken next_token_ = 1;      // the next token this connection issues
   Statement select_record_, read_fence_, reserve_fence_, data_version_, insert_in_flight_,
-      take_over_, complete_, release_, purge_, sweep_, begin_immediate_, commit_, rollback_;
+      take_over_, complete_, release_, purge_, sweep_, begin_immediate_, commit_, rollback_,
+      savepoint_, release_savepoint_, rollback_to_savepoint_;
+
+  std::mutex queue_mu_;  // guards queue_ and leader_active_; never held while taking mu_
+  std::condition_variable queue_cv_;
+  std::vector<PendingWrite*> queue_;
+  bool leader_active_ = false;
 };
 
 }  // namespace

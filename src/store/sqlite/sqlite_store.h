@@ -4,7 +4,10 @@
 // record survives kill -9 of the process). One connection per store object, its calls
 // serialised by a mutex, since SQLite serialises writers anyway; other processes may open the
 // same file (an operator's CLI), and then BEGIN IMMEDIATE plus the busy timeout keep every
-// read-decide-write atomic across processes. Schema: docs/sqlite-schema.md.
+// read-decide-write atomic across processes. Writes from concurrent callers are group-committed:
+// one transaction (a savepoint each) and one commit for all that queued while the previous
+// commit ran; each call still returns only after its own write is committed.
+// Schema: docs/sqlite-schema.md.
 #pragma once
 
 #include <memory>
