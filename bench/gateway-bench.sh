@@ -152,16 +152,23 @@ runs=0
 # $work/results, where problem is "-" or a reason with "_" for spaces.
 measure() {
   local name=$1 kind=$2 address=$3 mode=$4 connections=$5 admin=$6
-  local before_exec after_exec before_out=(0 0 0) after_out=(0 0 0) r problem=() slack
+  local before_exec after_exec before_out=(0 0 0) after_out=(0 0 0) r problem=() slack line
   runs=$((runs + 1))
   run_wrk "$address" "$mode" "$connections" 1s "warm$runs-$RANDOM" >/dev/null
   sleep 0.2  # let requests the warm-up left in flight finish
   before_exec=$(upstream_executions)
-  [[ $admin == - ]] || before_out=($(gateway_outcomes "$admin"))
-  r=($(run_wrk "$address" "$mode" "$connections" "$DURATION" "run$runs-$RANDOM$RANDOM"))
+  if [[ $admin != - ]]; then
+    line=$(gateway_outcomes "$admin")
+    read -ra before_out <<<"$line"
+  fi
+  line=$(run_wrk "$address" "$mode" "$connections" "$DURATION" "run$runs-$RANDOM$RANDOM")
+  read -ra r <<<"$line"
   sleep 0.2
   after_exec=$(upstream_executions)
-  [[ $admin == - ]] || after_out=($(gateway_outcomes "$admin"))
+  if [[ $admin != - ]]; then
+    line=$(gateway_outcomes "$admin")
+    read -ra after_out <<<"$line"
+  fi
 
   local requests=${r[0]} duration_us=${r[1]} socket=$((r[4] + r[5] + r[6] + r[8])) status=${r[7]}
   local executions=$((after_exec - before_exec))
@@ -189,8 +196,10 @@ measure() {
   local problems="-"
   if ((${#problem[@]})); then problems=$(IFS=,; echo "${problem[*]}"); fi
   echo "$name $kind $summary $status $socket $problems" >>"$work/results"
-  printf '  %-20s %-10s %6s conns  %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
-    "$name" "$kind" "$connections" ${summary} "$executions" \
+  local figures
+  read -ra figures <<<"$summary"
+  printf '  %-19s %-10s %3s conns %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
+    "$name" "$kind" "$connections" "${figures[@]}" "$executions" \
     "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
 }
 
@@ -284,7 +293,7 @@ for store in memory sqlite; do
 done
 
 echo
-awk '
+awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
   { key = $1 " " $2; rps[key] = $3; p50[key] = $4; p99[key] = $5
     non2xx[$1] += $6; sock[$1] += $7
     if ($8 != "-") { gsub(/_/, " ", $8); problems[$1] = problems[$1] " " $2 ": " $8 ";" }
@@ -303,8 +312,8 @@ awk '
         p99[c " throughput"], non2xx[c], sock[c], (c in problems) ? "  FAILED" : ""
     }
     print ""
-    print "req/s: " ENVIRON["CONNECTIONS"] " connections; p50/p99: " ENVIRON["LATENCY_CONNECTIONS"] \
-      " connection(s), one request at a time; p99 loaded: the req/s run"
+    print "req/s: " conns " connections; p50/p99: " latency_conns " connection(s), one request at" \
+      " a time; p99 loaded: the req/s run; x nginx: req/s as a ratio to nginx"
     print ""
     print "aims:"
     aim("idem-memory-first", "req/s >= 0.9x nginx", rps["idem-memory-first throughput"] / nginx_rps, 0.9, "x")

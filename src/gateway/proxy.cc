@@ -169,7 +169,15 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   std::string tenant;
   if (auto t = request.find(s.options.tenant_header); t != request.end()) {
     auto digest = Sha256Hex(t->value());
-    if (digest.ok()) tenant = std::move(*digest);
+    if (!digest.ok()) {
+      // Never fall back to the anonymous tenant: that would let a key cross tenants.
+      trace.detail = digest.status().ToString();
+      Response res = MakeProblem(Problem::kStoreUnavailable, "cannot digest the tenant",
+                                 version, keep_alive, 1);
+      trace.Finish(Outcome::kStoreError, res);
+      co_return std::move(res);
+    }
+    tenant = std::move(*digest);
   }
   Scope scope{std::move(tenant), "", std::move(*key)};
   trace.key_digest = scope.Digest();
@@ -233,7 +241,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
               "-byte response was larger than the gateway stores; it will not be executed again",
           version, keep_alive);
       trace.Finish(Outcome::kReplayed, res);
-    co_return std::move(res);
+      co_return std::move(res);
     }
     Response res = ReplayResponse(replay->response, request);
     trace.Finish(Outcome::kReplayed, res);
@@ -299,10 +307,19 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   Scope complete_scope = scope;
   const Duration retention = route.retention;
   Result<CompleteOutcome> completed = InternalError("not completed");
-  {
+  // Complete is safe to repeat with the same arguments (store.h); a failed one is tried again
+  // at once, because a completion lost here means a retry after the lease executes again.
+  constexpr int kCompleteAttempts = 3;
+  for (int attempt = 1; attempt <= kCompleteAttempts; ++attempt) {
     StoreTimer timer{s};
-    completed = co_await s.store.AsyncComplete(std::move(complete_scope), token,
-                                               std::move(stored), retention, asio::use_awaitable);
+    StoredResponse to_store = attempt < kCompleteAttempts ? stored : std::move(stored);
+    Scope attempt_scope = complete_scope;
+    completed = co_await s.store.AsyncComplete(std::move(attempt_scope), token,
+                                               std::move(to_store), retention, asio::use_awaitable);
+    if (completed.ok()) break;
+    s.log.Warn("complete_retry", "key " + trace.key_digest + ": attempt " +
+                                     std::to_string(attempt) + " failed: " +
+                                     completed.status().ToString());
   }
   if (!completed.ok()) {
     s.log.Error("complete_failed", "key " + trace.key_digest + ": " +
@@ -315,7 +332,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   }
   upstream_response.set(kReplayedHeader, "false");
   trace.Finish(Outcome::kExecuted, upstream_response);
-    co_return std::move(upstream_response);
+  co_return std::move(upstream_response);
 }
 
 }  // namespace idem::gateway

@@ -363,6 +363,32 @@ fail_open = true
   EXPECT_EQ(Executions("during"), 1);
 }
 
+TEST_F(GatewayTest, ACompletionThatFailsIsRetriedSoTheClientsRetryReplays) {
+  const std::string db = dir_.File("complete.db");
+  StartGateway("", "sqlite:" + db + "?busy_timeout_ms=300");
+  HttpResponse first;
+  std::thread client([&] { first = Post("/pay", "complete-retry", "b", {{"X-Sleep-Ms", "500"}}); });
+  // While the upstream works, another process takes the write lock: the first Complete fails.
+  std::this_thread::sleep_for(150ms);
+  sqlite3* locker = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &locker), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  bool retried = false;
+  for (int i = 0; i < 500 && !retried; ++i) {
+    retried = gateway_->Output().find("complete_retry") != std::string::npos;
+    if (!retried) std::this_thread::sleep_for(10ms);
+  }
+  sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(locker);
+  client.join();
+  EXPECT_TRUE(retried) << gateway_->Output();
+  EXPECT_EQ(first.status, 201) << first.error;
+  auto again = Post("/pay", "complete-retry", "b");
+  EXPECT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions("complete-retry"), 1);
+}
+
 TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
   StartGateway("", "", {"--log-format", "json"});
   ASSERT_EQ(Post("/pay", "logged", "b").status, 201);
