@@ -61,6 +61,7 @@ struct GatewayOptions {
   Duration upstream_response_timeout = std::chrono::seconds(60);
   Duration upstream_idle_timeout = std::chrono::seconds(4);  // pooled connections older are dropped
   Duration shutdown_grace = std::chrono::seconds(30);
+  Duration sweep_interval = std::chrono::seconds(60);  // how often expired records are deleted
   size_t upstream_pool_size = 64;  // idle keep-alive connections kept per gateway
 
   // Routes in the order given; the first match decides. Requests no route matches use the

@@ -243,24 +243,14 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
 
 Status ReadGatewaySection(const toml::table& g, const std::string& path, GatewayOptions& options) {
   const std::string where = "gateway";
-  static const std::vector<std::string_view> kKnown = {"listen",
-                                                       "upstream",
-                                                       "store",
-                                                       "admin_listen",
-                                                       "tenant_header",
-                                                       "threads",
-                                                       "store_threads",
-                                                       "max_request_body",
-                                                       "max_header_bytes",
-                                                       "max_stored_response",
-                                                       "max_upstream_response",
-                                                       "upstream_pool_size",
-                                                       "client_read_timeout",
-                                                       "client_idle_timeout",
-                                                       "upstream_connect_timeout",
-                                                       "upstream_response_timeout",
-                                                       "upstream_idle_timeout",
-                                                       "shutdown_grace"};
+  // clang-format off
+  static const std::vector<std::string_view> kKnown = {
+      "listen", "upstream", "store", "admin_listen", "tenant_header", "threads",
+      "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
+      "max_upstream_response", "upstream_pool_size", "client_read_timeout",
+      "client_idle_timeout", "upstream_connect_timeout", "upstream_response_timeout",
+      "upstream_idle_timeout", "shutdown_grace", "sweep_interval"};
+  // clang-format on
   for (const auto& [k, v] : g) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
       return ConfigError(path, where + "." + std::string(k.str()), "is not a gateway setting");
@@ -297,7 +287,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
       {"upstream_connect_timeout", &options.upstream_connect_timeout},
       {"upstream_response_timeout", &options.upstream_response_timeout},
       {"upstream_idle_timeout", &options.upstream_idle_timeout},
-      {"shutdown_grace", &options.shutdown_grace}};
+      {"shutdown_grace", &options.shutdown_grace},
+      {"sweep_interval", &options.sweep_interval}};
   for (const auto& [name, out] : durations) {
     IDEM_RETURN_IF_ERROR(ReadDuration(g, name, path, where, *out));
     if (*out <= Duration(0)) {

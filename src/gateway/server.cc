@@ -139,6 +139,28 @@ class Server {
     stream.socket().close(ignored);
   }
 
+ public:
+  // Deletes expired records every sweep_interval, in the store's small batches, on the store
+  // executor's pool so the event loop never waits for it.
+  Task<void> Sweep() {
+    asio::steady_timer timer(io_);
+    for (;;) {
+      timer.expires_after(options_.sweep_interval);
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || draining_) co_return;
+      const TimePoint now = SystemClock()->Now();
+      Result<uint64_t> swept = co_await services_.store.Run(
+          [now](Store& store) { return store.Sweep(now); }, asio::use_awaitable);
+      if (!swept.ok()) {
+        services_.log.Warn("sweep", "failed: " + swept.status().ToString());
+      } else if (*swept > 0) {
+        services_.log.Info("sweep", "removed " + std::to_string(*swept) + " expired record(s)");
+      }
+    }
+  }
+
+ private:
   Task<void> Drain() {
     asio::steady_timer timer(io_);
     const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_grace;
@@ -206,6 +228,7 @@ int RunGateway(const GatewayOptions& options) {
       admin_text = "admin on " + admin_bound.address().to_string() + ":" +
                    std::to_string(admin_bound.port());
     }
+    asio::co_spawn(io, server.Sweep(), asio::detached);
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;

@@ -389,6 +389,49 @@ TEST_F(GatewayTest, ACompletionThatFailsIsRetriedSoTheClientsRetryReplays) {
   EXPECT_EQ(Executions("complete-retry"), 1);
 }
 
+TEST_F(GatewayTest, ExpiredRecordsAreSweptAndTheKeyExecutesAgain) {
+  const std::string db = dir_.File("sweep.db");
+  StartGateway(R"(
+[gateway]
+sweep_interval = "300ms"
+
+[[route]]
+path_prefix = "/short"
+retention = "1s"
+)",
+               "sqlite:" + db);
+  ASSERT_EQ(Post("/short/pay", "ttl", "b").status, 201);
+  ASSERT_EQ(Post("/long/pay", "kept", "b").status, 201);
+  EXPECT_EQ(Post("/short/pay", "ttl", "b").Header("Idempotent-Replayed"), "true");
+  auto rows = [&] {
+    sqlite3* db_handle = nullptr;
+    EXPECT_EQ(sqlite3_open(db.c_str(), &db_handle), SQLITE_OK);
+    int count = -1;
+    sqlite3_exec(
+        db_handle, "SELECT count(*) FROM idem_records",
+        [](void* out, int, char** values, char**) {
+          *static_cast<int*>(out) = std::atoi(values[0]);
+          return 0;
+        },
+        &count, nullptr);
+    sqlite3_close(db_handle);
+    return count;
+  };
+  EXPECT_EQ(rows(), 2);
+  bool swept = false;
+  for (int i = 0; i < 500 && !swept; ++i) {
+    swept = gateway_->Output().find("removed 1 expired record") != std::string::npos;
+    if (!swept) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(swept) << gateway_->Output();
+  EXPECT_EQ(rows(), 1) << "the record past its retention is gone, the live one kept";
+  // Past its retention the key is forgotten: the same request executes again.
+  auto again = Post("/short/pay", "ttl", "b");
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "false");
+  EXPECT_EQ(Executions("ttl"), 2);
+  EXPECT_EQ(Post("/long/pay", "kept", "b").Header("Idempotent-Replayed"), "true");
+}
+
 TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
   StartGateway("", "", {"--log-format", "json"});
   ASSERT_EQ(Post("/pay", "logged", "b").status, 201);
