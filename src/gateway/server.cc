@@ -2,6 +2,7 @@
 // proxy.cc and admin.cc.
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -52,7 +53,9 @@ class Server {
   Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
     auto endpoint = ParseListen(address);
     if (!endpoint.ok()) return endpoint.status();
-    auto acceptor = std::make_unique<tcp::acceptor>(io_);
+    // Each acceptor lives on a strand of its own: the accept loop and BeginShutdown's close
+    // (which runs on whichever thread took the signal) must never touch it at once.
+    auto acceptor = std::make_unique<tcp::acceptor>(asio::make_strand(io_));
     boost::system::error_code ec;
     acceptor->open(endpoint->protocol(), ec);
     if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
@@ -60,7 +63,7 @@ class Server {
     if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return UnavailableError("cannot listen on " + address + ": " + ec.message());
     *bound = acceptor->local_endpoint();
-    asio::co_spawn(io_, Accept(*acceptor, admin), asio::detached);
+    asio::co_spawn(acceptor->get_executor(), Accept(*acceptor, admin), asio::detached);
     acceptors_.push_back(std::move(acceptor));
     return Status::Ok();
   }
@@ -71,8 +74,11 @@ class Server {
     services_.log.Info("shutdown", "draining: no new connections; " +
                                        std::to_string(active_.load()) + " request(s) in progress");
     for (auto& acceptor : acceptors_) {
-      boost::system::error_code ignored;
-      acceptor->close(ignored);
+      tcp::acceptor* a = acceptor.get();
+      asio::dispatch(a->get_executor(), [a] {
+        boost::system::error_code ignored;
+        a->close(ignored);
+      });
     }
     asio::co_spawn(io_, Drain(), asio::detached);
   }

@@ -322,7 +322,7 @@ TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
   t.join();
   EXPECT_EQ(slow.status, 201) << slow.error;
   ASSERT_TRUE(WIFEXITED(status)) << gateway_->Output();
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << gateway_->Output();
   EXPECT_NE(gateway_->Output().find("requests drained"), std::string::npos);
   // The completion was written before exit.
   StartGateway();
