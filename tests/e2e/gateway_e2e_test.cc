@@ -432,6 +432,27 @@ retention = "1s"
   EXPECT_EQ(Post("/long/pay", "kept", "b").Header("Idempotent-Replayed"), "true");
 }
 
+// The documented caveat: after an upstream timeout the gateway cannot know whether the upstream
+// acted, so it releases the key and the retry executes again. The upstream sees the same
+// Idempotency-Key both times, which is what lets it deduplicate on its side.
+TEST_F(GatewayTest, AnUpstreamTimeoutIs504AndReleasesTheKeyForTheRetry) {
+  StartGateway(R"(
+[gateway]
+upstream_response_timeout = "300ms"
+)");
+  auto timed_out = Post("/pay", "slow", "b", {{"X-Sleep-Ms", "800"}});
+  EXPECT_EQ(timed_out.status, 504);
+  EXPECT_NE(timed_out.body.find("urn:idem:problem:upstream-timeout"), std::string::npos)
+      << timed_out.body;
+  std::this_thread::sleep_for(700ms);  // the upstream finishes the first attempt meanwhile
+  auto retry = Post("/pay", "slow", "b");
+  EXPECT_EQ(retry.status, 201) << retry.body;
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "false");
+  EXPECT_EQ(Executions("slow"), 2) << "both attempts reached the upstream with the same key";
+  EXPECT_NE(Metrics().find("idem_gateway_requests_total{outcome=\"released\"} 1"),
+            std::string::npos);
+}
+
 TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
   StartGateway("", "", {"--log-format", "json"});
   ASSERT_EQ(Post("/pay", "logged", "b").status, 201);
