@@ -58,7 +58,9 @@ struct GatewayOptions {
   Duration client_read_timeout = std::chrono::seconds(30);
   Duration client_idle_timeout = std::chrono::seconds(60);
   Duration upstream_connect_timeout = std::chrono::seconds(5);
-  Duration upstream_response_timeout = std::chrono::seconds(60);
+  // No longer than the default lease, so by default an attempt times out (and releases its key)
+  // before a retry could take it over. Routes whose lease is shorter are warned about.
+  Duration upstream_response_timeout = std::chrono::seconds(30);
   Duration upstream_idle_timeout = std::chrono::seconds(4);  // pooled connections older are dropped
   Duration shutdown_grace = std::chrono::seconds(30);
   Duration sweep_interval = std::chrono::seconds(60);  // how often expired records are deleted

@@ -75,14 +75,19 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
     const std::string_view query = TargetQuery(target);
     auto key = ParseIdempotencyKey(QueryParam(query, "key"));
     std::string tenant = QueryParam(query, "tenant_digest");
+    Status tenant_status = Status::Ok();
     if (tenant.empty()) {
       const std::string raw = QueryParam(query, "tenant");
       if (!raw.empty()) {
         auto digest = Sha256Hex(raw);
         if (digest.ok()) tenant = *digest;
+        else tenant_status = digest.status();  // never fall back to the anonymous tenant
       }
     }
-    if (!key.ok()) {
+    if (!tenant_status.ok()) {
+      res = MakeProblem(Problem::kStoreUnavailable, "cannot digest the tenant: " +
+                        tenant_status.ToString(), req.version(), req.keep_alive(), 1);
+    } else if (!key.ok()) {
       res = MakeProblem(Problem::kInvalidKey, "query parameter key: " + key.status().message(),
                         req.version(), req.keep_alive());
     } else if (get) {

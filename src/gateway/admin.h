@@ -6,7 +6,8 @@
 //   GET    /v1/records?key=K[&tenant=T]   the record as JSON, or 404
 //   DELETE /v1/records?key=K[&tenant=T]   purge it ("the resource was deleted, then retried")
 // `tenant` is the tenant header's value as clients send it (it is hashed the same way), or
-// `tenant_digest` its SHA-256 hex as the logs and record JSON show it.
+// `tenant_digest` its SHA-256 hex as the record JSON shows it (logs show only a digest of the
+// whole scope, never the tenant).
 #pragma once
 
 #include "gateway/proxy.h"

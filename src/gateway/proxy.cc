@@ -99,10 +99,10 @@ std::optional<std::string> NotStoredMarker(const StoredResponse& stored) {
 }
 
 Task<Response> Forward(Services& s, Request& request, Trace& trace, bool* transport_failed,
-                       UpstreamResult::Failure* failure) {
+                       UpstreamResult::Failure* failure, Duration response_timeout) {
   StripHopByHop(request.base());
   const auto started = SteadyClock::now();
-  UpstreamResult result = co_await s.upstream.Exchange(request);
+  UpstreamResult result = co_await s.upstream.Exchange(request, response_timeout);
   s.metrics.upstream_seconds().Observe(MillisSince(started) / 1000.0);
   *failure = result.failure;
   *transport_failed = result.failure != UpstreamResult::Failure::kNone;
@@ -140,11 +140,14 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
 
   bool transport_failed = false;
   UpstreamResult::Failure failure = UpstreamResult::Failure::kNone;
+  // Only the gateway issues fencing tokens: a client's own value never reaches the upstream.
+  request.erase(kFencingTokenHeader);
 
   auto key_field = request.find(kKeyHeader);
   if (route.key == KeyRequirement::kOff ||
       (key_field == request.end() && route.key == KeyRequirement::kOptional)) {
-    Response res = co_await Forward(s, request, trace, &transport_failed, &failure);
+    Response res = co_await Forward(s, request, trace, &transport_failed, &failure,
+                                    s.options.upstream_response_timeout);
     trace.Finish(Outcome::kPassthrough, res);
     co_return std::move(res);
   }
@@ -212,7 +215,8 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
     trace.detail = begun.status().ToString();
     if (route.fail_open && begun.status().code() != StatusCode::kDataLoss) {
       s.log.Warn("fail_open", "store failed, forwarding without idempotency: " + trace.detail);
-      Response res = co_await Forward(s, request, trace, &transport_failed, &failure);
+      Response res = co_await Forward(s, request, trace, &transport_failed, &failure,
+                                      s.options.upstream_response_timeout);
       trace.Finish(Outcome::kStoreError, res);
       co_return std::move(res);
     }
@@ -237,8 +241,8 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
       Response res = MakeProblem(
           Problem::kResponseNotStored,
           "this request was executed once (status " + std::to_string(replay->response.status) +
-              ") but its " + *size +
-              "-byte response was larger than the gateway stores; it will not be executed again",
+              ") but its response" + (*size == "oversized" ? "" : " of " + *size + " bytes") +
+              " was larger than the gateway stores; it will not be executed again",
           version, keep_alive);
       trace.Finish(Outcome::kReplayed, res);
       co_return std::move(res);
@@ -275,8 +279,10 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   }
 
   request.set(kFencingTokenHeader, std::to_string(token));
-  Response upstream_response =
-      co_await Forward(s, request, trace, &transport_failed, &failure);
+  // An upstream slower than the lease overlaps with a retry that takes the key over; the
+  // fencing token tells the upstream which attempt is current (RunGateway warns of such routes).
+  Response upstream_response = co_await Forward(s, request, trace, &transport_failed, &failure,
+                                                s.options.upstream_response_timeout);
 
   // The upstream acted beyond doubt when it answered, even if its answer was too large to read.
   const bool too_large = failure == UpstreamResult::Failure::kTooLarge;

@@ -104,10 +104,19 @@ class Server {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     boost::system::error_code ec;
-    for (;;) {
+    for (bool first = true;; first = false) {
       http::request_parser<http::string_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
       parser.body_limit(options_.max_request_body);
+      if (!first && buffer.size() == 0) {
+        // Between requests on a keep-alive connection: wait up to client_idle_timeout for the
+        // next one to start; once it has, it must arrive whole within client_read_timeout.
+        stream.expires_after(options_.client_idle_timeout);
+        const size_t n = co_await stream.async_read_some(
+            buffer.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) break;  // the client went away or stayed idle too long: close quietly
+        buffer.commit(n);
+      }
       stream.expires_after(options_.client_read_timeout);
       co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
@@ -121,6 +130,8 @@ class Server {
         if (problem) {
           services_.metrics.Count(Outcome::kRejected);
           Response res = MakeProblem(*problem, ec.message(), 11, false);
+          services_.log.Request({"-", "-", static_cast<int>(res.result_int()), "rejected", "", 0,
+                                 0.0, ec.message()});
           stream.expires_after(std::chrono::seconds(5));
           co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
         }
@@ -134,10 +145,10 @@ class Server {
       } else {
         response = co_await HandleProxyRequest(services_, request);
       }
-      --active_;
       if (draining_) response.keep_alive(false);
       stream.expires_after(options_.client_read_timeout);
       co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
+      --active_;  // only now: the drain must not stop the loop while a response is being written
       if (ec || !response.keep_alive()) break;
     }
     boost::system::error_code ignored;
@@ -176,7 +187,8 @@ class Server {
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
     if (active_.load() > 0) {
-      services_.log.Warn("shutdown", std::to_string(active_.load()) +
+      abandoned_ = active_.load();
+      services_.log.Warn("shutdown", std::to_string(abandoned_) +
                                          " request(s) still in progress after the grace period");
     }
     io_.stop();
@@ -188,6 +200,10 @@ class Server {
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};
+  std::atomic<int> abandoned_{0};  // requests still running when the grace period ended
+
+ public:
+  int abandoned() const { return abandoned_.load(); }
 };
 
 }  // namespace
@@ -216,6 +232,7 @@ int RunGateway(const GatewayOptions& options) {
     return 2;
   }
   Metrics metrics;
+  int abandoned = 0;
   {
     StoreExecutor executor(**store, {options.store_threads, 4096});
     Services services{options, executor, **upstream, metrics, log};
@@ -241,6 +258,16 @@ int RunGateway(const GatewayOptions& options) {
       log.Info("signal", std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " received");
       server.BeginShutdown();
     });
+    for (const RoutePolicy& route : options.routes) {
+      if (route.key != KeyRequirement::kOff && route.lease < options.upstream_response_timeout) {
+        log.Warn("config", "route " + (route.method.empty() ? "*" : route.method) + " " +
+                               route.path_prefix + ": lease " +
+                               std::to_string(route.lease.count()) +
+                               " ms is shorter than upstream_response_timeout; a retry may take "
+                               "over while the first attempt still runs, so the upstream must "
+                               "check Idempotency-Fencing-Token");
+      }
+    }
     log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
                               std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
                               (*upstream)->authority() + ", store " + (**store).Describe());
@@ -248,9 +275,16 @@ int RunGateway(const GatewayOptions& options) {
     for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { io.run(); });
     io.run();
     for (auto& t : threads) t.join();
+    abandoned = server.abandoned();
     // The executor's destructor waits for store calls still queued.
   }
-  log.Info("stopped", "requests drained, store closed");
+  if (abandoned == 0) {
+    log.Info("stopped", "requests drained, store closed");
+  } else {
+    log.Warn("stopped", std::to_string(abandoned) +
+                            " request(s) cut off by the grace period; their keys stay in flight "
+                            "until their leases run out; store closed");
+  }
   return 0;
 }
 

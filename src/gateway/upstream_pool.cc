@@ -1,5 +1,7 @@
 #include "gateway/upstream_pool.h"
 
+#include <algorithm>
+
 #include <boost/asio/connect.hpp>
 
 namespace idem::gateway {
@@ -68,7 +70,8 @@ void UpstreamPool::PutIdle(std::unique_ptr<Connection> connection) {
   if (idle_.size() < options_.max_idle) idle_.push_back(std::move(connection));
 }
 
-Task<UpstreamResult> UpstreamPool::Exchange(Request& request) {
+Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
+                                            std::chrono::milliseconds response_timeout) {
   UpstreamResult result;
   request.set(http::field::host, authority_);
   request.keep_alive(true);
@@ -88,7 +91,7 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request) {
     }
   }
 
-  c->stream.expires_after(options_.response_timeout);
+  c->stream.expires_after(std::min(response_timeout, options_.response_timeout));
   co_await http::async_write(c->stream, request, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     result.failure = ec == beast::error::timeout ? UpstreamResult::Failure::kTimeout

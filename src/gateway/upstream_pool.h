@@ -43,8 +43,9 @@ class UpstreamPool {
                                                       std::string_view url,
                                                       UpstreamOptions options);
 
-  // Sends `request` (its Host header is set to the upstream's) and reads the answer.
-  Task<UpstreamResult> Exchange(Request& request);
+  // Sends `request` (its Host header is set to the upstream's) and reads the answer, giving up
+  // (kTimeout) after `response_timeout`, or the pool's own response_timeout if it is shorter.
+  Task<UpstreamResult> Exchange(Request& request, std::chrono::milliseconds response_timeout);
 
   // "127.0.0.1:9000" for logs.
   const std::string& authority() const { return authority_; }

@@ -1,10 +1,9 @@
 // End-to-end tests of `idem gateway`: the real binary in front of the real example service,
 // both started as processes on free loopback ports, talked to over HTTP.
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <fstream>
@@ -41,18 +40,18 @@ class GatewayTest : public ::testing::Test {
   void StartGateway(const std::string& config = "", std::string store = "",
                     const std::vector<std::string>& extra_args = {}) {
     if (store.empty()) store = "sqlite:" + dir_.File("idem.db");
-    std::vector<std::string> argv = {IDEM_BINARY,     "gateway",
-                                     "--listen",      "127.0.0.1:0",
-                                     "--admin-listen", "127.0.0.1:0",
-                                     "--upstream",    "http://" + service_address_,
-                                     "--store",       store};
+    std::vector<std::string> argv = {
+        IDEM_BINARY,      "gateway",     "--listen",   "127.0.0.1:0",
+        "--admin-listen", "127.0.0.1:0", "--upstream", "http://" + service_address_,
+        "--store",        store};
     if (!config.empty()) {
       std::ofstream(dir_.File("gateway.toml")) << config;
       argv.push_back("--config");
       argv.push_back(dir_.File("gateway.toml"));
     }
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    gateway_ = std::make_unique<Process>(argv, dir_.File("gateway-" + std::to_string(++starts_) + ".log"));
+    gateway_ =
+        std::make_unique<Process>(argv, dir_.File("gateway-" + std::to_string(++starts_) + ".log"));
     auto line = gateway_->WaitForLine("gateway on", 10s);
     ASSERT_TRUE(line) << gateway_->Output();
     gateway_address_ = AddressAfter(*line, "gateway on ");
@@ -123,7 +122,7 @@ TEST_F(GatewayTest, MissingOrMalformedKeysAre400AndOtherMethodsPassThrough) {
   EXPECT_EQ(missing.status, 400);
   EXPECT_NE(missing.body.find("urn:idem:problem:missing-key"), std::string::npos);
   for (const std::string& bad : {std::string(256, 'k'), std::string("\"\""), std::string("a b"),
-                                std::string("\"unterminated"), std::string("caf\xc3\xa9")}) {
+                                 std::string("\"unterminated"), std::string("caf\xc3\xa9")}) {
     auto r = Post("/pay", bad, "x");
     EXPECT_EQ(r.status, 400) << bad;
     EXPECT_NE(r.body.find("urn:idem:problem:invalid-key"), std::string::npos) << r.body;
@@ -269,8 +268,9 @@ client_read_timeout = "1s"
 )");
   auto big = Post("/pay", "big-body", std::string(4096, 'x'));
   EXPECT_EQ(big.status, 413);
-  auto huge_headers = Http(gateway_address_, "POST", "/pay",
-                           {{"Idempotency-Key", "h"}, {"X-Filler", std::string(64 * 1024, 'h')}}, "b");
+  auto huge_headers =
+      Http(gateway_address_, "POST", "/pay",
+           {{"Idempotency-Key", "h"}, {"X-Filler", std::string(64 * 1024, 'h')}}, "b");
   EXPECT_TRUE(huge_headers.status == 431 || huge_headers.status == 0) << huge_headers.status;
   static constexpr char kTlsHello[] = "\x16\x03\x01\x00\xa5garbage\r\n\r\n";
   for (const std::string& bytes :
@@ -302,8 +302,10 @@ TEST_F(GatewayTest, AdminInspectsAndPurgesRecords) {
   EXPECT_EQ(Http(admin_address_, "GET", "/v1/records?key=order-1").status, 404)
       << "another tenant's record is not found without its tenant";
   // The resource was deleted; the operator purges the key; the retried create runs again.
-  EXPECT_EQ(Http(admin_address_, "DELETE", "/v1/records?key=order-1&tenant=Bearer%20t").status, 200);
-  EXPECT_EQ(Post("/orders", "order-1", "b", {{"Authorization", "Bearer t"}}).Header("Idempotent-Replayed"),
+  EXPECT_EQ(Http(admin_address_, "DELETE", "/v1/records?key=order-1&tenant=Bearer%20t").status,
+            200);
+  EXPECT_EQ(Post("/orders", "order-1", "b", {{"Authorization", "Bearer t"}})
+                .Header("Idempotent-Replayed"),
             "false");
   EXPECT_EQ(Executions("order-1"), 2);
   const std::string metrics = Metrics();
@@ -451,6 +453,43 @@ upstream_response_timeout = "300ms"
   EXPECT_EQ(Executions("slow"), 2) << "both attempts reached the upstream with the same key";
   EXPECT_NE(Metrics().find("idem_gateway_requests_total{outcome=\"released\"} 1"),
             std::string::npos);
+}
+
+TEST_F(GatewayTest, AClientCannotForgeTheFencingToken) {
+  StartGateway(R"(
+[[route]]
+path_prefix = "/open"
+key = "off"
+)");
+  const Headers forged = {{"Idempotency-Fencing-Token", "999"}};
+  auto passthrough = Post("/open/pay", "", "b", forged);
+  ASSERT_EQ(passthrough.status, 201) << passthrough.body;
+  EXPECT_NE(passthrough.body.find("\"fencing_token\":\"\""), std::string::npos) << passthrough.body;
+  auto protected_request = Post("/pay", "forge", "b", forged);
+  ASSERT_EQ(protected_request.status, 201);
+  EXPECT_EQ(protected_request.body.find("999"), std::string::npos) << protected_request.body;
+  EXPECT_NE(protected_request.body.find("\"fencing_token\":\"1\""), std::string::npos);
+}
+
+TEST_F(GatewayTest, IdleKeepAliveConnectionsAreClosedAndRejectionsLogged) {
+  StartGateway(R"(
+[gateway]
+client_idle_timeout = "300ms"
+max_request_body = 16
+)");
+  // One request, then silence: the connection is closed after the idle timeout.
+  const auto started = std::chrono::steady_clock::now();
+  const std::string answer =
+      RawExchange(gateway_address_, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", 5s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 3s) << "closed by the idle timeout";
+  EXPECT_EQ(Post("/pay", "too-big", std::string(100, 'x')).status, 413);
+  bool logged = false;
+  for (int i = 0; i < 100 && !logged; ++i) {
+    logged = gateway_->Output().find("status=413 outcome=rejected") != std::string::npos;
+    if (!logged) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(logged) << gateway_->Output();
 }
 
 TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
