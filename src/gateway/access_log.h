@@ -29,6 +29,8 @@ class Log {
   void Info(std::string_view event, std::string_view message);
   void Warn(std::string_view event, std::string_view message);
   void Error(std::string_view event, std::string_view message);
+  // Writes out buffered request lines. Events (Info/Warn/Error) are written at once.
+  void Flush();
 
  private:
   void Event(spdlog::level::level_enum level, std::string_view event, std::string_view message);

@@ -177,6 +177,18 @@ class Server {
     }
   }
 
+  // Request log lines are buffered; this writes them out every second.
+  Task<void> FlushLogs() {
+    asio::steady_timer timer(io_);
+    for (;;) {
+      timer.expires_after(std::chrono::seconds(1));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return;
+      services_.log.Flush();
+    }
+  }
+
  private:
   Task<void> Drain() {
     asio::steady_timer timer(io_);
@@ -252,6 +264,7 @@ int RunGateway(const GatewayOptions& options) {
                    std::to_string(admin_bound.port());
     }
     asio::co_spawn(io, server.Sweep(), asio::detached);
+    asio::co_spawn(io, server.FlushLogs(), asio::detached);
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;
@@ -278,6 +291,7 @@ int RunGateway(const GatewayOptions& options) {
     abandoned = server.abandoned();
     // The executor's destructor waits for store calls still queued.
   }
+  log.Flush();
   if (abandoned == 0) {
     log.Info("stopped", "requests drained, store closed");
   } else {
