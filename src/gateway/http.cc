@@ -1,5 +1,6 @@
 #include "gateway/http.h"
 
+#include <cctype>
 #include <vector>
 
 namespace idem::gateway {
@@ -73,6 +74,56 @@ std::string QueryParam(std::string_view query, std::string_view name) {
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
   }
   return {};
+}
+
+std::string NormalizePathForRouting(std::string_view path) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  auto unreserved = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+           c == '~';
+  };
+  // 1. Decode escapes of unreserved characters (RFC 3986 6.2.2.2); keep every other escape.
+  std::string decoded;
+  decoded.reserve(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 2 < path.size() &&
+        hex(path[i + 1]) >= 0 && hex(path[i + 2]) >= 0) {
+      const char c = static_cast<char>(hex(path[i + 1]) * 16 + hex(path[i + 2]));
+      if (unreserved(c)) {
+        decoded.push_back(c);
+        i += 2;
+        continue;
+      }
+    }
+    decoded.push_back(path[i]);
+  }
+  // 2. Split on '/', dropping empty and "." segments and resolving ".." (RFC 3986 5.2.4).
+  std::vector<std::string_view> segments;
+  std::string_view rest = decoded;
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    const std::string_view segment = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    if (segment.empty() || segment == ".") continue;
+    if (segment == "..") {
+      if (!segments.empty()) segments.pop_back();
+      continue;
+    }
+    segments.push_back(segment);
+  }
+  std::string out;
+  for (const std::string_view segment : segments) {
+    out.push_back('/');
+    out.append(segment);
+  }
+  const bool trailing_slash = !decoded.empty() && decoded.back() == '/' && !out.empty();
+  if (out.empty() || trailing_slash) out.push_back('/');
+  return out;
 }
 
 }  // namespace idem::gateway

@@ -37,4 +37,10 @@ std::string PercentDecode(std::string_view s);
 // The value of `name` in a query string, decoded; empty if absent.
 std::string QueryParam(std::string_view query, std::string_view name);
 
+// The path a route is matched against: escapes of unreserved characters decoded, empty and "."
+// segments dropped, ".." resolved ("/v1//a/../%70ay" -> "/v1/pay"). So an encoded or dotted
+// path cannot slip past a route that an upstream normalising its paths would still reach.
+// The request itself is forwarded and fingerprinted as sent.
+std::string NormalizePathForRouting(std::string_view path);
+
 }  // namespace idem::gateway

@@ -135,8 +135,8 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   const unsigned version = request.version();
   const bool keep_alive = request.keep_alive();
   const std::string_view target = request.target();
-  const RoutePolicy& route =
-      s.options.Match(std::string_view(request.method_string()), TargetPath(target));
+  const std::string route_path = NormalizePathForRouting(TargetPath(target));
+  const RoutePolicy& route = s.options.Match(std::string_view(request.method_string()), route_path);
 
   bool transport_failed = false;
   UpstreamResult::Failure failure = UpstreamResult::Failure::kNone;

@@ -492,6 +492,20 @@ max_request_body = 16
   EXPECT_TRUE(logged) << gateway_->Output();
 }
 
+TEST_F(GatewayTest, RoutesCannotBeSkippedWithEncodedOrDottedPaths) {
+  StartGateway(R"(
+[[route]]
+method = "PUT"
+path_prefix = "/v1/orders"
+)");
+  for (const char* path : {"/v1/orders/7", "/v1/%6Frders/7", "//v1/orders/7", "/x/../v1/orders/7"}) {
+    auto r = Http(gateway_address_, "PUT", path, {}, "b");
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_NE(r.body.find("urn:idem:problem:missing-key"), std::string::npos) << path;
+  }
+  EXPECT_EQ(Http(gateway_address_, "PUT", "/v1/other", {}, "b").status, 200) << "passes through";
+}
+
 TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
   StartGateway("", "", {"--log-format", "json"});
   ASSERT_EQ(Post("/pay", "logged", "b").status, 201);
