@@ -263,7 +263,8 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   if (std::holds_alternative<Mismatch>(*begun)) {
     Response res = MakeProblem(Problem::kKeyReused,
                                "this Idempotency-Key was first used with a different request "
-                               "(method, path, query or body); use a new key for a new operation",
+                               "(another value of a part this route fingerprints); use a new "
+                               "key for a new operation",
                                version, keep_alive);
     trace.Finish(Outcome::kMismatch, res);
     co_return std::move(res);
