@@ -36,6 +36,10 @@ struct Scope {
   // log a raw key, it may be a secret a client reused. 16 hex characters of SHA-256.
   std::string Digest() const;
 
+  // The scope as one unambiguous byte string, "tenant\0client\0key" (no part holds a NUL), for
+  // stores that key records by a digest of the whole scope.
+  std::string Encoded() const;
+
   friend bool operator==(const Scope&, const Scope&) = default;
 };
 

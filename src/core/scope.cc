@@ -46,13 +46,17 @@ Result<Scope> Scope::Make(std::string tenant, std::string client, std::string ke
   return Scope{std::move(tenant), std::move(client), std::move(key)};
 }
 
-std::string Scope::Digest() const {
+std::string Scope::Encoded() const {
   std::string encoded;
   encoded.reserve(tenant.size() + client.size() + key.size() + 2);
   encoded.append(tenant).push_back('\0');
   encoded.append(client).push_back('\0');
   encoded.append(key);
-  auto hex = Sha256Hex(encoded);
+  return encoded;
+}
+
+std::string Scope::Digest() const {
+  auto hex = Sha256Hex(Encoded());
   return hex.ok() ? hex->substr(0, 16) : std::string("digest-unavailable");
 }
 

@@ -4,6 +4,7 @@
 
 #include "idem/store.h"
 #include "store/memory/memory_store.h"
+#include "store/redis/redis_store.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace idem {
@@ -84,8 +85,9 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions opti
     std::string path = parsed.rest.empty() ? "idem.db" : parsed.rest;
     return OpenSqliteStore(path, options);
   }
+  if (parsed.scheme == "redis") return OpenRedisStore(url, options);
   return InvalidArgumentError("unknown store '" + std::string(url) +
-                              "': expected 'memory' or 'sqlite:PATH'");
+                              "': expected 'memory', 'sqlite:PATH' or 'redis://HOST:PORT'");
 }
 
 }  // namespace idem

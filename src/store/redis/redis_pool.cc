@@ -1,0 +1,196 @@
+#include "store/redis/redis_pool.h"
+
+#include <openssl/evp.h>
+#include <sys/time.h>
+
+#include <algorithm>
+
+namespace idem::internal {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kFirstBackoff = 50ms;
+constexpr auto kMaxBackoff = 2000ms;
+
+timeval ToTimeval(Duration d) {
+  const int64_t ms = std::max<int64_t>(1, d.count());
+  return timeval{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+}
+
+std::string Sha1Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha1(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < size; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 15]);
+  }
+  return hex;
+}
+
+Status ContextError(const redisContext* context, std::string_view what) {
+  const std::string message = std::string(what) + ": " + context->errstr;
+  if (context->err == REDIS_ERR_IO && (errno == EAGAIN || errno == ETIMEDOUT)) {
+    return DeadlineExceededError(message + " (timed out)");
+  }
+  return UnavailableError(message);
+}
+
+}  // namespace
+
+RedisScript RedisScript::Make(std::string_view name, std::string_view body) {
+  return RedisScript{name, body, Sha1Hex(body)};
+}
+
+RedisPool::RedisPool(RedisEndpoint endpoint) : endpoint_(std::move(endpoint)) {}
+
+RedisPool::~RedisPool() {
+  for (redisContext* context : idle_) redisFree(context);
+}
+
+Result<RedisReply> RedisPool::Run(const std::vector<std::string_view>& argv) {
+  auto context = Checkout();
+  if (!context.ok()) return context.status();
+  bool healthy = true;
+  auto reply = RunOn(*context, argv, healthy);
+  Return(*context, healthy);
+  return reply;
+}
+
+Result<RedisReply> RedisPool::Eval(const RedisScript& script, std::string_view key,
+                                   const std::vector<std::string_view>& args) {
+  std::vector<std::string_view> argv = {"EVALSHA", script.sha1, "1", key};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto context = Checkout();
+  if (!context.ok()) return context.status();
+  bool healthy = true;
+  auto reply = RunOn(*context, argv, healthy);
+  if (!reply.ok() && healthy && reply.status().message().find("NOSCRIPT") != std::string::npos) {
+    argv[0] = "EVAL";
+    argv[1] = script.body;
+    reply = RunOn(*context, argv, healthy);
+  }
+  Return(*context, healthy);
+  if (!reply.ok()) return reply.status().WithContext(std::string("script ") + std::string(script.name));
+  return reply;
+}
+
+Result<redisContext*> RedisPool::Checkout() {
+  std::unique_lock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + endpoint_.command_timeout;
+  while (true) {
+    if (!idle_.empty()) {
+      redisContext* context = idle_.back();
+      idle_.pop_back();
+      return context;
+    }
+    if (open_ < endpoint_.pool_size) break;
+    if (returned_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty()) {
+      return DeadlineExceededError("redis: all " + std::to_string(endpoint_.pool_size) +
+                                   " pooled connections stayed busy for " +
+                                   std::to_string(endpoint_.command_timeout.count()) + " ms");
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  // While the server is down, one caller per backoff interval tries to connect; the others
+  // fail fast with the last error instead of each waiting out a connect timeout.
+  if (now < next_connect_ || (connecting_ > 0 && !last_connect_error_.empty())) {
+    return UnavailableError("redis at " + endpoint_.host + ":" + std::to_string(endpoint_.port) +
+                            " is unreachable (" + last_connect_error_ + "); retrying");
+  }
+  ++open_;
+  ++connecting_;
+  lock.unlock();
+  auto context = Connect();
+  lock.lock();
+  --connecting_;
+  if (!context.ok()) {
+    --open_;
+    backoff_ = backoff_.count() == 0 ? kFirstBackoff : std::min(kMaxBackoff, backoff_ * 2);
+    next_connect_ = std::chrono::steady_clock::now() + backoff_;
+    last_connect_error_ = context.status().message();
+    returned_.notify_one();
+    return context.status();
+  }
+  backoff_ = Duration(0);
+  last_connect_error_.clear();
+  return context;
+}
+
+void RedisPool::Return(redisContext* context, bool healthy) {
+  std::lock_guard lock(mu_);
+  if (healthy) {
+    idle_.push_back(context);
+  } else {
+    redisFree(context);
+    --open_;
+  }
+  returned_.notify_one();
+}
+
+Result<redisContext*> RedisPool::Connect() {
+  const timeval connect_timeout = ToTimeval(endpoint_.connect_timeout);
+  redisContext* context =
+      redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, connect_timeout);
+  if (context == nullptr) return UnavailableError("redis connect: out of memory");
+  if (context->err != 0) {
+    Status status = ContextError(context, "redis connect to " + endpoint_.host + ":" +
+                                              std::to_string(endpoint_.port));
+    redisFree(context);
+    return status;
+  }
+  redisSetTimeout(context, ToTimeval(endpoint_.command_timeout));
+  redisEnableKeepAlive(context);
+  bool healthy = true;
+  if (!endpoint_.password.empty()) {
+    std::vector<std::string_view> auth = {"AUTH"};
+    if (!endpoint_.user.empty()) auth.push_back(endpoint_.user);
+    auth.push_back(endpoint_.password);
+    auto reply = RunOn(context, auth, healthy);
+    if (!reply.ok()) {
+      redisFree(context);
+      return FailedPreconditionError("redis AUTH failed: " + reply.status().message());
+    }
+  }
+  if (endpoint_.db != 0) {
+    const std::string db = std::to_string(endpoint_.db);
+    auto reply = RunOn(context, {"SELECT", db}, healthy);
+    if (!reply.ok()) {
+      redisFree(context);
+      return FailedPreconditionError("redis SELECT " + db + " failed: " + reply.status().message());
+    }
+  }
+  return context;
+}
+
+Result<RedisReply> RedisPool::RunOn(redisContext* context,
+                                    const std::vector<std::string_view>& argv, bool& healthy) {
+  std::vector<const char*> args;
+  std::vector<size_t> lengths;
+  args.reserve(argv.size());
+  lengths.reserve(argv.size());
+  for (std::string_view a : argv) {
+    args.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  auto* raw = static_cast<redisReply*>(
+      redisCommandArgv(context, static_cast<int>(args.size()), args.data(), lengths.data()));
+  if (raw == nullptr) {
+    healthy = false;
+    return ContextError(context, "redis " + std::string(argv.front()));
+  }
+  RedisReply reply(raw);
+  if (reply->type == REDIS_REPLY_ERROR) {
+    const std::string error(reply->str, reply->len);
+    if (error.rfind("NOAUTH", 0) == 0 || error.rfind("WRONGPASS", 0) == 0) {
+      return FailedPreconditionError("redis: " + error);
+    }
+    // MOVED/ASK: this client does not follow Redis Cluster redirects (docs/redis.md).
+    return UnavailableError("redis: " + error);
+  }
+  return reply;
+}
+
+}  // namespace idem::internal

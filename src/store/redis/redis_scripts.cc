@@ -1,0 +1,97 @@
+#include "store/redis/redis_scripts.h"
+
+namespace idem::internal {
+namespace {
+
+// Shared by every script. tostring() of a large Lua number gives "1.7e+15", so integers are
+// always written with int().
+#define IDEM_LUA_PRELUDE                                                   \
+  "local function clock()\n"                                              \
+  "  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end\n"                \
+  "  local t = redis.call('TIME')\n"                                      \
+  "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"  \
+  "end\n"                                                                 \
+  "local function int(n) return string.format('%.0f', n) end\n"           \
+  "local key = KEYS[1]\n"                                                 \
+  "local now = clock()\n"
+
+constexpr std::string_view kBegin = IDEM_LUA_PRELUDE R"lua(
+local fp, lease, abandoned = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local h = redis.call('HMGET', key, 's', 'f', 't', 'l', 'e')
+local state, token = tonumber(h[1]) or 0, tonumber(h[3]) or 0
+local fresh = math.max(token + 1, now * 1024)
+if state ~= 0 and now < tonumber(h[5]) then
+  if h[2] ~= fp then return {5} end
+  if state == 2 then return {3, redis.call('HGET', key, 'r')} end
+  local deadline = tonumber(h[4])
+  if now < deadline then return {4, math.max(1, deadline - now)} end
+  redis.call('HSET', key, 't', int(fresh), 'l', int(now + lease), 'e', int(now + lease + abandoned))
+  redis.call('PEXPIRE', key, lease + abandoned)
+  return {2, fresh, token}
+end
+redis.call('DEL', key)
+redis.call('HSET', key, 's', '1', 'f', fp, 't', int(fresh), 'l', int(now + lease), 'c', int(now),
+           'e', int(now + lease + abandoned))
+redis.call('PEXPIRE', key, lease + abandoned)
+return {1, fresh}
+)lua";
+
+constexpr std::string_view kComplete = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 't', 'e')
+if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
+local ttl = tonumber(ARGV[3])
+redis.call('HSET', key, 's', '2', 'r', ARGV[4], 'e', int(now + ttl))
+redis.call('PEXPIRE', key, ttl)
+return 1
+)lua";
+
+constexpr std::string_view kRelease = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 't', 'e')
+if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
+redis.call('DEL', key)
+redis.call('HSET', key, 's', '0', 't', h[2])
+redis.call('PEXPIRE', key, tonumber(ARGV[3]))
+return 1
+)lua";
+
+constexpr std::string_view kPurge = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 't', 'e')
+if not h[1] or h[1] == '0' or now >= tonumber(h[3]) then return 0 end
+redis.call('DEL', key)
+redis.call('HSET', key, 's', '0', 't', h[2])
+redis.call('PEXPIRE', key, tonumber(ARGV[2]))
+return 1
+)lua";
+
+constexpr std::string_view kGet = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 'f', 't', 'l', 'c', 'e', 'r')
+if not h[1] or h[1] == '0' or now >= tonumber(h[6]) then return {} end
+return {h[1], h[2], h[3], h[4], h[5], h[6], h[7] or ''}
+)lua";
+
+#undef IDEM_LUA_PRELUDE
+
+}  // namespace
+
+const RedisScript& RedisBeginScript() {
+  static const RedisScript script = RedisScript::Make("begin", kBegin);
+  return script;
+}
+const RedisScript& RedisCompleteScript() {
+  static const RedisScript script = RedisScript::Make("complete", kComplete);
+  return script;
+}
+const RedisScript& RedisReleaseScript() {
+  static const RedisScript script = RedisScript::Make("release", kRelease);
+  return script;
+}
+const RedisScript& RedisPurgeScript() {
+  static const RedisScript script = RedisScript::Make("purge", kPurge);
+  return script;
+}
+const RedisScript& RedisGetScript() {
+  static const RedisScript script = RedisScript::Make("get", kGet);
+  return script;
+}
+
+}  // namespace idem::internal

@@ -1,0 +1,40 @@
+// The Lua scripts behind the Redis store: each Store call is one EVALSHA, so each
+// read-decide-write on a scope is atomic on the server (Redis runs a script without
+// interleaving any other command).
+//
+// One record is one hash at KEYS[1] ("PREFIX:{SCOPE-DIGEST}", so every key of a scope shares a
+// Cluster hash slot). Fields:
+//   s  state: 0 tombstone (released or purged; keeps the token), 1 in flight, 2 completed
+//   f  fingerprint, 32 raw bytes      t  fencing token, decimal
+//   l  lease deadline, ms             c  created at, ms
+//   e  expires at, ms                 r  stored response (response_codec), completed only
+// Every script takes "now" in ms as ARGV[1]; an empty ARGV[1] means "the Redis server's
+// clock" (TIME), which is what production uses, so gateways whose clocks drift apart still
+// agree on every lease. Expiry is logical (a record counts as absent once now >= e) and
+// native (PEXPIRE to the same instant), so Redis frees memory by itself and Sweep has nothing
+// to do.
+//
+// Fencing tokens: max(previous token + 1, now * 1024). The previous token comes from the
+// record or its tombstone; once both are gone (expired), the time term still exceeds every
+// token issued before, so a token never repeats for a scope. Lua numbers are doubles:
+// now * 1024 stays below 2^53 until the year 2248.
+#pragma once
+
+#include "store/redis/redis_pool.h"
+
+namespace idem::internal {
+
+// ARGV: now, fingerprint, lease ms, abandoned retention ms.
+// Returns {1, token} acquired | {2, token, previous} taken over | {3, response} replay |
+//         {4, retry-after ms} in flight | {5} mismatch.
+const RedisScript& RedisBeginScript();
+// ARGV: now, token, ttl ms, response. Returns 1 stored, 0 fenced.
+const RedisScript& RedisCompleteScript();
+// ARGV: now, token, tombstone ms. Returns 1 released, 0 fenced.
+const RedisScript& RedisReleaseScript();
+// ARGV: now, tombstone ms. Returns 1 if a live record was removed, else 0.
+const RedisScript& RedisPurgeScript();
+// ARGV: now. Returns {} when absent, else {s, f, t, l, c, e, r}.
+const RedisScript& RedisGetScript();
+
+}  // namespace idem::internal

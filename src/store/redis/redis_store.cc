@@ -1,0 +1,220 @@
+#include "store/redis/redis_store.h"
+
+#include <charconv>
+
+#include "core/response_codec.h"
+#include "store/redis/redis_pool.h"
+#include "store/redis/redis_scripts.h"
+
+namespace idem {
+namespace {
+
+using internal::RedisPool;
+using internal::RedisReply;
+
+Status Malformed(std::string_view what) {
+  return DataLossError(std::string("redis: unexpected reply to ") + std::string(what));
+}
+
+std::string_view Str(const redisReply* r) { return {r->str, r->len}; }
+
+// Integers come back as integers from Lua numbers and as decimal strings from hash fields.
+Result<int64_t> Int(const redisReply* r, std::string_view what) {
+  if (r->type == REDIS_REPLY_INTEGER) return static_cast<int64_t>(r->integer);
+  if (r->type == REDIS_REPLY_STRING) {
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(r->str, r->str + r->len, value);
+    if (ec == std::errc() && ptr == r->str + r->len) return value;
+  }
+  return Malformed(what);
+}
+
+class RedisStore final : public Store {
+ public:
+  RedisStore(internal::RedisEndpoint endpoint, const StoreOptions& options)
+      : options_(options),
+        server_clock_(options.clock == SystemClock()),
+        pool_(std::move(endpoint)),
+        abandoned_ms_(std::to_string(options.abandoned_retention.count())) {}
+
+  Status Ping() {
+    auto reply = pool_.Run({"PING"});
+    return reply.ok() ? Status::Ok() : reply.status();
+  }
+
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
+                             Duration lease) override {
+    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    const std::string lease_ms = std::to_string(lease.count());
+    auto reply = pool_.Eval(internal::RedisBeginScript(), key,
+                            {now, fingerprint.raw(), lease_ms, abandoned_ms_});
+    if (!reply.ok()) return reply.status().WithContext("begin scope " + scope.Digest());
+    auto outcome = DecodeBegin(reply->get());
+    if (!outcome.ok()) return outcome.status().WithContext("begin scope " + scope.Digest());
+    return outcome;
+  }
+
+  Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
+                                   const StoredResponse& response, Duration ttl) override {
+    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    const std::string token_text = std::to_string(token);
+    const std::string ttl_ms = std::to_string(ttl.count());
+    const std::string encoded = internal::EncodeResponse(response);
+    auto done = RunFlag(internal::RedisCompleteScript(), key, {now, token_text, ttl_ms, encoded});
+    if (!done.ok()) return done.status().WithContext("complete scope " + scope.Digest());
+    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+  }
+
+  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    const std::string token_text = std::to_string(token);
+    auto done = RunFlag(internal::RedisReleaseScript(), key, {now, token_text, abandoned_ms_});
+    if (!done.ok()) return done.status().WithContext("release scope " + scope.Digest());
+    return *done ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
+  }
+
+  Result<std::optional<Record>> Get(const Scope& scope) override {
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    auto reply = pool_.Eval(internal::RedisGetScript(), key, {now});
+    if (!reply.ok()) return reply.status().WithContext("get scope " + scope.Digest());
+    auto record = DecodeRecord(scope, reply->get());
+    if (!record.ok()) return record.status().WithContext("get scope " + scope.Digest());
+    return record;
+  }
+
+  Result<bool> Purge(const Scope& scope) override {
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    auto done = RunFlag(internal::RedisPurgeScript(), key, {now, abandoned_ms_});
+    if (!done.ok()) return done.status().WithContext("purge scope " + scope.Digest());
+    return *done;
+  }
+
+  // Redis expires records by itself (PEXPIRE at each record's expiry).
+  Result<uint64_t> Sweep(TimePoint) override { return uint64_t{0}; }
+
+  std::string Describe() const override {
+    return pool_.endpoint().Describe() + (server_clock_ ? ", server clock" : ", injected clock");
+  }
+
+ private:
+  std::string KeyFor(const Scope& scope) const {
+    auto digest = Sha256Hex(scope.Encoded());
+    // Sha256Hex fails only with a broken OpenSSL; fall back to a key that cannot collide
+    // with a digest rather than sharing one between scopes.
+    return pool_.endpoint().prefix + ":{" + (digest.ok() ? *digest : "raw:" + scope.Encoded()) +
+           "}";
+  }
+
+  std::string Now() const {
+    return server_clock_ ? std::string() : std::to_string(ToMillis(options_.clock->Now()));
+  }
+
+  Result<bool> RunFlag(const internal::RedisScript& script, const std::string& key,
+                       const std::vector<std::string_view>& args) {
+    auto reply = pool_.Eval(script, key, args);
+    if (!reply.ok()) return reply.status();
+    if ((*reply)->type != REDIS_REPLY_INTEGER) return Malformed(script.name);
+    return (*reply)->integer == 1;
+  }
+
+  static Result<BeginOutcome> DecodeBegin(const redisReply* r) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) return Malformed("begin");
+    auto code = Int(r->element[0], "begin");
+    if (!code.ok()) return code.status();
+    auto field = [&](size_t i) -> Result<int64_t> {
+      if (r->elements <= i) return Malformed("begin");
+      return Int(r->element[i], "begin");
+    };
+    switch (*code) {
+      case 1: {
+        auto token = field(1);
+        if (!token.ok()) return token.status();
+        return BeginOutcome(Acquired{static_cast<FencingToken>(*token)});
+      }
+      case 2: {
+        auto token = field(1);
+        auto previous = field(2);
+        if (!token.ok() || !previous.ok()) return Malformed("begin");
+        return BeginOutcome(TakenOver{static_cast<FencingToken>(*token),
+                                      static_cast<FencingToken>(*previous)});
+      }
+      case 3: {
+        if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_STRING) {
+          return DataLossError("redis: a completed record has no stored response");
+        }
+        auto response = internal::DecodeResponse(Str(r->element[1]));
+        if (!response.ok()) return response.status();
+        return BeginOutcome(Replay{std::move(*response)});
+      }
+      case 4: {
+        auto retry = field(1);
+        if (!retry.ok()) return retry.status();
+        return BeginOutcome(InFlight{Duration(*retry)});
+      }
+      case 5:
+        return BeginOutcome(Mismatch{});
+      default:
+        return Malformed("begin");
+    }
+  }
+
+  static Result<std::optional<Record>> DecodeRecord(const Scope& scope, const redisReply* r) {
+    if (r->type != REDIS_REPLY_ARRAY) return Malformed("get");
+    if (r->elements == 0) return std::optional<Record>();
+    if (r->elements != 7) return Malformed("get");
+    for (size_t i = 0; i < 7; ++i) {
+      if (r->element[i]->type != REDIS_REPLY_STRING) return DataLossError("redis: record field missing");
+    }
+    auto state = Int(r->element[0], "get");
+    auto token = Int(r->element[2], "get");
+    auto lease = Int(r->element[3], "get");
+    auto created = Int(r->element[4], "get");
+    auto expires = Int(r->element[5], "get");
+    auto fingerprint = Fingerprint::FromRaw(Str(r->element[1]));
+    if (!state.ok() || !token.ok() || !lease.ok() || !created.ok() || !expires.ok()) {
+      return DataLossError("redis: record has a malformed number");
+    }
+    if (!fingerprint.ok()) return fingerprint.status();
+    if (*state != 1 && *state != 2) return DataLossError("redis: record has an unknown state");
+    Record record;
+    record.scope = scope;
+    record.fingerprint = *fingerprint;
+    record.state = static_cast<RecordState>(*state);
+    record.token = static_cast<FencingToken>(*token);
+    record.lease_deadline = FromMillis(*lease);
+    record.created_at = FromMillis(*created);
+    record.expires_at = FromMillis(*expires);
+    if (record.state == RecordState::kCompleted) {
+      auto response = internal::DecodeResponse(Str(r->element[6]));
+      if (!response.ok()) return response.status();
+      record.response = std::move(*response);
+    }
+    return std::optional<Record>(std::move(record));
+  }
+
+  const StoreOptions options_;
+  const bool server_clock_;
+  mutable RedisPool pool_;
+  const std::string abandoned_ms_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenRedisStore(std::string_view url, const StoreOptions& options) {
+  auto endpoint = internal::ParseRedisUrl(url);
+  if (!endpoint.ok()) return endpoint.status();
+  const std::string where = endpoint->Describe();
+  auto store = std::make_unique<RedisStore>(std::move(*endpoint), options);
+  Status ping = store->Ping();
+  if (!ping.ok()) return ping.WithContext("open " + where);
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace idem

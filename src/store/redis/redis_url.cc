@@ -1,0 +1,160 @@
+#include "store/redis/redis_url.h"
+
+#include <charconv>
+
+namespace idem::internal {
+namespace {
+
+constexpr std::string_view kScheme = "redis://";
+
+Result<int64_t> ParseInt(std::string_view what, std::string_view text, int64_t min, int64_t max) {
+  int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < min ||
+      value > max) {
+    return InvalidArgumentError(std::string(what) + " must be an integer from " +
+                                std::to_string(min) + " to " + std::to_string(max) + ", not '" +
+                                std::string(text) + "'");
+  }
+  return value;
+}
+
+Result<std::string> PercentDecode(std::string_view what, std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out.push_back(text[i]);
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= text.size()) {
+      return InvalidArgumentError(std::string(what) + " has a truncated %-escape");
+    }
+    const auto [ptr, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
+    if (ec != std::errc() || ptr != text.data() + i + 3) {
+      return InvalidArgumentError(std::string(what) + " has a malformed %-escape");
+    }
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
+}
+
+bool ValidPrefix(std::string_view prefix) {
+  if (prefix.empty() || prefix.size() > 64) return false;
+  for (char c : prefix) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ApplyOption(std::string_view name, std::string_view value, RedisEndpoint& endpoint) {
+  if (name == "prefix") {
+    if (!ValidPrefix(value)) {
+      return InvalidArgumentError("prefix must be 1 to 64 of letters, digits and '-_.:', not '" +
+                                  std::string(value) + "'");
+    }
+    endpoint.prefix = std::string(value);
+    return Status::Ok();
+  }
+  if (name == "pool_size") {
+    auto n = ParseInt("pool_size", value, 1, 1024);
+    if (!n.ok()) return n.status();
+    endpoint.pool_size = static_cast<int>(*n);
+    return Status::Ok();
+  }
+  if (name == "connect_timeout_ms" || name == "timeout_ms") {
+    auto n = ParseInt(name, value, 1, 600'000);
+    if (!n.ok()) return n.status();
+    (name == "timeout_ms" ? endpoint.command_timeout : endpoint.connect_timeout) = Duration(*n);
+    return Status::Ok();
+  }
+  return InvalidArgumentError("unknown redis store option '" + std::string(name) +
+                              "' (known: prefix, pool_size, connect_timeout_ms, timeout_ms)");
+}
+
+Result<RedisEndpoint> Parse(std::string_view url) {
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return InvalidArgumentError("expected redis://HOST[:PORT][/DB][?options]");
+  }
+  RedisEndpoint endpoint;
+  std::string_view rest = url.substr(kScheme.size());
+  std::string_view query;
+  if (const size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  std::string_view authority = rest;
+  std::string_view path;
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    authority = rest.substr(0, slash);
+    path = rest.substr(slash + 1);
+  }
+  if (const size_t at = authority.rfind('@'); at != std::string_view::npos) {
+    std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    std::string_view user = userinfo;
+    std::string_view password;
+    if (const size_t colon = userinfo.find(':'); colon != std::string_view::npos) {
+      user = userinfo.substr(0, colon);
+      password = userinfo.substr(colon + 1);
+    } else {
+      // "redis://secret@host" is how many tools write a bare password.
+      password = userinfo;
+      user = {};
+    }
+    auto decoded_user = PercentDecode("user", user);
+    if (!decoded_user.ok()) return decoded_user.status();
+    auto decoded_password = PercentDecode("password", password);
+    if (!decoded_password.ok()) return decoded_password.status();
+    endpoint.user = std::move(*decoded_user);
+    endpoint.password = std::move(*decoded_password);
+  }
+  std::string_view host = authority;
+  if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
+    host = authority.substr(0, colon);
+    auto port = ParseInt("port", authority.substr(colon + 1), 1, 65535);
+    if (!port.ok()) return port.status();
+    endpoint.port = static_cast<int>(*port);
+  }
+  if (host.empty()) return InvalidArgumentError("the host is missing");
+  endpoint.host = std::string(host);
+  if (!path.empty()) {
+    auto db = ParseInt("database number", path, 0, 1'000'000);
+    if (!db.ok()) return db.status();
+    endpoint.db = static_cast<int>(*db);
+  }
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      return InvalidArgumentError("option '" + std::string(pair) + "' has no value");
+    }
+    IDEM_RETURN_IF_ERROR(ApplyOption(pair.substr(0, eq), pair.substr(eq + 1), endpoint));
+  }
+  return endpoint;
+}
+
+}  // namespace
+
+std::string RedisEndpoint::Describe() const {
+  return "redis://" + host + ":" + std::to_string(port) + "/" + std::to_string(db) + " (prefix " +
+         prefix + ", pool " + std::to_string(pool_size) + ")";
+}
+
+Result<RedisEndpoint> ParseRedisUrl(std::string_view url) {
+  auto parsed = Parse(url);
+  if (!parsed.ok()) {
+    // The URL may hold a password: name the problem, never echo the URL.
+    return parsed.status().WithContext("redis store URL");
+  }
+  return parsed;
+}
+
+}  // namespace idem::internal

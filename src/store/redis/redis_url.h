@@ -1,0 +1,41 @@
+// Parsing `redis://` store URLs.
+//
+//   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTION=VALUE&...]
+//
+// USER and PASSWORD are percent-decoded; with a password and no user the connection sends
+// `AUTH PASSWORD`, with both `AUTH USER PASSWORD` (Redis 6 ACLs). DB selects a logical database
+// (0 by default; Redis Cluster has only 0). Options:
+//   prefix=NAME              first part of every key (default "idem"), so deployments can share a
+//                            server; letters, digits and "-_.:" only
+//   pool_size=N              connections kept per store (default 16, 1 to 1024)
+//   connect_timeout_ms=N     TCP connect and handshake bound (default 1000)
+//   timeout_ms=N             bound on every command's round trip (default 2000)
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "idem/clock.h"
+#include "idem/status.h"
+
+namespace idem::internal {
+
+struct RedisEndpoint {
+  std::string host;
+  int port = 6379;
+  int db = 0;
+  std::string user;
+  std::string password;
+  std::string prefix = "idem";
+  int pool_size = 16;
+  Duration connect_timeout = std::chrono::milliseconds(1000);
+  Duration command_timeout = std::chrono::milliseconds(2000);
+
+  // "redis://HOST:PORT/DB (prefix idem, pool 16)": never shows the password.
+  std::string Describe() const;
+};
+
+// kInvalidArgument with the offending part named when `url` is malformed.
+Result<RedisEndpoint> ParseRedisUrl(std::string_view url);
+
+}  // namespace idem::internal
