@@ -38,13 +38,19 @@ struct RoutePolicy {
   bool fail_open = false;
 };
 
+// Store threads when none are configured: 2 for embedded stores (memory, SQLite: writes
+// serialise anyway), 16 for networked ones (Redis, PostgreSQL), whose calls each wait a round
+// trip, so more of them in flight means more throughput.
+int DefaultStoreThreads(std::string_view store_url);
+
 struct GatewayOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks a free port
   std::string upstream;                   // http://HOST:PORT (required)
   std::string store = "sqlite:idem.db";   // see OpenStore
   std::string admin_listen;               // HOST:PORT; empty: no admin listener
   int threads = 2;                        // event-loop threads
-  int store_threads = 2;                  // StoreExecutor pool threads
+  // StoreExecutor pool threads; 0 picks DefaultStoreThreads(store).
+  int store_threads = 0;
   bool log_json = false;                  // --log-format json
 
   // The header whose value identifies the tenant; stored only as a SHA-256 digest. A request

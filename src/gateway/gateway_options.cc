@@ -262,18 +262,19 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "admin_listen", path, where, options.admin_listen));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "tenant_header", path, where, options.tenant_header));
   // Positive integers, bounded so a typo cannot ask for a billion threads.
-  auto read_count = [&](std::string_view name, auto& out, int64_t max) -> Status {
+  auto read_count = [&](std::string_view name, auto& out, int64_t max,
+                        int64_t min = 1) -> Status {
     int64_t n = static_cast<int64_t>(out);
     IDEM_RETURN_IF_ERROR(ReadScalar(g, name, path, where, n));
-    if (n <= 0 || n > max) {
+    if (n < min || n > max) {
       return ConfigError(path, where + "." + std::string(name),
-                         "must be between 1 and " + std::to_string(max));
+                         "must be between " + std::to_string(min) + " and " + std::to_string(max));
     }
     out = static_cast<std::remove_reference_t<decltype(out)>>(n);
     return Status::Ok();
   };
   IDEM_RETURN_IF_ERROR(read_count("threads", options.threads, 1024));
-  IDEM_RETURN_IF_ERROR(read_count("store_threads", options.store_threads, 1024));
+  IDEM_RETURN_IF_ERROR(read_count("store_threads", options.store_threads, 1024, 0));
   constexpr int64_t kMaxBytes = int64_t{1} << 40;
   IDEM_RETURN_IF_ERROR(read_count("max_request_body", options.max_request_body, kMaxBytes));
   IDEM_RETURN_IF_ERROR(read_count("max_header_bytes", options.max_header_bytes, kMaxBytes));
@@ -333,6 +334,13 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
     }
   }
   return Status::Ok();
+}
+
+int DefaultStoreThreads(std::string_view store_url) {
+  const bool networked = store_url.rfind("redis://", 0) == 0 ||
+                         store_url.rfind("postgresql://", 0) == 0 ||
+                         store_url.rfind("postgres://", 0) == 0;
+  return networked ? 16 : 2;
 }
 
 }  // namespace idem

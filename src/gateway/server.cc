@@ -246,7 +246,9 @@ int RunGateway(const GatewayOptions& options) {
   Metrics metrics;
   int abandoned = 0;
   {
-    StoreExecutor executor(**store, {options.store_threads, 4096});
+    const int store_threads =
+        options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
+    StoreExecutor executor(**store, {store_threads, 4096});
     Services services{options, executor, **upstream, metrics, log};
     Server server(options, io, services);
     tcp::endpoint bound, admin_bound;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "util/gateway_process.h"
 #include "util/http_client.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
@@ -28,11 +29,10 @@ class GatewayTest : public ::testing::Test {
   void SetUp() override { StartService(); }
 
   void StartService() {
-    service_ = std::make_unique<Process>(std::vector<std::string>{EXAMPLE_SERVICE, "127.0.0.1:0"},
-                                         dir_.File("service.log"));
-    auto line = service_->WaitForLine("listening on", 10s);
-    ASSERT_TRUE(line) << service_->Output();
-    service_address_ = AddressAfter(*line, "listening on ");
+    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
+    ASSERT_NE(service, nullptr) << address;
+    service_ = std::move(service);
+    service_address_ = address;
   }
 
   // Starts the gateway with the SQLite store in the test's directory unless `store` is given;
@@ -40,22 +40,19 @@ class GatewayTest : public ::testing::Test {
   void StartGateway(const std::string& config = "", std::string store = "",
                     const std::vector<std::string>& extra_args = {}) {
     if (store.empty()) store = "sqlite:" + dir_.File("idem.db");
-    std::vector<std::string> argv = {
-        IDEM_BINARY,      "gateway",     "--listen",   "127.0.0.1:0",
-        "--admin-listen", "127.0.0.1:0", "--upstream", "http://" + service_address_,
-        "--store",        store};
+    std::vector<std::string> args;
     if (!config.empty()) {
       std::ofstream(dir_.File("gateway.toml")) << config;
-      argv.push_back("--config");
-      argv.push_back(dir_.File("gateway.toml"));
+      args = {"--config", dir_.File("gateway.toml")};
     }
-    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    gateway_ =
-        std::make_unique<Process>(argv, dir_.File("gateway-" + std::to_string(++starts_) + ".log"));
-    auto line = gateway_->WaitForLine("gateway on", 10s);
-    ASSERT_TRUE(line) << gateway_->Output();
-    gateway_address_ = AddressAfter(*line, "gateway on ");
-    admin_address_ = AddressAfter(*line, "admin on ");
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    GatewayProcess started =
+        StartGatewayProcess(IDEM_BINARY, service_address_, store,
+                            dir_.File("gateway-" + std::to_string(++starts_) + ".log"), args);
+    ASSERT_NE(started.process, nullptr) << started.address;
+    gateway_ = std::move(started.process);
+    gateway_address_ = started.address;
+    admin_address_ = started.admin_address;
   }
 
   HttpResponse Post(const std::string& target, const std::string& key, const std::string& body,

@@ -31,7 +31,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
   cmd->add_option("--upstream", o.upstream, "The service to protect: http://HOST:PORT");
   cmd->add_option("--store", o.store,
                   "Where records live: memory | sqlite:PATH[?durability=off|normal|full\n"
-                  "&busy_timeout_ms=N]")
+                  "&busy_timeout_ms=N] | redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=P\n"
+                  "&pool_size=N&timeout_ms=N&connect_timeout_ms=N] (see docs/redis.md)")
       ->capture_default_str();
   cmd->add_option("--admin-listen", o.admin_listen,
                   "HOST:PORT for /healthz /readyz /metrics /v1/records (default: none)");
@@ -39,8 +40,9 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
                   "TOML file with [gateway] settings and [[route]] policies; flags given on the\n"
                   "command line win over the file");
   cmd->add_option("--threads", o.threads, "Event-loop threads")->capture_default_str();
-  cmd->add_option("--store-threads", o.store_threads, "Threads running store calls")
-      ->capture_default_str();
+  cmd->add_option("--store-threads", o.store_threads,
+                  "Threads running store calls (default: 2 for memory and SQLite, 16 for Redis\n"
+                  "and PostgreSQL, whose calls each wait a network round trip)");
   cmd->add_option("--tenant-header", o.tenant_header,
                   "Header identifying the tenant (stored as a SHA-256 digest)")
       ->capture_default_str();
@@ -69,8 +71,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       options = std::move(from_file);
     }
     options.log_json = flags->log_format == "json";
-    if (options.threads < 1 || options.store_threads < 1) {
-      std::cerr << "idem gateway: --threads and --store-threads must be at least 1\n";
+    if (options.threads < 1 || options.store_threads < 0) {
+      std::cerr << "idem gateway: --threads must be at least 1, --store-threads at least 0\n";
       return 2;
     }
     return RunGateway(options);

@@ -1,0 +1,168 @@
+// Several `idem gateway` processes sharing one store server: the key space is one, whatever
+// gateway a retry lands on. Also what the gateways do when that server dies and comes back.
+// Each case runs against every shared store (real servers, started here).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "util/gateway_process.h"
+#include "util/http_client.h"
+#include "util/redis_server.h"
+#include "util/temp_dir.h"
+
+namespace idem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+using SteadyClock = std::chrono::steady_clock;
+
+// A store server the test can start, kill (SIGKILL) and restart with its data.
+class StoreServer {
+ public:
+  virtual ~StoreServer() = default;
+  virtual std::string Start() = 0;  // "" or what went wrong
+  virtual void Kill() = 0;
+  virtual std::string Restart() = 0;
+  virtual std::string StoreUrl() = 0;
+};
+
+class RedisStoreServer final : public StoreServer {
+ public:
+  std::string Start() override { return server_.Start(); }
+  void Kill() override { server_.Kill(); }
+  std::string Restart() override { return server_.Restart(); }
+  std::string StoreUrl() override { return server_.Url("?timeout_ms=1000&connect_timeout_ms=500"); }
+
+ private:
+  RedisServer server_{RedisServer::Options{.append_only = true}};
+};
+
+struct StoreKind {
+  std::string name;
+  std::function<std::unique_ptr<StoreServer>()> make;
+};
+
+class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
+ protected:
+  void SetUp() override {
+    server_ = GetParam().make();
+    const std::string error = server_->Start();
+    ASSERT_EQ(error, "") << "cannot start the " << GetParam().name << " server";
+    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
+    ASSERT_NE(service, nullptr) << address;
+    service_ = std::move(service);
+    service_address_ = address;
+    for (int i = 0; i < 2; ++i) {
+      gateways_.push_back(StartGatewayProcess(IDEM_BINARY, service_address_, server_->StoreUrl(),
+                                              dir_.File("gateway-" + std::to_string(i) + ".log")));
+      ASSERT_NE(gateways_.back().process, nullptr) << gateways_.back().address;
+    }
+  }
+
+  HttpResponse Post(int gateway, const std::string& key, const std::string& body,
+                    Headers headers = {}) {
+    headers.emplace_back("Idempotency-Key", key);
+    return Http(gateways_[gateway].address, "POST", "/v1/payments", headers, body);
+  }
+
+  int Executions(const std::string& key) {
+    auto r = Http(service_address_, "GET", "/executions?key=" + key);
+    EXPECT_EQ(r.status, 200) << r.error;
+    return r.status == 200 ? std::stoi(r.body) : -1;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<Process> service_;
+  std::string service_address_;
+  std::vector<GatewayProcess> gateways_;
+};
+
+TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
+  constexpr int kClients = 100;
+  std::latch start(kClients);
+  std::atomic<int> created{0}, conflicts{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      start.arrive_and_wait();
+      // The upstream takes 300 ms, so duplicates on both gateways overlap the first request.
+      auto r = Post(i % 2, "dup", R"({"amount":100})", {{"X-Sleep-Ms", "300"}});
+      if (r.status == 201) {
+        ++created;
+      } else if (r.status == 409 && !r.Header("Retry-After").empty()) {
+        ++conflicts;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(Executions("dup"), 1);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GE(created.load(), 1);
+  EXPECT_EQ(created.load() + conflicts.load(), kClients);
+
+  // Afterwards both gateways replay the one stored response, byte for byte.
+  auto a = Post(0, "dup", R"({"amount":100})");
+  auto b = Post(1, "dup", R"({"amount":100})");
+  ASSERT_EQ(a.status, 201);
+  EXPECT_EQ(a.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(b.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(a.body, b.body);
+  EXPECT_EQ(Post(1, "dup", R"({"amount":999})").status, 422) << "one key space, one fingerprint";
+  EXPECT_EQ(Executions("dup"), 1);
+}
+
+TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) {
+  auto first = Post(0, "before", "b");
+  ASSERT_EQ(first.status, 201) << first.error << first.body;
+
+  server_->Kill();
+  for (int gateway = 0; gateway < 2; ++gateway) {
+    const auto start = SteadyClock::now();
+    auto refused = Post(gateway, "during", "b");
+    EXPECT_EQ(refused.status, 503) << refused.error << refused.body;
+    EXPECT_FALSE(refused.Header("Retry-After").empty());
+    EXPECT_NE(refused.body.find("urn:idem:problem:store-unavailable"), std::string::npos);
+    EXPECT_LT(SteadyClock::now() - start, 5s) << "a dead store is an answer, not a hang";
+    EXPECT_EQ(Post(gateway, "before", "b").status, 503) << "fail closed, even for a replay";
+    EXPECT_EQ(Http(gateways_[gateway].admin_address, "GET", "/readyz").status, 503);
+  }
+  EXPECT_EQ(Executions("during"), 0) << "fail closed: the upstream is not called";
+
+  ASSERT_EQ(server_->Restart(), "");
+  // Both gateways reconnect by themselves; the completed record is still there.
+  for (int gateway = 0; gateway < 2; ++gateway) {
+    HttpResponse replay;
+    const auto deadline = SteadyClock::now() + 10s;
+    do {
+      replay = Post(gateway, "before", "b");
+      if (replay.status == 201) break;
+      std::this_thread::sleep_for(100ms);
+    } while (SteadyClock::now() < deadline);
+    ASSERT_EQ(replay.status, 201) << replay.body;
+    EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(replay.body, first.body);
+  }
+  EXPECT_EQ(Executions("before"), 1);
+  EXPECT_EQ(Post(1, "during", "b").status, 201) << "the refused request runs on retry";
+  EXPECT_EQ(Executions("during"), 1);
+}
+
+std::string KindName(const ::testing::TestParamInfo<StoreKind>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(
+    Shared, SharedStoreTest,
+    ::testing::Values(StoreKind{"Redis", [] { return std::make_unique<RedisStoreServer>(); }}),
+    KindName);
+
+}  // namespace
+}  // namespace idem::testing

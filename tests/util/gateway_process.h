@@ -1,0 +1,30 @@
+// Starting the real `idem gateway` binary (and the example service behind it) for end-to-end
+// tests: each on a free loopback port, its output in a log file, stopped by PID.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/process.h"
+
+namespace idem::testing {
+
+struct GatewayProcess {
+  std::unique_ptr<Process> process;
+  std::string address;        // clients
+  std::string admin_address;  // /healthz, /readyz, /metrics, /v1/records
+};
+
+// Starts `idem_binary gateway` in front of `upstream_address` on `store`, with `extra_args`;
+// output goes to `log_path`. On failure `process` is null and `address` holds the output.
+GatewayProcess StartGatewayProcess(const std::string& idem_binary,
+                                   const std::string& upstream_address, const std::string& store,
+                                   const std::string& log_path,
+                                   const std::vector<std::string>& extra_args = {});
+
+// Starts the example service; returns the process and "HOST:PORT", or null and its output.
+std::pair<std::unique_ptr<Process>, std::string> StartExampleService(
+    const std::string& service_binary, const std::string& log_path);
+
+}  // namespace idem::testing
