@@ -16,6 +16,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unistd.h>
+#include <cstdlib>
 
 #include "idem/fingerprint.h"
 #include "idem/store.h"
@@ -54,12 +56,12 @@ void RemoveDb(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
 
-void Setup(const std::string& url, const std::string& path) {
+void Setup(const std::string& url, const std::string& path, bool system_clock = false) {
   g_shared = new Shared;
   g_shared->path = path;
   if (!path.empty()) RemoveDb(path);
   StoreOptions options;
-  options.clock = g_shared->clock;
+  options.clock = system_clock ? SystemClock() : g_shared->clock;
   auto store = OpenStore(url, options);
   if (!store.ok()) {
     std::fprintf(stderr, "cannot open %s: %s\n", url.c_str(), store.status().ToString().c_str());
@@ -179,6 +181,20 @@ void SetupSqliteReplay(const benchmark::State& s) {
 }
 void TeardownAny(const benchmark::State&) { Teardown(); }
 
+// Networked stores run in production mode (the server's clock), each benchmark under a key
+// prefix of its own so that its fresh keys never meet an earlier run's records.
+std::string NetworkUrl(const char* env) {
+  static int run = 0;
+  const std::string base = std::getenv(env);
+  return base + (base.find('?') == std::string::npos ? "?" : "&") + "prefix=bench" +
+         std::to_string(getpid()) + "-" + std::to_string(++run);
+}
+void SetupRedis(const benchmark::State&) { Setup(NetworkUrl("IDEM_BENCH_REDIS_URL"), "", true); }
+void SetupRedisReplay(const benchmark::State& s) {
+  SetupRedis(s);
+  FillForReplay();
+}
+
 // ---- References, measured in the same run so the script can print ratios --------------------
 
 // What a begin+complete pair costs at the least in process memory: insert a small value under a
@@ -268,6 +284,34 @@ IDEM_STORE_BENCH(BeginComplete, "Sqlite/BeginComplete", SetupSqlite);
 IDEM_STORE_BENCH(BeginCompleteSteady, "Sqlite/BeginCompleteSteady", SetupSqlite);
 IDEM_STORE_BENCH(ReplayLookup, "Sqlite/ReplayLookup", SetupSqliteReplay);
 
+// Networked stores: registered only when their server is given, at the concurrencies the
+// comparison with redis-benchmark / pgbench uses (bench/redis-bench.sh).
+void RegisterNetworkBenchmarks() {
+  if (std::getenv("IDEM_BENCH_REDIS_URL") == nullptr) return;
+  struct Case {
+    void (*fn)(benchmark::State&);
+    const char* name;
+    void (*setup)(const benchmark::State&);
+  };
+  for (const Case& c : {Case{BeginComplete, "Redis/BeginComplete", SetupRedis},
+                        Case{ReplayLookup, "Redis/ReplayLookup", SetupRedisReplay}}) {
+    auto [fn, name, setup] = c;
+    benchmark::RegisterBenchmark(name, fn)
+        ->Setup(setup)
+        ->Teardown(TeardownAny)
+        ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
+        ->UseRealTime()
+        ->MinTime(2.0);
+  }
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  RegisterNetworkBenchmarks();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
