@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libboost1.81-dev libssl-dev libsqlite3-dev sqlite3
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
+  libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 
