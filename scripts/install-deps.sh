@@ -8,6 +8,7 @@ packages=(
   libboost1.81-dev libssl-dev libsqlite3-dev sqlite3
   libhiredis-dev redis-server
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
+  libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -12,6 +12,7 @@
 
 #include "idem/clock.h"
 #include "idem/fingerprint.h"
+#include "idem/keys.h"
 #include "idem/status.h"
 
 namespace idem {
@@ -36,6 +37,12 @@ struct RoutePolicy {
   // If the store is unreachable: false (default) answers 503; true forwards the request
   // without idempotency protection (and logs it).
   bool fail_open = false;
+  // Retention guard (docs/gateway.md): with kUuidV7 or kUlid, a key must be of that format (else
+  // 400 key-format), and its embedded time must be no older than `retention` (else 422
+  // key-expired: its record may be gone, so running it would not be a replay) and no more than
+  // `max_key_future_skew` ahead of the gateway's clock (else 422 key-in-future).
+  KeyFormat key_format = KeyFormat::kAny;
+  Duration max_key_future_skew = std::chrono::minutes(5);
 };
 
 // Store threads when none are configured: 2 for embedded stores (memory, SQLite: writes

@@ -186,7 +186,7 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   const std::string where = "route[" + std::to_string(index) + "]";
   static const std::vector<std::string_view> kKnown = {
       "method",      "path_prefix",    "key",      "retention", "lease",
-      "fingerprint", "stored_headers", "fail_open"};
+      "fingerprint", "stored_headers", "fail_open", "key_format", "max_key_future_skew"};
   for (const auto& [k, v] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
       return ConfigError(path, where + "." + std::string(k.str()), "is not a route setting");
@@ -238,6 +238,13 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   }
   IDEM_RETURN_IF_ERROR(ReadStrings(table, "stored_headers", path, where, route.stored_headers));
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "fail_open", path, where, route.fail_open));
+  std::string key_format = "any";
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "key_format", path, where, key_format));
+  auto format = ParseKeyFormat(key_format);
+  if (!format.ok()) return ConfigError(path, where + ".key_format", format.status().message());
+  route.key_format = *format;
+  IDEM_RETURN_IF_ERROR(
+      ReadDuration(table, "max_key_future_skew", path, where, route.max_key_future_skew));
   return Status::Ok();
 }
 

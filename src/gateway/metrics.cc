@@ -7,7 +7,7 @@ namespace idem::gateway {
 std::string_view OutcomeLabel(Outcome outcome) {
   static constexpr std::string_view kLabels[] = {
       "executed", "replayed", "conflict", "mismatch",    "missing_key",
-      "invalid_key", "released", "store_error", "passthrough", "rejected"};
+      "invalid_key", "released", "store_error", "passthrough", "rejected", "key_expired"};
   return kLabels[static_cast<size_t>(outcome)];
 }
 

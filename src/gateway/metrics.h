@@ -25,6 +25,7 @@ enum class Outcome {
   kStoreError,   // 503: the store failed
   kPassthrough,  // no idempotency for this route or request
   kRejected,     // malformed HTTP, body too large, ...
+  kKeyExpired,   // 422: the key's embedded time is outside the route's window
   kCount,
 };
 

@@ -33,6 +33,12 @@ const Row& RowFor(Problem p) {
        "The request was executed but its response was too large to store"},
       {http::status::internal_server_error, "record-corrupt",
        "The stored record for this key cannot be read"},
+      {http::status::bad_request, "key-format",
+       "Idempotency-Key is not in the format this route requires"},
+      {http::status::unprocessable_entity, "key-expired",
+       "Idempotency-Key is older than this route keeps records"},
+      {http::status::unprocessable_entity, "key-in-future",
+       "Idempotency-Key carries a time too far in the future"},
       {http::status::not_found, "not-found", "Not found"},
   };
   return kRows[static_cast<size_t>(p)];
@@ -43,7 +49,7 @@ const Row& RowFor(Problem p) {
 http::status ProblemStatus(Problem problem) { return RowFor(problem).status; }
 
 std::string_view ProblemType(Problem problem) {
-  static std::string types[16];
+  static std::string types[static_cast<size_t>(Problem::kNotFound) + 1];
   static const bool filled = [] {
     for (size_t i = 0; i <= static_cast<size_t>(Problem::kNotFound); ++i) {
       types[i] = "urn:idem:problem:" + std::string(RowFor(static_cast<Problem>(i)).slug);

@@ -22,6 +22,9 @@ enum class Problem {
   kUpstreamTooLarge,    // 502
   kResponseNotStored,   // 502: executed once, response too large to replay
   kRecordCorrupt,       // 500
+  kKeyFormat,           // 400: the route requires a UUIDv7 or ULID key
+  kKeyExpired,          // 422: the key's time is older than the route's retention
+  kKeyInFuture,         // 422: the key's time is too far ahead of the gateway's clock
   kNotFound,            // 404 (admin)
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "gateway/key_guard.h"
 #include "gateway/problem.h"
 #include "idem/fingerprint.h"
 
@@ -164,6 +165,19 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
     trace.detail = key.status().message();
     Response res = MakeProblem(Problem::kInvalidKey, key.status().message(), version, keep_alive);
     trace.Finish(Outcome::kInvalidKey, res);
+    co_return std::move(res);
+  }
+  // The retention guard: a key older than the route's retention may have lost its record.
+  if (const KeyAgeCheck check = CheckKeyAge(route, *key, SystemClock()->Now());
+      check.verdict != KeyAgeVerdict::kAccepted) {
+    trace.detail = check.detail;
+    const Problem problem = check.verdict == KeyAgeVerdict::kWrongFormat ? Problem::kKeyFormat
+                            : check.verdict == KeyAgeVerdict::kExpired   ? Problem::kKeyExpired
+                                                                         : Problem::kKeyInFuture;
+    Response res = MakeProblem(problem, check.detail, version, keep_alive);
+    trace.Finish(check.verdict == KeyAgeVerdict::kWrongFormat ? Outcome::kInvalidKey
+                                                              : Outcome::kKeyExpired,
+                 res);
     co_return std::move(res);
   }
 

@@ -168,6 +168,25 @@ TEST_F(LoadGatewayConfigTest, LeavesUnsetFieldsAtTheirDefaults) {
   EXPECT_TRUE(options_.routes.empty());
 }
 
+TEST_F(LoadGatewayConfigTest, ReadsTheRetentionGuard) {
+  ASSERT_TRUE(Load("[[route]]\npath_prefix = \"/a\"\nkey_format = \"uuidv7\"\n"
+                   "max_key_future_skew = \"1m\"\n"
+                   "[[route]]\npath_prefix = \"/b\"\nkey_format = \"ulid\"\n"
+                   "[[route]]\npath_prefix = \"/c\"\n")
+                  .ok());
+  ASSERT_EQ(options_.routes.size(), 3u);
+  EXPECT_EQ(options_.routes[0].key_format, KeyFormat::kUuidV7);
+  EXPECT_EQ(options_.routes[0].max_key_future_skew, 1min);
+  EXPECT_EQ(options_.routes[1].key_format, KeyFormat::kUlid);
+  EXPECT_EQ(options_.routes[1].max_key_future_skew, 5min) << "the default";
+  EXPECT_EQ(options_.routes[2].key_format, KeyFormat::kAny) << "the default";
+  Status bad = Load("[[route]]\npath_prefix = \"/a\"\nkey_format = \"uuidv4\"\n");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("route[0].key_format: key format 'uuidv4' is not one of"),
+            std::string::npos)
+      << bad.message();
+}
+
 TEST_F(LoadGatewayConfigTest, ErrorsNameTheFileTheFieldAndTheProblem) {
   struct Case {
     const char* toml;

@@ -5,8 +5,10 @@
 #include <iostream>
 #include <string>
 
+#include "call_command.h"
 #include "gateway_command.h"
 #include "idem/version.h"
+#include "key_command.h"
 #include "selfcheck.h"
 
 int main(int argc, char** argv) {
@@ -14,8 +16,9 @@ int main(int argc, char** argv) {
       "idem: exactly-once effects on top of at-least-once delivery.\n\n"
       "Retries are safe to run again when a duplicate has to escape three independent layers:\n"
       "the ingest gateway (Idempotency-Key dedup), the worker inbox, and the emit outbox.\n"
-      "This build ships the gateway (ingest layer), the core engine and its stores; relay,\n"
-      "key and call arrive with their layers.",
+      "This build ships the gateway (ingest layer), the core engine and its stores, and the\n"
+      "client side: key generators (idem key) and a retrying client (idem call); relay\n"
+      "arrives with its layer.",
       "idem"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(idem::kVersion));
@@ -34,6 +37,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   auto run_gateway = idem::cli::AddGatewayCommand(app);
+  auto run_key = idem::cli::AddKeyCommand(app);
+  auto run_call = idem::cli::AddCallCommand(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -43,5 +48,7 @@ int main(int argc, char** argv) {
   }
   if (selfcheck->parsed()) return idem::cli::RunSelfCheck(store_url, std::cout);
   if (app.got_subcommand("gateway")) return run_gateway();
+  if (app.got_subcommand("key")) return run_key();
+  if (app.got_subcommand("call")) return run_call();
   return 0;
 }

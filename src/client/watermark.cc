@@ -1,0 +1,54 @@
+#include "idem/watermark.h"
+
+#include <algorithm>
+
+namespace idem {
+
+std::string_view SequenceOutcomeName(SequenceOutcome outcome) {
+  switch (outcome) {
+    case SequenceOutcome::kNew: return "new";
+    case SequenceOutcome::kDuplicate: return "duplicate";
+    case SequenceOutcome::kTooOld: return "too_old";
+  }
+  return "unknown";
+}
+
+void SequenceWindow::AdvanceFloor(uint64_t new_floor) {
+  const uint64_t end = std::min(new_floor, floor_ + kWindow);
+  for (uint64_t s = floor_ + 1; s <= end; ++s) {
+    if (Test(s)) {
+      Clear(s);
+      if (contiguous_ == s - 1) contiguous_ = s;
+    } else {
+      ++abandoned_;
+    }
+  }
+  if (new_floor > end) abandoned_ += new_floor - end;
+  floor_ = new_floor;
+}
+
+SequenceOutcome SequenceWindow::Observe(uint64_t seq) {
+  if (seq == 0) return SequenceOutcome::kTooOld;
+  if (seq <= contiguous_) return SequenceOutcome::kDuplicate;
+  if (seq <= floor_) return SequenceOutcome::kTooOld;
+  if (seq > floor_ + kWindow) AdvanceFloor(seq - kWindow);
+  if (Test(seq)) return SequenceOutcome::kDuplicate;
+  Set(seq);
+  // Fold the seen prefix of the window into the floor: at most kWindow steps, O(1) amortised.
+  while (Test(floor_ + 1)) AdvanceFloor(floor_ + 1);
+  return SequenceOutcome::kNew;
+}
+
+SequenceOutcome SequenceDeduplicator::Observe(std::string_view producer, uint64_t seq) {
+  std::lock_guard lock(mu_);
+  auto it = windows_.find(std::string(producer));
+  if (it == windows_.end()) it = windows_.emplace(std::string(producer), SequenceWindow()).first;
+  return it->second.Observe(seq);
+}
+
+size_t SequenceDeduplicator::producers() const {
+  std::lock_guard lock(mu_);
+  return windows_.size();
+}
+
+}  // namespace idem
