@@ -10,6 +10,11 @@
 #   bench/gateway-bench.sh --quick      a 3-second smoke run (also QUICK=1)
 #   DURATION=5s CONNECTIONS=64 bench/gateway-bench.sh
 #
+# STORES (default "memory sqlite redis") picks the gateway's stores; for redis the script starts
+# a redis-server of its own (no persistence) on a free port, and the gateway runs
+# IDEM_NET_STORE_THREADS (8) store threads, since each call waits a round trip. Each shared
+# store's figures are also printed as a ratio to the memory store's.
+#
 # Two wrk runs per case, each after a 1-second warm-up:
 #   throughput  CONNECTIONS (32) connections as fast as they go: req/s (and "p99 loaded", which
 #               is mostly queueing)
@@ -53,6 +58,8 @@ NGINX_WORKERS=${NGINX_WORKERS:-1}
 NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
 IDEM_THREADS=${IDEM_THREADS:-1}
 IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-1}
+IDEM_NET_STORE_THREADS=${IDEM_NET_STORE_THREADS:-8}
+STORES=${STORES:-memory sqlite redis}
 
 need=()
 command -v wrk >/dev/null || need+=(wrk)
@@ -203,16 +210,35 @@ measure() {
     "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
 }
 
-# Starts `idem gateway` on store $1 (memory|sqlite); sets gateway_pid, gateway, admin.
+# Starts a redis-server without persistence on a free port; sets redis_port.
+start_redis() {
+  redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p "$work/redis"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work/redis" --save "" \
+    --appendonly no --daemonize no >"$work/redis/redis.log" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 1 250); do
+    grep -q "Ready to accept connections" "$work/redis/redis.log" && return 0
+    sleep 0.02
+  done
+  cat "$work/redis/redis.log" >&2
+  fail "redis-server did not start"
+}
+
+# Starts `idem gateway` on store $1 (memory|sqlite|redis); sets gateway_pid, gateway, admin.
 gateways=0
 start_gateway() {
-  local store=memory log
+  local store=memory log store_threads=$IDEM_STORE_THREADS
   gateways=$((gateways + 1))
   [[ $1 == sqlite ]] && store="sqlite:$work/idem-$gateways.db?durability=normal"
+  if [[ $1 == redis ]]; then
+    store="redis://127.0.0.1:$redis_port?prefix=bench$gateways"
+    store_threads=$IDEM_NET_STORE_THREADS
+  fi
   log="$work/gateway-$gateways.log"
   "$work/bin/idem" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --upstream "http://$service" --store "$store" \
-    --threads "$IDEM_THREADS" --store-threads "$IDEM_STORE_THREADS" >"$log" 2>&1 &
+    --threads "$IDEM_THREADS" --store-threads "$store_threads" >"$log" 2>&1 &
   gateway_pid=$!
   pids+=("$gateway_pid")
   gateway=$(address_after "$log" "gateway on" "$gateway_pid")
@@ -278,7 +304,8 @@ measure nginx throughput "$nginx" unique "$CONNECTIONS" -
 measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
 stop_pid "$nginx_pid"
 
-for store in memory sqlite; do
+[[ " $STORES " == *" redis "* ]] && start_redis
+for store in $STORES; do
   for mode in unique fixed; do
     name="idem-$store-$([[ $mode == unique ]] && echo first || echo replay)"
     for kind in throughput latency; do
@@ -315,6 +342,15 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
     print "req/s: " conns " connections; p50/p99: " latency_conns " connection(s), one request at" \
       " a time; p99 loaded: the req/s run; x nginx: req/s as a ratio to nginx"
     print ""
+    print "shared stores against the memory store:"
+    for (i = 1; i <= n; i++) {
+      c = order[i]
+      if (c !~ /^idem-/ || c ~ /^idem-memory-/) continue
+      base = c; sub(/^idem-[a-z]+-/, "idem-memory-", base)
+      if ((base " throughput") in rps)
+        printf "%-19s req/s %.2fx %s\n", c, rps[c " throughput"] / rps[base " throughput"], base
+    }
+    print ""
     print "aims:"
     aim("idem-memory-first", "req/s >= 0.9x nginx", rps["idem-memory-first throughput"] / nginx_rps, 0.9, "x")
     aim("idem-sqlite-first", "req/s >= 0.7x nginx", rps["idem-sqlite-first throughput"] / nginx_rps, 0.7, "x")
@@ -329,6 +365,7 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
     exit failed
   }
   function aim(c, what, value, bound, unit, at_most) {
+    if (!((c " throughput") in rps)) return
     ok = at_most ? value <= bound : value >= bound
     printf "  %-6s  %-19s %-30s %s\n", ok ? "met" : "missed", c, what,
       sprintf(at_most ? "%+.3f" : "%.2f", value) unit
