@@ -4,6 +4,8 @@
 
 #include "idem/store.h"
 #include "store/memory/memory_store.h"
+#include "store/postgres/pg_url.h"
+#include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace idem {
@@ -84,8 +86,10 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions opti
     std::string path = parsed.rest.empty() ? "idem.db" : parsed.rest;
     return OpenSqliteStore(path, options);
   }
+  if (internal::pg::IsPostgresUrl(url)) return OpenPostgresStore(url, options);
   return InvalidArgumentError("unknown store '" + std::string(url) +
-                              "': expected 'memory' or 'sqlite:PATH'");
+                              "': expected 'memory', 'sqlite:PATH' or "
+                              "'postgresql://USER[:PASS]@HOST:PORT/DB'");
 }
 
 }  // namespace idem
