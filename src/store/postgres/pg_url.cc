@@ -146,7 +146,7 @@ Result<PgConfig> ParsePostgresUrl(std::string_view url) {
   add("connect_timeout", std::to_string(config.connect_timeout_s));
   add("application_name", "idem");
   add("options", "-c statement_timeout=" + std::to_string(config.timeout.count()) +
-                     " -c search_path=" + config.schema);
+                     " -c search_path=" + config.schema + " -c client_min_messages=warning");
   for (auto& [k, v] : passthrough) add(k, v);
   return config;
 }
