@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config
-  libboost1.81-dev libssl-dev libsqlite3-dev sqlite3
+  libboost1.81-dev libssl-dev libsqlite3-dev sqlite3 libpq-dev postgresql
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )

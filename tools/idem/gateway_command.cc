@@ -31,7 +31,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
   cmd->add_option("--upstream", o.upstream, "The service to protect: http://HOST:PORT");
   cmd->add_option("--store", o.store,
                   "Where records live: memory | sqlite:PATH[?durability=off|normal|full\n"
-                  "&busy_timeout_ms=N]")
+                  "&busy_timeout_ms=N] | postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N\n"
+                  "&timeout_ms=N&schema=NAME] (see docs/postgresql.md)")
       ->capture_default_str();
   cmd->add_option("--admin-listen", o.admin_listen,
                   "HOST:PORT for /healthz /readyz /metrics /v1/records (default: none)");
