@@ -185,6 +185,10 @@ class Store {
 //   sqlite:PATH                 SQLite at PATH (created if missing); "sqlite:" alone means
 //                               ./idem.db. Query options: durability=off|normal|full,
 //                               busy_timeout_ms=N (see StoreOptions), joined with '&'.
+//   postgresql://USER[:PASS]@HOST[:PORT]/DB[?OPTIONS]   (or postgres://) PostgreSQL, schema
+//                               created or migrated on open. Options: pool_size, timeout_ms,
+//                               connect_timeout, schema, partition_horizon_days (see
+//                               docs/postgresql.md).
 // Unknown schemes and malformed URLs are kInvalidArgument; an unopenable database is
 // kUnavailable or kFailedPrecondition with the path in the message.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options = {});

@@ -5,6 +5,8 @@
 #include "idem/store.h"
 #include "store/memory/memory_store.h"
 #include "store/redis/redis_store.h"
+#include "store/postgres/pg_url.h"
+#include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace idem {
@@ -86,8 +88,10 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions opti
     return OpenSqliteStore(path, options);
   }
   if (parsed.scheme == "redis") return OpenRedisStore(url, options);
+  if (internal::pg::IsPostgresUrl(url)) return OpenPostgresStore(url, options);
   return InvalidArgumentError("unknown store '" + std::string(url) +
-                              "': expected 'memory', 'sqlite:PATH' or 'redis://HOST:PORT'");
+                              "': expected 'memory', 'sqlite:PATH', 'redis://HOST:PORT' or "
+                              "'postgresql://USER[:PASS]@HOST:PORT/DB'");
 }
 
 }  // namespace idem

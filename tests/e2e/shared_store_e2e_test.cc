@@ -13,6 +13,7 @@
 
 #include "util/gateway_process.h"
 #include "util/http_client.h"
+#include "util/postgres_server.h"
 #include "util/redis_server.h"
 #include "util/temp_dir.h"
 
@@ -42,6 +43,23 @@ class RedisStoreServer final : public StoreServer {
 
  private:
   RedisServer server_{RedisServer::Options{.append_only = true}};
+};
+
+class PostgresStoreServer final : public StoreServer {
+ public:
+  std::string Start() override {
+    server_ = std::make_unique<PostgresServer>();
+    if (!server_->error().empty()) return server_->error();
+    database_ = server_->CreateDatabase();
+    return "";
+  }
+  void Kill() override { server_->Kill(); }
+  std::string Restart() override { return server_->Restart() ? "" : server_->error(); }
+  std::string StoreUrl() override { return server_->Url(database_) + "?timeout_ms=2000"; }
+
+ private:
+  std::unique_ptr<PostgresServer> server_;
+  std::string database_;
 };
 
 struct StoreKind {
@@ -161,7 +179,9 @@ std::string KindName(const ::testing::TestParamInfo<StoreKind>& info) { return i
 
 INSTANTIATE_TEST_SUITE_P(
     Shared, SharedStoreTest,
-    ::testing::Values(StoreKind{"Redis", [] { return std::make_unique<RedisStoreServer>(); }}),
+    ::testing::Values(
+        StoreKind{"Redis", [] { return std::make_unique<RedisStoreServer>(); }},
+        StoreKind{"PostgreSQL", [] { return std::make_unique<PostgresStoreServer>(); }}),
     KindName);
 
 }  // namespace

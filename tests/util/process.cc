@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -12,7 +13,8 @@
 
 namespace idem::testing {
 
-Process::Process(std::vector<std::string> argv, std::string log_path)
+Process::Process(std::vector<std::string> argv, std::string log_path,
+                 std::optional<RunAs> run_as)
     : log_path_(std::move(log_path)) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
@@ -28,6 +30,12 @@ Process::Process(std::vector<std::string> argv, std::string log_path)
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
+    if (run_as && (setgroups(0, nullptr) != 0 || setgid(run_as->gid) != 0 ||
+                   setuid(run_as->uid) != 0)) {
+      _exit(126);
+    }
+    // A change of credentials clears the parent-death signal: set it again.
+    if (run_as) prctl(PR_SET_PDEATHSIG, SIGKILL);
     execv(args[0], args.data());
     _exit(127);
   }

@@ -11,10 +11,18 @@
 
 namespace idem::testing {
 
+// A user to run a child as (PostgreSQL refuses to run as root).
+struct RunAs {
+  uid_t uid;
+  gid_t gid;
+};
+
 class Process {
  public:
-  // Starts `argv[0]` with `argv`; stdout and stderr go to `log_path`.
-  Process(std::vector<std::string> argv, std::string log_path);
+  // Starts `argv[0]` with `argv`; stdout and stderr go to `log_path`. With `run_as`, the child
+  // drops to that user and group before exec (the caller must be root).
+  Process(std::vector<std::string> argv, std::string log_path,
+          std::optional<RunAs> run_as = std::nullopt);
   ~Process();  // SIGKILL if still running
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

@@ -9,6 +9,7 @@
 #include "gateway_command.h"
 #include "idem/version.h"
 #include "key_command.h"
+#include "migrate_command.h"
 #include "selfcheck.h"
 
 int main(int argc, char** argv) {
@@ -33,8 +34,19 @@ int main(int argc, char** argv) {
       "report each step. Exit code 0 when all behave, 1 when one does not, 2 when the store\n"
       "cannot be opened.");
   selfcheck->add_option("--store", store_url,
-                        "Store URL: 'memory', or 'sqlite:PATH[?durability=off|normal|full]'")
+                        "Store URL: 'memory', 'sqlite:PATH[?durability=off|normal|full]' or\n"
+                        "'postgresql://USER[:PASS]@HOST:PORT/DB[?options]'")
       ->capture_default_str();
+
+  std::string migrate_url;
+  auto* migrate = app.add_subcommand(
+      "migrate",
+      "Create or upgrade a store's schema and print its version. Run it once before rolling\n"
+      "out gateways on a new idem version (they also migrate on start, one at a time).\n"
+      "Exit code 0 when the schema is current, 1 when it cannot be migrated.");
+  migrate->add_option("--store", migrate_url,
+                      "Store URL, e.g. 'postgresql://idem@db.internal:5432/idem'")
+      ->required();
 
   auto run_gateway = idem::cli::AddGatewayCommand(app);
   auto run_key = idem::cli::AddKeyCommand(app);
@@ -47,6 +59,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (selfcheck->parsed()) return idem::cli::RunSelfCheck(store_url, std::cout);
+  if (migrate->parsed()) return idem::cli::RunMigrate(migrate_url, std::cout, std::cerr);
   if (app.got_subcommand("gateway")) return run_gateway();
   if (app.got_subcommand("key")) return run_key();
   if (app.got_subcommand("call")) return run_call();

@@ -1,0 +1,58 @@
+// The calls of the PostgreSQL store, shared by the pooled store and the transactional API:
+// each call's SQL (one statement, one round trip), its parameters and the decoding of its row.
+// The logic itself lives in the SQL functions of pg_schema_sql.h.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <optional>
+#include <string>
+
+#include "idem/record.h"
+#include "idem/store.h"
+#include "store/postgres/pg_connection.h"
+
+namespace idem::internal::pg {
+
+// The SHA-256 (32 raw bytes) of the scope's length-prefixed encoding: for each of tenant,
+// client and key, its 4-byte big-endian length then its bytes. ("ab","c") != ("a","bc").
+std::string ScopeId(const Scope& scope);
+
+// "Now" for a call: nullopt means the database server's clock (clock_timestamp()).
+using NowParam = std::optional<TimePoint>;
+// nullopt when `clock` is the process's system clock, so every gateway shares the server's
+// clock; the clock's reading otherwise (a test's ManualClock).
+NowParam NowFor(const std::shared_ptr<Clock>& clock);
+
+inline constexpr const char* kBeginSql =
+    "SELECT o_outcome, o_token, o_previous_token, o_retry_after_ms, o_response "
+    "FROM idem_begin($1::bytea, $2::text, $3::text, $4::text, $5::bytea, $6::bigint, "
+    "$7::bigint, $8::bigint)";
+inline constexpr const char* kCompleteSql =
+    "SELECT idem_complete($1::bytea, $2::bigint, $3::bytea, $4::bigint, $5::bigint)";
+inline constexpr const char* kReleaseSql =
+    "SELECT idem_release($1::bytea, $2::bigint, $3::bigint)";
+inline constexpr const char* kPurgeSql = "SELECT idem_purge($1::bytea, $2::bigint)";
+inline constexpr const char* kGetSql =
+    "SELECT fingerprint, state, token, lease_deadline_ms, created_ms, expires_ms, response "
+    "FROM idem_records WHERE scope_id = $1::bytea AND expires_ms > idem_now($2::bigint) "
+    "ORDER BY expires_ms DESC LIMIT 1";
+inline constexpr const char* kSweepSql = "SELECT idem_sweep($1::bigint, $2::bigint)";
+inline constexpr const char* kEnsurePartitionsSql =
+    "SELECT idem_ensure_partitions($1::bigint, $2::bigint)";
+
+PgParams BeginParams(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                     Duration abandoned_retention, NowParam now);
+PgParams CompleteParams(const Scope& scope, FencingToken token, const StoredResponse& response,
+                        Duration ttl, NowParam now);
+PgParams ReleaseParams(const Scope& scope, FencingToken token, NowParam now);
+PgParams PurgeParams(const Scope& scope, NowParam now);
+PgParams GetParams(const Scope& scope, NowParam now);
+
+// Decoders of binary-format results. kDataLoss when the row is not what the SQL promises.
+Result<BeginOutcome> DecodeBegin(const PGresult* result);
+Result<bool> DecodeBool(const PGresult* result);
+Result<int64_t> DecodeInt(const PGresult* result);
+Result<std::optional<Record>> DecodeGet(const PGresult* result, const Scope& scope);
+
+}  // namespace idem::internal::pg

@@ -1,0 +1,69 @@
+#include "store/postgres/pg_pool.h"
+
+#include <algorithm>
+
+namespace idem::internal::pg {
+
+PgPool::PgPool(PgConfig config, Setup setup)
+    : config_(std::move(config)), setup_(std::move(setup)), slots_(config_.pool_size) {
+  for (size_t i = slots_.size(); i > 0; --i) free_.push_back(i - 1);
+}
+
+Result<size_t> PgPool::Borrow(std::string_view op) {
+  size_t index = 0;
+  {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, config_.timeout, [&] { return !free_.empty(); })) {
+      return UnavailableError("postgresql " + std::string(op) + ": no free connection within " +
+                              std::to_string(config_.timeout.count()) + " ms (pool_size " +
+                              std::to_string(config_.pool_size) + ")");
+    }
+    index = free_.back();
+    free_.pop_back();
+  }
+  Slot& slot = slots_[index];
+  if (slot.conn == nullptr || !slot.conn->healthy()) {
+    slot.conn.reset();
+    Status connected = Reconnect(slot, op);
+    if (!connected.ok()) {
+      GiveBack(index);
+      return connected;
+    }
+  }
+  return index;
+}
+
+Status PgPool::Reconnect(Slot& slot, std::string_view op) {
+  const auto now = SteadyClock::now();
+  if (now < slot.retry_at) {
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(slot.retry_at - now);
+    return UnavailableError("postgresql " + std::string(op) + ": " + config_.display +
+                            " unreachable; next reconnect attempt in " +
+                            std::to_string(wait.count()) + " ms");
+  }
+  auto conn = PgConnection::Connect(config_.keywords, config_.values,
+                                    config_.timeout + std::chrono::seconds(1));
+  Status status = conn.ok() ? setup_(**conn) : conn.status();
+  if (!status.ok()) {
+    slot.backoff = std::clamp(slot.backoff * 2, std::chrono::milliseconds(100),
+                              std::chrono::milliseconds(2000));
+    slot.retry_at = SteadyClock::now() + slot.backoff;
+    return status.WithContext(config_.display);
+  }
+  slot.backoff = std::chrono::milliseconds(0);
+  slot.retry_at = {};
+  slot.conn = std::move(*conn);
+  return Status::Ok();
+}
+
+void PgPool::GiveBack(size_t index) {
+  Slot& slot = slots_[index];
+  if (slot.conn != nullptr && !slot.conn->healthy()) slot.conn.reset();
+  {
+    std::lock_guard lock(mu_);
+    free_.push_back(index);
+  }
+  cv_.notify_one();
+}
+
+}  // namespace idem::internal::pg

@@ -1,0 +1,63 @@
+// A fixed-size pool of PgConnections, each set up (statements prepared) when it connects.
+//
+// A call borrows a connection for one statement. A connection that failed is dropped when it
+// comes back and reconnected by the next borrower; a failed reconnect makes that slot refuse
+// work with kUnavailable until a backoff (100 ms doubling to 2 s) passes, so a dead server
+// costs callers one quick error each rather than a connect storm. Every wait is bounded: for
+// a free connection by the timeout, for a reply by the connection's own timeout.
+//
+// Thread safety: safe to call from many threads at once.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "store/postgres/pg_connection.h"
+#include "store/postgres/pg_url.h"
+
+namespace idem::internal::pg {
+
+class PgPool {
+ public:
+  using Setup = std::function<Status(PgConnection&)>;
+  PgPool(PgConfig config, Setup setup);
+
+  // Runs `fn` on a connected, set-up connection.
+  template <typename T>
+  Result<T> Run(std::string_view op, const std::function<Result<T>(PgConnection&)>& fn) {
+    auto borrowed = Borrow(op);
+    if (!borrowed.ok()) return borrowed.status();
+    Result<T> result = fn(*slots_[*borrowed].conn);
+    GiveBack(*borrowed);
+    return result;
+  }
+
+  const PgConfig& config() const { return config_; }
+
+ private:
+  using SteadyClock = std::chrono::steady_clock;
+  struct Slot {
+    std::unique_ptr<PgConnection> conn;
+    SteadyClock::time_point retry_at{};
+    std::chrono::milliseconds backoff{0};
+  };
+
+  // Returns the index of a slot whose connection is ready for use.
+  Result<size_t> Borrow(std::string_view op);
+  void GiveBack(size_t index);
+  // Connects slot `index` (owned by the caller, outside the lock).
+  Status Reconnect(Slot& slot, std::string_view op);
+
+  const PgConfig config_;
+  const Setup setup_;
+  std::vector<Slot> slots_;  // each slot is touched only by the thread that borrowed it
+  std::mutex mu_;            // guards free_
+  std::condition_variable cv_;
+  std::vector<size_t> free_;  // a stack: the most recently used connection goes out first
+};
+
+}  // namespace idem::internal::pg

@@ -1,0 +1,58 @@
+#include "store/postgres/pg_schema.h"
+
+#include "store/postgres/pg_schema_sql.h"
+
+namespace idem::internal::pg {
+namespace {
+
+// The migrations, in order: kMigrations[v - 1] takes the schema from version v - 1 to v.
+constexpr const char* kMigrations[] = {kSchemaV1};
+static_assert(std::size(kMigrations) == kSchemaVersion);
+
+Result<int> MigrateLocked(PgConnection& conn, const std::string& schema) {
+  auto locked = conn.Exec("migrate: lock", "SELECT pg_advisory_xact_lock(" +
+                                               std::to_string(kLockNamespace) + ", " +
+                                               std::to_string(kSchemaLock) + ")");
+  if (!locked.ok()) return locked.status();
+  auto created = conn.Exec("migrate: create schema",
+                           "CREATE SCHEMA IF NOT EXISTS \"" + schema + "\";"
+                           "CREATE TABLE IF NOT EXISTS idem_schema (version integer NOT NULL)");
+  if (!created.ok()) return created.status();
+  auto read = conn.Exec("migrate: read version", "SELECT coalesce(max(version), 0) FROM idem_schema");
+  if (!read.ok()) return read.status();
+  if (PQntuples(read->get()) != 1) return DataLossError("migrate: idem_schema unreadable");
+  const int current = std::atoi(PQgetvalue(read->get(), 0, 0));
+  if (current > kSchemaVersion) {
+    return FailedPreconditionError("postgresql schema version " + std::to_string(current) +
+                                   " is newer than this idem build understands (" +
+                                   std::to_string(kSchemaVersion) + "); upgrade idem");
+  }
+  for (int v = current + 1; v <= kSchemaVersion; ++v) {
+    auto applied = conn.Exec("migrate to version " + std::to_string(v), kMigrations[v - 1]);
+    if (!applied.ok()) return applied.status();
+  }
+  if (current != kSchemaVersion) {
+    auto stamped = conn.Exec("migrate: record version",
+                             "DELETE FROM idem_schema; INSERT INTO idem_schema (version) VALUES (" +
+                                 std::to_string(kSchemaVersion) + ")");
+    if (!stamped.ok()) return stamped.status();
+  }
+  return kSchemaVersion;
+}
+
+}  // namespace
+
+Result<int> MigrateSchema(PgConnection& conn, const std::string& schema) {
+  auto began = conn.Exec("migrate: begin", "BEGIN");
+  if (!began.ok()) return began.status();
+  auto version = MigrateLocked(conn, schema);
+  if (!version.ok()) {
+    if (conn.healthy()) (void)conn.Exec("migrate: rollback", "ROLLBACK");
+    return version.status();
+  }
+  auto committed = conn.Exec("migrate: commit", "COMMIT");
+  if (!committed.ok()) return committed.status();
+  return version;
+}
+
+}  // namespace idem::internal::pg

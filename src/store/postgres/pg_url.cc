@@ -1,0 +1,154 @@
+#include "store/postgres/pg_url.h"
+
+#include <libpq-fe.h>
+
+#include <charconv>
+
+namespace idem::internal::pg {
+namespace {
+
+constexpr std::string_view kUsage = "expected postgresql://USER[:PASS]@HOST[:PORT]/DB[?options]";
+
+Status Bad(std::string_view url, std::string why) {
+  // The URL may hold a password: name the problem, not the URL.
+  (void)url;
+  return InvalidArgumentError("postgresql store URL: " + why);
+}
+
+Result<int> ParseInt(std::string_view name, std::string_view value, int min, int max) {
+  int n = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || n < min ||
+      n > max) {
+    return InvalidArgumentError(std::string(name) + " must be " + std::to_string(min) + " to " +
+                                std::to_string(max) + ", not '" + std::string(value) + "'");
+  }
+  return n;
+}
+
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool letter = (c >= 'a' && c <= 'z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (!(letter || (digit && i > 0))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsPostgresUrl(std::string_view url) {
+  return url.starts_with("postgresql:") || url.starts_with("postgres:");
+}
+
+Result<PgConfig> ParsePostgresUrl(std::string_view url) {
+  std::string_view scheme;
+  for (std::string_view s : {"postgresql://", "postgres://"}) {
+    if (url.starts_with(s)) scheme = s;
+  }
+  if (scheme.empty()) return Bad(url, std::string(kUsage));
+  std::string_view rest = url.substr(scheme.size());
+  std::string_view query;
+  if (const size_t q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos || slash + 1 == rest.size()) {
+    return Bad(url, "no database name; " + std::string(kUsage));
+  }
+  const std::string_view authority = rest.substr(0, slash);
+  const std::string_view database = rest.substr(slash + 1);
+  const size_t at = authority.rfind('@');
+  if (at == std::string_view::npos || at == 0) {
+    return Bad(url, "no user name; " + std::string(kUsage));
+  }
+  const std::string_view user_info = authority.substr(0, at);
+  const std::string_view host_port = authority.substr(at + 1);
+  const std::string_view user = user_info.substr(0, user_info.find(':'));
+  std::string_view host = host_port;
+  if (const size_t colon = host_port.rfind(':');
+      colon != std::string_view::npos && host_port.find(']', colon) == std::string_view::npos) {
+    host = host_port.substr(0, colon);
+    auto port = ParseInt("port", host_port.substr(colon + 1), 1, 65535);
+    if (!port.ok()) return Bad(url, port.status().message());
+  }
+  if (host.empty()) return Bad(url, "no host; " + std::string(kUsage));
+  if (database.find('/') != std::string_view::npos) {
+    return Bad(url, "database name may not contain '/'");
+  }
+
+  PgConfig config;
+  config.display = std::string(scheme) + std::string(user) + "@" + std::string(host_port) + "/" +
+                   std::string(database);
+  std::vector<std::pair<std::string, std::string>> passthrough;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      return Bad(url, "option '" + std::string(pair) + "' has no value");
+    }
+    const std::string_view name = pair.substr(0, eq);
+    const std::string_view value = pair.substr(eq + 1);
+    if (name == "pool_size") {
+      auto n = ParseInt(name, value, 1, 1024);
+      if (!n.ok()) return Bad(url, n.status().message());
+      config.pool_size = *n;
+    } else if (name == "timeout_ms") {
+      auto n = ParseInt(name, value, 1, 3'600'000);
+      if (!n.ok()) return Bad(url, n.status().message());
+      config.timeout = std::chrono::milliseconds(*n);
+    } else if (name == "connect_timeout") {
+      auto n = ParseInt(name, value, 1, 3600);
+      if (!n.ok()) return Bad(url, n.status().message());
+      config.connect_timeout_s = *n;
+    } else if (name == "partition_horizon_days") {
+      auto n = ParseInt(name, value, 1, 366);
+      if (!n.ok()) return Bad(url, n.status().message());
+      config.partition_horizon_days = *n;
+    } else if (name == "schema") {
+      if (!IsIdentifier(value)) {
+        return Bad(url, "schema must be a lower-case SQL identifier, not '" +
+                            std::string(value) + "'");
+      }
+      config.schema = std::string(value);
+    } else if (name == "sslmode" || name == "application_name") {
+      passthrough.emplace_back(std::string(name), std::string(value));
+    } else {
+      return Bad(url, "unknown option '" + std::string(name) +
+                          "' (known: pool_size, timeout_ms, connect_timeout, schema, "
+                          "partition_horizon_days, sslmode, application_name)");
+    }
+  }
+
+  // The base URI goes to libpq as dbname (expanded); libpq checks its escapes here.
+  const std::string base = std::string(url.substr(0, scheme.size() + rest.size()));
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(base.c_str(), &error);
+  if (parsed == nullptr) {
+    std::string why = error != nullptr ? error : "malformed";
+    PQfreemem(error);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    return Bad(url, why);
+  }
+  PQconninfoFree(parsed);
+
+  auto add = [&](std::string k, std::string v) {
+    config.keywords.push_back(std::move(k));
+    config.values.push_back(std::move(v));
+  };
+  add("dbname", base);
+  add("connect_timeout", std::to_string(config.connect_timeout_s));
+  add("application_name", "idem");
+  add("options", "-c statement_timeout=" + std::to_string(config.timeout.count()) +
+                     " -c search_path=" + config.schema + " -c client_min_messages=warning");
+  for (auto& [k, v] : passthrough) add(k, v);
+  return config;
+}
+
+}  // namespace idem::internal::pg

@@ -1,0 +1,358 @@
+// PostgreSQL-specific behaviour beyond the contract: schema versions and concurrent opens,
+// partitions created on demand and dropped by Sweep, the transactional API, URL errors, and a
+// server killed mid-run.
+#include <libpq-fe.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "idem/fingerprint.h"
+#include "idem/postgres.h"
+#include "idem/store.h"
+#include "util/postgres_server.h"
+
+namespace idem {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::PostgresServer;
+using testing::SharedPostgresServer;
+using SteadyClock = std::chrono::steady_clock;
+
+Fingerprint Fp(std::string_view body = "x") {
+  return *ComputeFingerprint({}, {"POST", "/", "", body, {}});
+}
+Scope S(std::string key) { return Scope{"tenant", "", std::move(key)}; }
+const StoredResponse kCreated{201, {{"Location", "/p/1"}}, "created"};
+
+class PostgresStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(server_.error(), "");
+    database_ = server_.CreateDatabase();
+  }
+  std::string Url(const std::string& query = "") const {
+    return server_.Url(database_) + query;
+  }
+  StoreOptions Options() const {
+    StoreOptions o;
+    o.clock = clock_;
+    return o;
+  }
+  std::unique_ptr<Store> Open() {
+    auto store = OpenStore(Url(), Options());
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  std::string Sql(const std::string& sql) { return server_.Query(database_, sql); }
+
+  PostgresServer& server_ = SharedPostgresServer();
+  std::string database_;
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+};
+
+// ---- schema ----------------------------------------------------------------------------------
+
+TEST_F(PostgresStoreTest, FreshDatabaseGetsTheSchemaAndTheComingDaysPartitions) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(Sql("SELECT max(version) FROM idem_schema"), "1");
+  // Today plus a two-day horizon: three UTC days.
+  EXPECT_EQ(Sql("SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem_records'::regclass"),
+            "3");
+  EXPECT_EQ(Sql("SELECT to_regclass('idem_records_p20231114') IS NOT NULL"), "t");
+}
+
+TEST_F(PostgresStoreTest, SchemaNewerThanThisBuildIsAFailedPrecondition) {
+  ASSERT_NE(Open(), nullptr);
+  ASSERT_EQ(Sql("UPDATE idem_schema SET version = 99"), "");
+  auto store = OpenStore(Url(), Options());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().ToString();
+  EXPECT_NE(store.status().message().find("newer"), std::string::npos);
+}
+
+TEST_F(PostgresStoreTest, StoresOpeningConcurrentlyAllSucceed) {
+  std::vector<std::future<Status>> opens;
+  for (int i = 0; i < 6; ++i) {
+    opens.push_back(std::async(std::launch::async, [&] {
+      auto store = OpenStore(Url(), Options());
+      return store.ok() ? Status::Ok() : store.status();
+    }));
+  }
+  for (auto& f : opens) {
+    const Status s = f.get();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem_schema"), "1");
+}
+
+TEST_F(PostgresStoreTest, SchemaOptionKeepsTablesInTheirOwnSchema) {
+  auto store = OpenStore(Url("?schema=idem_a"), Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const FencingToken t = *OwnedToken(*(*store)->Begin(S("k"), Fp(), seconds(30)));
+  EXPECT_EQ(*(*store)->Complete(S("k"), t, kCreated, hours(1)), CompleteOutcome::kOk);
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem_a.idem_records"), "1");
+  EXPECT_EQ(Sql("SELECT to_regclass('public.idem_records') IS NULL"), "t");
+}
+
+// ---- partitions and retention ----------------------------------------------------------------
+
+TEST_F(PostgresStoreTest, FarFutureTtlCreatesItsPartitionOnDemand) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  const FencingToken t = *OwnedToken(*store->Begin(S("k"), Fp(), seconds(30)));
+  // 1'700'000'000'000 ms is 2023-11-14T22:13:20Z; + 400 days is 2024-12-18.
+  ASSERT_EQ(*store->Complete(S("k"), t, kCreated, hours(24 * 400)), CompleteOutcome::kOk);
+  EXPECT_EQ(Sql("SELECT to_regclass('idem_records_p20241218') IS NOT NULL"), "t");
+  auto record = store->Get(S("k"));
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->response, kCreated);
+  auto replay = store->Begin(S("k"), Fp(), seconds(30));
+  ASSERT_TRUE(replay.ok());
+  EXPECT_TRUE(std::holds_alternative<Replay>(*replay));
+}
+
+TEST_F(PostgresStoreTest, SweepDropsWholeExpiredPartitionsAndKeepsLiveRecords) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    const Scope scope = S("short-" + std::to_string(i));
+    const FencingToken t = *OwnedToken(*store->Begin(scope, Fp(), seconds(30)));
+    ASSERT_EQ(*store->Complete(scope, t, kCreated, hours(1)), CompleteOutcome::kOk);
+  }
+  for (int i = 0; i < 5; ++i) {
+    const Scope scope = S("long-" + std::to_string(i));
+    const FencingToken t = *OwnedToken(*store->Begin(scope, Fp(), seconds(30)));
+    ASSERT_EQ(*store->Complete(scope, t, kCreated, hours(24 * 10)), CompleteOutcome::kOk);
+  }
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem_records"), "15");
+  auto early = store->Sweep(clock_->Now());
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_EQ(*early, 0u);
+
+  clock_->Advance(hours(48));
+  auto swept = store->Sweep(clock_->Now());
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(*swept, 10u);
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem_records"), "5");  // physically gone
+  EXPECT_EQ(Sql("SELECT to_regclass('idem_records_p20231114') IS NULL"), "t");
+  for (int i = 0; i < 5; ++i) {
+    auto record = store->Get(S("long-" + std::to_string(i)));
+    ASSERT_TRUE(record.ok());
+    EXPECT_TRUE(record->has_value());
+  }
+  // Sweep also created the partitions ahead of the new "now".
+  EXPECT_EQ(Sql("SELECT to_regclass('idem_records_p20231118') IS NOT NULL"), "t");
+}
+
+// ---- the transactional API -------------------------------------------------------------------
+
+class Connection {
+ public:
+  explicit Connection(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {}
+  ~Connection() { PQfinish(conn_); }
+  PGconn* get() const { return conn_; }
+  bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+  // Runs a statement; returns its error message, or "" on success.
+  std::string Exec(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    const auto s = PQresultStatus(r);
+    std::string error = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? ""
+                                                                      : PQresultErrorMessage(r);
+    PQclear(r);
+    return error;
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+class PostgresTransactionTest : public PostgresStoreTest {
+ protected:
+  void SetUp() override {
+    PostgresStoreTest::SetUp();
+    store_ = Open();
+    ASSERT_NE(store_, nullptr);
+    ASSERT_EQ(Sql("CREATE TABLE payments (id text PRIMARY KEY)"), "");
+    tx_options_.clock = clock_;
+  }
+  std::unique_ptr<Store> store_;
+  postgres::TransactionOptions tx_options_;
+};
+
+TEST_F(PostgresTransactionTest, CommitKeepsTheBusinessRowAndTheRecord) {
+  Connection conn(server_.ConnInfo(database_));
+  ASSERT_TRUE(conn.ok());
+  ASSERT_EQ(conn.Exec("BEGIN"), "");
+  auto begun = postgres::BeginInTransaction(conn.get(), S("pay-1"), Fp(), seconds(30), tx_options_);
+  ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<Acquired>(*begun));
+  ASSERT_EQ(conn.Exec("INSERT INTO payments VALUES ('pay-1')"), "");
+  auto done = postgres::CompleteInTransaction(conn.get(), S("pay-1"), *OwnedToken(*begun),
+                                              kCreated, hours(1), tx_options_);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  EXPECT_EQ(*done, CompleteOutcome::kOk);
+  ASSERT_EQ(conn.Exec("COMMIT"), "");
+
+  EXPECT_EQ(Sql("SELECT count(*) FROM payments"), "1");
+  auto replay = store_->Begin(S("pay-1"), Fp(), seconds(30));
+  ASSERT_TRUE(replay.ok());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*replay));
+  EXPECT_EQ(std::get<Replay>(*replay).response, kCreated);
+}
+
+TEST_F(PostgresTransactionTest, RollbackLeavesNeitherTheBusinessRowNorTheRecord) {
+  Connection conn(server_.ConnInfo(database_));
+  ASSERT_TRUE(conn.ok());
+  ASSERT_EQ(conn.Exec("BEGIN"), "");
+  auto begun = postgres::BeginInTransaction(conn.get(), S("pay-2"), Fp(), seconds(30), tx_options_);
+  ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+  ASSERT_EQ(conn.Exec("INSERT INTO payments VALUES ('pay-2')"), "");
+  auto done = postgres::CompleteInTransaction(conn.get(), S("pay-2"), *OwnedToken(*begun),
+                                              kCreated, hours(1), tx_options_);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(conn.Exec("ROLLBACK"), "");
+
+  EXPECT_EQ(Sql("SELECT count(*) FROM payments"), "0");
+  auto record = store_->Get(S("pay-2"));
+  ASSERT_TRUE(record.ok());
+  EXPECT_FALSE(record->has_value());
+  auto again = store_->Begin(S("pay-2"), Fp(), seconds(30));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*again));
+}
+
+TEST_F(PostgresTransactionTest, ConcurrentDuplicateWaitsForTheCommitThenReplays) {
+  Connection first(server_.ConnInfo(database_));
+  Connection second(server_.ConnInfo(database_));
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(first.Exec("BEGIN"), "");
+  auto begun = postgres::BeginInTransaction(first.get(), S("pay-3"), Fp(), seconds(30), tx_options_);
+  ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<Acquired>(*begun));
+
+  const auto started = SteadyClock::now();
+  auto duplicate = std::async(std::launch::async, [&] {
+    EXPECT_EQ(second.Exec("BEGIN"), "");
+    auto outcome = postgres::BeginInTransaction(second.get(), S("pay-3"), Fp(), seconds(30),
+                                                tx_options_);
+    EXPECT_EQ(second.Exec("COMMIT"), "");
+    return outcome;
+  });
+  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_EQ(duplicate.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "the duplicate did not wait for the first transaction";
+  ASSERT_EQ(first.Exec("INSERT INTO payments VALUES ('pay-3')"), "");
+  auto done = postgres::CompleteInTransaction(first.get(), S("pay-3"), *OwnedToken(*begun),
+                                              kCreated, hours(1), tx_options_);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(first.Exec("COMMIT"), "");
+
+  auto outcome = duplicate.get();
+  EXPECT_GE(SteadyClock::now() - started, milliseconds(300));
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<Replay>(*outcome)) << OutcomeName(*outcome);
+  EXPECT_EQ(std::get<Replay>(*outcome).response, kCreated);
+  EXPECT_EQ(Sql("SELECT count(*) FROM payments"), "1");
+}
+
+TEST_F(PostgresTransactionTest, OutsideATransactionIsAFailedPrecondition) {
+  Connection conn(server_.ConnInfo(database_));
+  ASSERT_TRUE(conn.ok());
+  auto begun = postgres::BeginInTransaction(conn.get(), S("pay-4"), Fp(), seconds(30), tx_options_);
+  ASSERT_FALSE(begun.ok());
+  EXPECT_EQ(begun.status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_EQ(conn.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
+  begun = postgres::BeginInTransaction(conn.get(), S("pay-4"), Fp(), seconds(30), tx_options_);
+  ASSERT_FALSE(begun.ok());
+  EXPECT_EQ(begun.status().code(), StatusCode::kFailedPrecondition) << begun.status().ToString();
+  EXPECT_NE(begun.status().message().find("READ COMMITTED"), std::string::npos);
+}
+
+// ---- URLs ------------------------------------------------------------------------------------
+
+TEST(PostgresUrlTest, MalformedUrlsAreInvalidArgumentsThatSayWhy) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"postgresql://127.0.0.1:5432/db", "no user name"},
+      {"postgresql://u@127.0.0.1:5432", "no database name"},
+      {"postgresql://u@127.0.0.1:5432/", "no database name"},
+      {"postgresql://u@:5432/db", "no host"},
+      {"postgresql://u@h:99999/db", "port must be"},
+      {"postgresql://u@h:5432/db?pool_size=0", "pool_size must be 1 to 1024"},
+      {"postgresql://u@h:5432/db?timeout_ms=abc", "timeout_ms must be"},
+      {"postgresql://u@h:5432/db?schema=Bad-Name", "schema must be"},
+      {"postgresql://u@h:5432/db?colour=blue", "unknown option 'colour'"},
+      {"postgresql://u@h:5432/db?pool_size", "has no value"},
+      {"postgres:/u@h/db", "expected postgresql://"},
+  };
+  for (const auto& [url, why] : cases) {
+    auto store = OpenStore(url);
+    ASSERT_FALSE(store.ok()) << url;
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url;
+    EXPECT_NE(store.status().message().find(why), std::string::npos)
+        << url << ": " << store.status().message();
+  }
+}
+
+TEST(PostgresUrlTest, UnreachableServerIsUnavailable) {
+  auto store = OpenStore("postgres://u:secret@127.0.0.1:1/db?connect_timeout=2");
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kUnavailable) << store.status().ToString();
+  EXPECT_EQ(store.status().message().find("secret"), std::string::npos);
+}
+
+// ---- faults ----------------------------------------------------------------------------------
+
+TEST(PostgresFaultTest, KilledServerIsUnavailablePromptlyAndTheStoreRecoversAfterRestart) {
+  PostgresServer server;  // its own server: this test kills it
+  ASSERT_EQ(server.error(), "");
+  const std::string url = server.Url(server.CreateDatabase()) + "?pool_size=4&timeout_ms=2000";
+  auto opened = OpenStore(url);  // the system clock: time comes from the server
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const FencingToken t = *OwnedToken(*store.Begin(S("done"), Fp(), seconds(30)));
+  ASSERT_EQ(*store.Complete(S("done"), t, kCreated, hours(1)), CompleteOutcome::kOk);
+
+  server.Kill();
+  for (int i = 0; i < 8; ++i) {
+    const auto started = SteadyClock::now();
+    auto begun = store.Begin(S("while-down-" + std::to_string(i)), Fp(), seconds(30));
+    const auto took = SteadyClock::now() - started;
+    ASSERT_FALSE(begun.ok());
+    EXPECT_EQ(begun.status().code(), StatusCode::kUnavailable) << begun.status().ToString();
+    EXPECT_LT(took, seconds(3)) << begun.status().ToString();
+  }
+
+  ASSERT_TRUE(server.Restart()) << server.error();
+  const auto deadline = SteadyClock::now() + seconds(20);
+  Result<BeginOutcome> replay = UnavailableError("not tried");
+  while (SteadyClock::now() < deadline) {
+    replay = store.Begin(S("done"), Fp(), seconds(30));
+    if (replay.ok()) break;
+    EXPECT_EQ(replay.status().code(), StatusCode::kUnavailable) << replay.status().ToString();
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<Replay>(*replay)) << OutcomeName(*replay);
+  EXPECT_EQ(std::get<Replay>(*replay).response, kCreated);
+  // Every pooled connection comes back.
+  for (int i = 0; i < 16; ++i) {
+    Result<BeginOutcome> fresh = UnavailableError("not tried");
+    for (int attempt = 0; attempt < 50 && !fresh.ok(); ++attempt) {
+      fresh = store.Begin(S("after-" + std::to_string(i)), Fp(), seconds(30));
+      if (!fresh.ok()) std::this_thread::sleep_for(milliseconds(100));
+    }
+    ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+    EXPECT_TRUE(std::holds_alternative<Acquired>(*fresh));
+  }
+}
+
+}  // namespace
+}  // namespace idem
