@@ -10,8 +10,9 @@
 #   bench/gateway-bench.sh --quick      a 3-second smoke run (also QUICK=1)
 #   DURATION=5s CONNECTIONS=64 bench/gateway-bench.sh
 #
-# STORES (default "memory sqlite redis") picks the gateway's stores; for redis the script starts
-# a redis-server of its own (no persistence) on a free port, and the gateway runs
+# STORES (default "memory sqlite redis postgresql") picks the gateway's stores; for redis and
+# postgresql the script starts a server of its own (redis without persistence, PostgreSQL with
+# fsync off, as the tests do) on a free port, and the gateway runs
 # IDEM_NET_STORE_THREADS (8) store threads, since each call waits a round trip. Each shared
 # store's figures are also printed as a ratio to the memory store's.
 #
@@ -59,7 +60,7 @@ NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
 IDEM_THREADS=${IDEM_THREADS:-1}
 IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-1}
 IDEM_NET_STORE_THREADS=${IDEM_NET_STORE_THREADS:-8}
-STORES=${STORES:-memory sqlite redis}
+STORES=${STORES:-memory sqlite redis postgresql}
 
 need=()
 command -v wrk >/dev/null || need+=(wrk)
@@ -81,8 +82,10 @@ fi
 
 work=$(mktemp -d)
 pids=()
+source bench/lib/postgres-server.sh
 cleanup() {
   set +e
+  stop_postgres
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
   rm -rf "$work"
@@ -205,7 +208,7 @@ measure() {
   echo "$name $kind $summary $status $socket $problems" >>"$work/results"
   local figures
   read -ra figures <<<"$summary"
-  printf '  %-19s %-10s %3s conns %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
+  printf '  %-23s %-10s %3s conns %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
     "$name" "$kind" "$connections" "${figures[@]}" "$executions" \
     "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
 }
@@ -225,7 +228,7 @@ start_redis() {
   fail "redis-server did not start"
 }
 
-# Starts `idem gateway` on store $1 (memory|sqlite|redis); sets gateway_pid, gateway, admin.
+# Starts `idem gateway` on store $1 (memory|sqlite|redis|postgresql); sets gateway_pid, gateway, admin.
 gateways=0
 start_gateway() {
   local store=memory log store_threads=$IDEM_STORE_THREADS
@@ -233,6 +236,9 @@ start_gateway() {
   [[ $1 == sqlite ]] && store="sqlite:$work/idem-$gateways.db?durability=normal"
   if [[ $1 == redis ]]; then
     store="redis://127.0.0.1:$redis_port?prefix=bench$gateways"
+    store_threads=$IDEM_NET_STORE_THREADS
+  elif [[ $1 == postgresql ]]; then
+    store="postgresql://postgres@127.0.0.1:$pg_port/bench?pool_size=$IDEM_NET_STORE_THREADS&schema=bench$gateways"
     store_threads=$IDEM_NET_STORE_THREADS
   fi
   log="$work/gateway-$gateways.log"
@@ -305,6 +311,10 @@ measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
 stop_pid "$nginx_pid"
 
 [[ " $STORES " == *" redis "* ]] && start_redis
+if [[ " $STORES " == *" postgresql "* ]]; then
+  chmod 711 "$work"  # the server runs as the postgres user when this script runs as root
+  start_postgres "$work/pg"
+fi
 for store in $STORES; do
   for mode in unique fixed; do
     name="idem-$store-$([[ $mode == unique ]] && echo first || echo replay)"
@@ -327,14 +337,14 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
     if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
   END {
     nginx_rps = rps["nginx throughput"]; direct_p99 = p99["direct latency"]
-    printf "%-19s %9s %7s %7s %8s %12s %11s %8s %8s\n", "case", "req/s", "p50 ms", "p99 ms",
+    printf "%-23s %9s %7s %7s %8s %12s %11s %8s %8s\n", "case", "req/s", "p50 ms", "p99 ms",
       "x nginx", "p99 +ms over", "p99 loaded", "non-2xx", "socket"
-    printf "%-19s %9s %7s %7s %8s %12s %11s %8s %8s\n", "", "", "", "", "req/s", "direct",
+    printf "%-23s %9s %7s %7s %8s %12s %11s %8s %8s\n", "", "", "", "", "req/s", "direct",
       "ms", "(>=400)", "errors"
     for (i = 1; i <= n; i++) {
       c = order[i]
       added = c == "direct" ? "-" : sprintf("%+.3f", p99[c " latency"] - direct_p99)
-      printf "%-19s %9.0f %7.3f %7.3f %8.2f %12s %11.3f %8d %8d%s\n", c, rps[c " throughput"],
+      printf "%-23s %9.0f %7.3f %7.3f %8.2f %12s %11.3f %8d %8d%s\n", c, rps[c " throughput"],
         p50[c " latency"], p99[c " latency"], rps[c " throughput"] / nginx_rps, added,
         p99[c " throughput"], non2xx[c], sock[c], (c in problems) ? "  FAILED" : ""
     }
@@ -348,7 +358,7 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
       if (c !~ /^idem-/ || c ~ /^idem-memory-/) continue
       base = c; sub(/^idem-[a-z]+-/, "idem-memory-", base)
       if (base in seen)
-        printf "%-19s req/s %.2fx %s\n", c, rps[c " throughput"] / rps[base " throughput"], base
+        printf "%-23s req/s %.2fx %s\n", c, rps[c " throughput"] / rps[base " throughput"], base
     }
     print ""
     print "aims:"
@@ -367,6 +377,6 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
   function aim(c, what, value, bound, unit, at_most) {
     if (!(c in seen)) return
     ok = at_most ? value <= bound : value >= bound
-    printf "  %-6s  %-19s %-30s %s\n", ok ? "met" : "missed", c, what,
+    printf "  %-6s  %-23s %-30s %s\n", ok ? "met" : "missed", c, what,
       sprintf(at_most ? "%+.3f" : "%.2f", value) unit
   }' "$work/results"

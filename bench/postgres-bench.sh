@@ -13,7 +13,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${BENCH_SECONDS:-10}
-bin=/usr/lib/postgresql/15/bin
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   scripts/install-deps.sh
@@ -21,33 +20,17 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   cmake --build build/release --target idem_postgres_bench -j2 >/dev/null
 fi
 
-# --- a throwaway server, as the tests start it (as the postgres user when root) -------------
+# --- a throwaway server, as the tests start it ------------------------------------------------
+source bench/lib/postgres-server.sh
 dir=$(mktemp -d)
-chmod 755 "$dir"
-mkdir -m 700 "$dir/data"
-mkdir -m 755 "$dir/sock"
-as_pg=()
-if [[ $(id -u) -eq 0 ]]; then
-  chown postgres: "$dir/data" "$dir/sock"
-  as_pg=(runuser -u postgres --)
-fi
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"${as_pg[@]}" "$bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C --no-sync \
-  >"$dir/initdb.log" 2>&1
-"${as_pg[@]}" "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir/sock" \
-  -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 >"$dir/postgres.log" 2>&1 &
-server_pid=$!
 cleanup() {
-  kill -INT "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
+  stop_postgres
   rm -rf "$dir"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do
-  "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" && break
-  sleep 0.1
-done
-"$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -c "CREATE DATABASE bench" postgres
+start_postgres "$dir/pg"
+port=$pg_port
+bin=$pg_bin
 
 url="postgresql://postgres@127.0.0.1:$port/bench"
 

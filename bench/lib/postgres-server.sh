@@ -1,0 +1,37 @@
+# Sourced by the benchmarks: starts a throwaway PostgreSQL 15 server, as the tests start it
+# (initdb in a temp dir, a free loopback port, fsync off; as the postgres user when root).
+#
+#   start_postgres DIR      sets pg_port and pg_pid; creates the database "bench". DIR's parent
+#                           must be traversable by the postgres user (mode 711 or wider)
+#   stop_postgres           fast shutdown (SIGINT) of the server started above
+pg_bin=/usr/lib/postgresql/15/bin
+
+start_postgres() {
+  local dir=$1 as_pg=()
+  mkdir -p "$dir"
+  chmod 755 "$dir"
+  mkdir -m 700 "$dir/data"
+  mkdir -m 755 "$dir/sock"
+  if [[ $(id -u) -eq 0 ]]; then
+    chown postgres: "$dir/data" "$dir/sock"
+    as_pg=(runuser -u postgres --)
+  fi
+  pg_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  "${as_pg[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
+    --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
+  "${as_pg[@]}" "$pg_bin/postgres" -D "$dir/data" -p "$pg_port" -k "$dir/sock" \
+    -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 >"$dir/postgres.log" 2>&1 &
+  pg_pid=$!
+  for _ in $(seq 100); do
+    "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break
+    sleep 0.1
+  done
+  "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CREATE DATABASE bench" postgres
+}
+
+stop_postgres() {
+  [[ -n ${pg_pid:-} ]] || return 0
+  kill -INT "$pg_pid" 2>/dev/null || true
+  wait "$pg_pid" 2>/dev/null || true
+  pg_pid=
+}
