@@ -67,6 +67,8 @@ struct StoreKind {
   std::function<std::unique_ptr<StoreServer>()> make;
 };
 
+void PrintTo(const StoreKind& kind, std::ostream* os) { *os << kind.name; }
+
 class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
  protected:
   void SetUp() override {
