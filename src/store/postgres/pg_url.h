@@ -1,7 +1,7 @@
 // Parsing of PostgreSQL store URLs:
 //   postgresql://USER[:PASS]@HOST[:PORT]/DB[?OPTIONS]     (postgres:// also accepted)
 // Options, joined with '&':
-//   pool_size=N               connections in the pool (1 to 1024; default 8)
+//   pool_size=N               connections in the pool (1 to 1024; default 16)
 //   timeout_ms=N              statement_timeout on the server, and how long a call waits for a
 //                             reply or a free connection (1 to 3600000; default 5000)
 //   connect_timeout=S         libpq's connect_timeout in seconds (1 to 3600; default 5)
@@ -24,7 +24,7 @@ struct PgConfig {
   // libpq keywords and values for PQconnectdbParams(expand_dbname=1).
   std::vector<std::string> keywords;
   std::vector<std::string> values;
-  int pool_size = 8;
+  int pool_size = 16;
   std::chrono::milliseconds timeout{5000};
   int connect_timeout_s = 5;
   std::string schema = "public";
