@@ -8,17 +8,11 @@
 #include <mutex>
 #include <thread>
 
+#include "core/text.h"
 #include "idem/keys.h"
 
 namespace idem {
 namespace {
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -71,7 +65,7 @@ void GlobalInit() {
 
 std::string ClientResponse::Header(std::string_view name) const {
   for (const auto& [n, v] : headers) {
-    if (EqualsIgnoreCase(n, name)) return v;
+    if (internal::EqualsIgnoreCase(n, name)) return v;
   }
   return {};
 }
@@ -198,7 +192,7 @@ Result<CallResult> RetryingClient::Call(ClientRequest request) const {
     if (answer.ok()) {
       if (!IsRetryableStatus(answer->status)) {
         CallResult result;
-        result.replayed = EqualsIgnoreCase(Trim(answer->Header("Idempotent-Replayed")), "true");
+        result.replayed = internal::EqualsIgnoreCase(Trim(answer->Header("Idempotent-Replayed")), "true");
         result.response = std::move(*answer);
         result.attempts = attempt;
         result.key = request.key;

@@ -6,11 +6,12 @@
 #include <memory>
 #include <string>
 
+#include "core/text.h"
+
 namespace idem {
 namespace {
 
 constexpr uint8_t kEncodingVersion = 0x01;
-constexpr char kHex[] = "0123456789abcdef";
 
 // SHA-256 is fetched once: in OpenSSL 3 an implicit fetch per digest costs a lock and a lookup.
 const EVP_MD* Sha256() {
@@ -67,33 +68,10 @@ std::string ToLower(std::string_view s) {
   return out;
 }
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 std::string_view TrimOws(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string ToHexString(const uint8_t* data, size_t n) {
-  std::string out(n * 2, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kHex[data[i] >> 4];
-    out[2 * i + 1] = kHex[data[i] & 0x0f];
-  }
-  return out;
 }
 
 }  // namespace
@@ -105,8 +83,8 @@ Result<Fingerprint> Fingerprint::FromHex(std::string_view hex) {
   }
   Bytes bytes{};
   for (size_t i = 0; i < kSize; ++i) {
-    const int hi = HexValue(hex[2 * i]);
-    const int lo = HexValue(hex[2 * i + 1]);
+    const int hi = internal::HexValue(hex[2 * i]);
+    const int lo = internal::HexValue(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) return InvalidArgumentError("fingerprint has a non-hex character");
     bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
@@ -123,7 +101,7 @@ Result<Fingerprint> Fingerprint::FromRaw(std::string_view raw) {
   return Fingerprint(bytes);
 }
 
-std::string Fingerprint::ToHex() const { return ToHexString(bytes_.data(), bytes_.size()); }
+std::string Fingerprint::ToHex() const { return internal::ToHex(bytes_.data(), bytes_.size()); }
 
 Result<Fingerprint> ComputeFingerprint(const FingerprintPolicy& policy,
                                        const RequestParts& request) {
@@ -145,7 +123,7 @@ Result<Fingerprint> ComputeFingerprint(const FingerprintPolicy& policy,
       std::string joined;
       bool present = false;
       for (const auto& [header_name, value] : request.headers) {
-        if (!EqualsIgnoreCase(header_name, name)) continue;
+        if (!internal::EqualsIgnoreCase(header_name, name)) continue;
         if (present) joined.push_back(',');
         joined.append(TrimOws(value));
         present = true;
@@ -168,7 +146,7 @@ Result<std::string> Sha256Hex(std::string_view data) {
   hasher.Update(data);
   auto bytes = hasher.Finish();
   if (!bytes.ok()) return bytes.status();
-  return ToHexString(bytes->data(), bytes->size());
+  return internal::ToHex(bytes->data(), bytes->size());
 }
 
 }  // namespace idem

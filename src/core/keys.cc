@@ -5,6 +5,8 @@
 
 #include <cctype>
 
+#include "core/text.h"
+
 namespace idem {
 namespace {
 
@@ -23,13 +25,6 @@ Result<uint64_t> RandomU64() {
   uint64_t v = 0;
   for (uint8_t x : b) v = (v << 8) | x;
   return v;
-}
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 constexpr Uuid MakeConstant(const char (&hex)[33]) {
@@ -81,8 +76,8 @@ Result<Uuid> ParseUuid(std::string_view text) {
       ++i;
       continue;
     }
-    const int hi = HexValue(text[i]);
-    const int lo = HexValue(text[i + 1]);
+    const int hi = internal::HexValue(text[i]);
+    const int lo = internal::HexValue(text[i + 1]);
     if (hi < 0 || lo < 0) {
       return InvalidArgumentError("a UUID has only hex digits and '-', not '" +
                                   std::string(1, hi < 0 ? text[i] : text[i + 1]) + "'");

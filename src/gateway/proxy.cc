@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/text.h"
 #include "gateway/key_guard.h"
 #include "gateway/problem.h"
 #include "idem/fingerprint.h"
@@ -13,13 +14,6 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 bool IsTransient(unsigned status) { return status >= 500 || status == 408 || status == 429; }
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 double MillisSince(SteadyClock::time_point start) {
   return std::chrono::duration<double, std::milli>(SteadyClock::now() - start).count();
@@ -76,7 +70,7 @@ StoredResponse ToStored(const Response& response, const RoutePolicy& route, size
   stored.status = static_cast<int>(response.result_int());
   for (const auto& field : response) {
     for (const std::string& wanted : route.stored_headers) {
-      if (EqualsIgnoreCase(field.name_string(), wanted)) {
+      if (internal::EqualsIgnoreCase(field.name_string(), wanted)) {
         stored.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
         break;
       }

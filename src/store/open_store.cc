@@ -2,6 +2,7 @@
 #include <charconv>
 #include <string>
 
+#include "core/text.h"
 #include "idem/store.h"
 #include "store/memory/memory_store.h"
 #include "store/redis/redis_store.h"
@@ -57,18 +58,9 @@ Status ApplySqliteOption(std::string_view name, std::string_view value, StoreOpt
 }
 
 Status ApplyQuery(std::string_view query, StoreOptions& options) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) {
-      return InvalidArgumentError("store option '" + std::string(pair) + "' has no value");
-    }
-    IDEM_RETURN_IF_ERROR(ApplySqliteOption(pair.substr(0, eq), pair.substr(eq + 1), options));
-  }
-  return Status::Ok();
+  return internal::ForEachQueryOption(query, [&](std::string_view name, std::string_view value) {
+    return ApplySqliteOption(name, value, options);
+  });
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "core/text.h"
+
 namespace idem::internal::pg {
 namespace {
 
@@ -84,47 +86,40 @@ Result<PgConfig> ParsePostgresUrl(std::string_view url) {
   config.display = std::string(scheme) + std::string(user) + "@" + std::string(host_port) + "/" +
                    std::string(database);
   std::vector<std::pair<std::string, std::string>> passthrough;
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) {
-      return Bad(url, "option '" + std::string(pair) + "' has no value");
-    }
-    const std::string_view name = pair.substr(0, eq);
-    const std::string_view value = pair.substr(eq + 1);
+  Status options = ForEachQueryOption(query, [&](std::string_view name,
+                                                 std::string_view value) -> Status {
     if (name == "pool_size") {
       auto n = ParseInt(name, value, 1, 1024);
-      if (!n.ok()) return Bad(url, n.status().message());
+      if (!n.ok()) return n.status();
       config.pool_size = *n;
     } else if (name == "timeout_ms") {
       auto n = ParseInt(name, value, 1, 3'600'000);
-      if (!n.ok()) return Bad(url, n.status().message());
+      if (!n.ok()) return n.status();
       config.timeout = std::chrono::milliseconds(*n);
     } else if (name == "connect_timeout") {
       auto n = ParseInt(name, value, 1, 3600);
-      if (!n.ok()) return Bad(url, n.status().message());
+      if (!n.ok()) return n.status();
       config.connect_timeout_s = *n;
     } else if (name == "partition_horizon_days") {
       auto n = ParseInt(name, value, 1, 366);
-      if (!n.ok()) return Bad(url, n.status().message());
+      if (!n.ok()) return n.status();
       config.partition_horizon_days = *n;
     } else if (name == "schema") {
       if (!IsIdentifier(value)) {
-        return Bad(url, "schema must be a lower-case SQL identifier, not '" +
-                            std::string(value) + "'");
+        return InvalidArgumentError("schema must be a lower-case SQL identifier, not '" +
+                                    std::string(value) + "'");
       }
       config.schema = std::string(value);
     } else if (name == "sslmode" || name == "application_name") {
       passthrough.emplace_back(std::string(name), std::string(value));
     } else {
-      return Bad(url, "unknown option '" + std::string(name) +
-                          "' (known: pool_size, timeout_ms, connect_timeout, schema, "
-                          "partition_horizon_days, sslmode, application_name)");
+      return InvalidArgumentError("unknown option '" + std::string(name) +
+                                  "' (known: pool_size, timeout_ms, connect_timeout, schema, "
+                                  "partition_horizon_days, sslmode, application_name)");
     }
-  }
+    return Status::Ok();
+  });
+  if (!options.ok()) return Bad(url, options.message());
 
   // The base URI goes to libpq as dbname (expanded); libpq checks its escapes here.
   const std::string base = std::string(url.substr(0, scheme.size() + rest.size()));

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "core/text.h"
+
 namespace idem::internal {
 namespace {
 
@@ -21,13 +23,7 @@ std::string Sha1Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha1(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < size; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 15]);
-  }
-  return hex;
+  return ToHex(digest, size);
 }
 
 Status ContextError(const redisContext* context, std::string_view what) {

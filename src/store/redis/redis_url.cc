@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "core/text.h"
+
 namespace idem::internal {
 namespace {
 
@@ -127,17 +129,10 @@ Result<RedisEndpoint> Parse(std::string_view url) {
     if (!db.ok()) return db.status();
     endpoint.db = static_cast<int>(*db);
   }
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) {
-      return InvalidArgumentError("option '" + std::string(pair) + "' has no value");
-    }
-    IDEM_RETURN_IF_ERROR(ApplyOption(pair.substr(0, eq), pair.substr(eq + 1), endpoint));
-  }
+  IDEM_RETURN_IF_ERROR(
+      ForEachQueryOption(query, [&](std::string_view name, std::string_view value) {
+        return ApplyOption(name, value, endpoint);
+      }));
   return endpoint;
 }
 

@@ -1,0 +1,49 @@
+#include "core/text.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace idem::internal {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string ToHex(const uint8_t* data, size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kHex[data[i] >> 4];
+    out[2 * i + 1] = kHex[data[i] & 0x0f];
+  }
+  return out;
+}
+
+Status ForEachQueryOption(
+    std::string_view query,
+    const std::function<Status(std::string_view name, std::string_view value)>& apply) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view item = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return InvalidArgumentError("option '" + std::string(item) + "' has no value");
+    }
+    IDEM_RETURN_IF_ERROR(apply(item.substr(0, eq), item.substr(eq + 1)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace idem::internal

@@ -1,0 +1,31 @@
+// Small text helpers shared by the core, the stores, the gateway and the client: ASCII case
+// folding, hex, and the "name=value&name=value" option lists of store URLs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "idem/status.h"
+
+namespace idem::internal {
+
+// ASCII case-insensitive equality (HTTP header names, tokens).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
+// The value of one hex digit (either case), or -1.
+int HexValue(char c);
+
+// Lower-case hex of `n` bytes.
+std::string ToHex(const uint8_t* data, size_t n);
+
+// Calls `apply(name, value)` for each "name=value" of `query`, split at '&' (empty items are
+// skipped); stops at the first error. An item without '=' is kInvalidArgument ("option 'x' has
+// no value"). Values are taken as written, without percent-decoding.
+Status ForEachQueryOption(
+    std::string_view query,
+    const std::function<Status(std::string_view name, std::string_view value)>& apply);
+
+}  // namespace idem::internal
