@@ -2,6 +2,7 @@
 // partitions created on demand and dropped by Sweep, the transactional API, URL errors, and a
 // server killed mid-run.
 #include <libpq-fe.h>
+#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,8 @@
 #include "idem/postgres.h"
 #include "idem/store.h"
 #include "util/postgres_server.h"
+#include "util/process.h"
+#include "util/temp_dir.h"
 
 namespace idem {
 namespace {
@@ -306,6 +309,25 @@ TEST(PostgresUrlTest, UnreachableServerIsUnavailable) {
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), StatusCode::kUnavailable) << store.status().ToString();
   EXPECT_EQ(store.status().message().find("secret"), std::string::npos);
+}
+
+// ---- the runnable example ---------------------------------------------------------------------
+
+TEST(PostgresExampleTest, TheTransactionExampleRecordsExactlyOnePayment) {
+  PostgresServer& server = SharedPostgresServer();
+  ASSERT_EQ(server.error(), "");
+  const std::string database = server.CreateDatabase();
+  testing::TempDir dir;
+  testing::Process example({POSTGRES_TRANSACTION_EXAMPLE, server.Url(database)},
+                           dir.File("example.log"));
+  const auto status = example.WaitForExit(seconds(60));
+  ASSERT_TRUE(status.has_value()) << example.Output();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << example.Output();
+  const std::string output = example.Output();
+  EXPECT_NE(output.find("attempt 1: 201"), std::string::npos) << output;
+  EXPECT_NE(output.find("attempt 3: 201"), std::string::npos) << "a retry replays the 201";
+  EXPECT_NE(output.find("payment rows: 1"), std::string::npos) << output;
+  EXPECT_EQ(server.Query(database, "SELECT count(*) FROM example_payments"), "1");
 }
 
 // ---- faults ----------------------------------------------------------------------------------
