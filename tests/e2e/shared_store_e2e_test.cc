@@ -7,6 +7,8 @@
 #include <atomic>
 #include <functional>
 #include <latch>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -175,6 +177,78 @@ TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) 
   EXPECT_EQ(Executions("before"), 1);
   EXPECT_EQ(Post(1, "during", "b").status, 201) << "the refused request runs on retry";
   EXPECT_EQ(Executions("during"), 1);
+}
+
+// The store dies while eight clients are sending requests through both gateways, then comes
+// back. Every request gets an answer within bounded time; nothing runs twice: a request that
+// executed either replays or (if its completion was lost with the server) is still held in
+// flight, and a request refused with 503 runs at most once when retried.
+TEST_P(SharedStoreTest, KillingTheStoreUnderLoadNeverRunsAKeyTwiceAndNeverHangs) {
+  constexpr int kClients = 8;
+  std::atomic<bool> stop{false};
+  std::atomic<int> slow{0}, unexpected{0};
+  std::mutex mu;
+  std::map<std::string, HttpResponse> first_answers;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; !stop; ++i) {
+        const std::string key = "load-" + std::to_string(c) + "-" + std::to_string(i);
+        const auto start = SteadyClock::now();
+        HttpResponse r = Post(c % 2, key, "b");
+        if (SteadyClock::now() - start > 5s) ++slow;
+        if (r.status != 201 && r.status != 503) ++unexpected;
+        {
+          std::lock_guard lock(mu);
+          first_answers.emplace(key, std::move(r));
+        }
+        std::this_thread::sleep_for(20ms);  // a steady load, not a flood to verify afterwards
+      }
+    });
+  }
+  std::this_thread::sleep_for(400ms);
+  server_->Kill();
+  std::this_thread::sleep_for(600ms);
+  const std::string restarted = server_->Restart();
+  std::this_thread::sleep_for(600ms);
+  stop = true;
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(restarted, "");
+  EXPECT_EQ(slow.load(), 0) << "a request waited more than 5 s";
+  EXPECT_EQ(unexpected.load(), 0) << "only 201 and 503 are expected";
+
+  // Wait until both gateways reach the restarted store again.
+  for (int gateway = 0; gateway < 2; ++gateway) {
+    const auto deadline = SteadyClock::now() + 10s;
+    int status = 0;
+    for (int i = 0; status != 201 && SteadyClock::now() < deadline; ++i) {
+      status = Post(gateway, "probe-" + std::to_string(gateway) + "-" + std::to_string(i), "b").status;
+      if (status != 201) std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(status, 201) << "gateway " << gateway << " did not recover";
+  }
+
+  int executed = 0, refused = 0;
+  for (const auto& [key, first] : first_answers) {
+    HttpResponse retry = Post(1, key, "b");
+    ASSERT_TRUE(retry.status == 201 || retry.status == 409)
+        << key << ": " << retry.status << " " << retry.body;
+    if (first.status == 201) {
+      ++executed;
+      if (retry.status == 201) {
+        EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true") << key << " ran again";
+        EXPECT_EQ(retry.body, first.body) << key;
+      }
+      EXPECT_EQ(Executions(key), 1) << key;
+    } else {
+      ++refused;
+      EXPECT_LE(Executions(key), 1) << key;
+    }
+  }
+  RecordProperty("executed", executed);
+  RecordProperty("refused", refused);
+  EXPECT_GT(executed, 0);
+  EXPECT_GT(refused, 0) << "the store was down for 600 ms: some requests must have been refused";
 }
 
 std::string KindName(const ::testing::TestParamInfo<StoreKind>& info) { return info.param.name; }

@@ -330,6 +330,31 @@ TEST(PostgresExampleTest, TheTransactionExampleRecordsExactlyOnePayment) {
   EXPECT_EQ(server.Query(database, "SELECT count(*) FROM example_payments"), "1");
 }
 
+TEST(PostgresMigrateTest, IdemMigrateCreatesTheSchemaAndIsSafeToRunAgain) {
+  PostgresServer& server = SharedPostgresServer();
+  ASSERT_EQ(server.error(), "");
+  const std::string database = server.CreateDatabase();
+  testing::TempDir dir;
+  for (int run = 1; run <= 2; ++run) {
+    testing::Process migrate({IDEM_BINARY, "migrate", "--store", server.Url(database)},
+                             dir.File("migrate-" + std::to_string(run) + ".log"));
+    const auto status = migrate.WaitForExit(seconds(60));
+    ASSERT_TRUE(status.has_value()) << migrate.Output();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << migrate.Output();
+    EXPECT_NE(migrate.Output().find("schema version 1"), std::string::npos) << migrate.Output();
+  }
+  EXPECT_EQ(server.Query(database, "SELECT max(version) FROM idem_schema"), "1");
+  EXPECT_EQ(server.Query(database, "SELECT to_regclass('idem_records') IS NOT NULL"), "t");
+
+  testing::Process bad({IDEM_BINARY, "migrate", "--store", "postgresql://u:pw@127.0.0.1:1/x"},
+                       dir.File("migrate-bad.log"));
+  const auto status = bad.WaitForExit(seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << bad.Output();
+  EXPECT_NE(bad.Output().find("UNAVAILABLE"), std::string::npos) << bad.Output();
+  EXPECT_EQ(bad.Output().find("pw@"), std::string::npos) << "never echo the password";
+}
+
 // ---- faults ----------------------------------------------------------------------------------
 
 TEST(PostgresFaultTest, KilledServerIsUnavailablePromptlyAndTheStoreRecoversAfterRestart) {
