@@ -23,6 +23,7 @@ fi
 # --- a throwaway server, as the tests start it ------------------------------------------------
 source bench/lib/postgres-server.sh
 dir=$(mktemp -d)
+chmod 711 "$dir"  # the server runs as the postgres user when this script runs as root
 cleanup() {
   stop_postgres
   rm -rf "$dir"
