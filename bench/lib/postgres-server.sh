@@ -14,7 +14,7 @@ start_postgres() {
   mkdir -m 755 "$dir/sock"
   if [[ $(id -u) -eq 0 ]]; then
     chown postgres: "$dir/data" "$dir/sock"
-    as_pg=(runuser -u postgres --)
+    as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups --)  # exec, no fork
   fi
   pg_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   "${as_pg[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
