@@ -7,12 +7,12 @@
 
 #include <atomic>
 #include <fstream>
-#include <latch>
 #include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "util/duplicate_race.h"
 #include "util/gateway_process.h"
 #include "util/http_client.h"
 #include "util/process.h"
@@ -145,28 +145,13 @@ TEST_F(GatewayTest, TheSameKeyUnderTwoTenantsIsTwoRequests) {
 TEST_F(GatewayTest, FiftyConcurrentDuplicatesExecuteOnce) {
   StartGateway();
   constexpr int kClients = 50;
-  std::latch start(kClients);
-  std::atomic<int> created{0}, conflicts{0}, other{0};
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&] {
-      start.arrive_and_wait();
-      // The upstream takes 300 ms, so the duplicates really overlap the first request.
-      auto r = Post("/pay", "dup", "body", {{"X-Sleep-Ms", "300"}});
-      if (r.status == 201) {
-        ++created;
-      } else if (r.status == 409 && !r.Header("Retry-After").empty()) {
-        ++conflicts;
-      } else {
-        ++other;
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
+  // The upstream takes 300 ms, so the duplicates really overlap the first request.
+  const DuplicateTally tally = RaceDuplicates(
+      kClients, [&](int) { return Post("/pay", "dup", "body", {{"X-Sleep-Ms", "300"}}); });
   EXPECT_EQ(Executions("dup"), 1);
-  EXPECT_EQ(other.load(), 0);
-  EXPECT_GE(created.load(), 1);
-  EXPECT_EQ(created.load() + conflicts.load(), kClients);
+  EXPECT_EQ(tally.other, 0);
+  EXPECT_GE(tally.created, 1);
+  EXPECT_EQ(tally.created + tally.conflicts, kClients);
 }
 
 TEST_F(GatewayTest, HungUpstreamIsTakenOverAndTheLateCompletionIsFenced) {

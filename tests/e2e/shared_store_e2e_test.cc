@@ -6,13 +6,13 @@
 
 #include <atomic>
 #include <functional>
-#include <latch>
 #include <map>
 #include <mutex>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "util/duplicate_race.h"
 #include "util/gateway_process.h"
 #include "util/http_client.h"
 #include "util/postgres_server.h"
@@ -109,28 +109,14 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
 
 TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
   constexpr int kClients = 100;
-  std::latch start(kClients);
-  std::atomic<int> created{0}, conflicts{0}, other{0};
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&, i] {
-      start.arrive_and_wait();
-      // The upstream takes 300 ms, so duplicates on both gateways overlap the first request.
-      auto r = Post(i % 2, "dup", R"({"amount":100})", {{"X-Sleep-Ms", "300"}});
-      if (r.status == 201) {
-        ++created;
-      } else if (r.status == 409 && !r.Header("Retry-After").empty()) {
-        ++conflicts;
-      } else {
-        ++other;
-      }
-    });
-  }
-  for (auto& t : clients) t.join();
+  // The upstream takes 300 ms, so duplicates on both gateways overlap the first request.
+  const DuplicateTally tally = RaceDuplicates(kClients, [&](int i) {
+    return Post(i % 2, "dup", R"({"amount":100})", {{"X-Sleep-Ms", "300"}});
+  });
   EXPECT_EQ(Executions("dup"), 1);
-  EXPECT_EQ(other.load(), 0);
-  EXPECT_GE(created.load(), 1);
-  EXPECT_EQ(created.load() + conflicts.load(), kClients);
+  EXPECT_EQ(tally.other, 0);
+  EXPECT_GE(tally.created, 1);
+  EXPECT_EQ(tally.created + tally.conflicts, kClients);
 
   // Afterwards both gateways replay the one stored response, byte for byte.
   auto a = Post(0, "dup", R"({"amount":100})");
