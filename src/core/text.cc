@@ -46,4 +46,20 @@ Status ForEachQueryOption(
   return Status::Ok();
 }
 
+std::string RedactUrlPassword(std::string_view url) {
+  const size_t scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return std::string(url);
+  const size_t authority = scheme_end + 3;
+  const size_t authority_end = url.find_first_of("/?#", authority);
+  const size_t at = url.substr(0, authority_end).rfind('@');
+  if (at == std::string_view::npos || at < authority) return std::string(url);
+  const size_t colon = url.substr(0, at).find(':', authority);
+  // "user@host" has no password; "secret@host" (Redis's bare password) is hidden whole.
+  const size_t secret_begin = colon == std::string_view::npos ? authority : colon + 1;
+  if (colon == std::string_view::npos && url.substr(0, scheme_end) != "redis") {
+    return std::string(url);
+  }
+  return std::string(url.substr(0, secret_begin)) + "***" + std::string(url.substr(at));
+}
+
 }  // namespace idem::internal

@@ -28,4 +28,8 @@ Status ForEachQueryOption(
     std::string_view query,
     const std::function<Status(std::string_view name, std::string_view value)>& apply);
 
+// `url` with the password of its userinfo ("scheme://user:PASSWORD@host...") replaced by
+// "***", for logs and error messages. URLs without one are returned unchanged.
+std::string RedactUrlPassword(std::string_view url);
+
 }  // namespace idem::internal

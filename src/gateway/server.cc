@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/text.h"
 #include "gateway/admin.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
@@ -228,7 +229,8 @@ int RunGateway(const GatewayOptions& options) {
   }
   auto store = OpenStore(options.store);
   if (!store.ok()) {
-    log.Error("store", "cannot open store '" + options.store + "': " + store.status().ToString());
+    log.Error("store", "cannot open store '" + internal::RedactUrlPassword(options.store) +
+                           "': " + store.status().ToString());
     return 2;
   }
   asio::io_context io(options.threads);

@@ -1,0 +1,50 @@
+#include "core/text.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace idem::internal {
+namespace {
+
+TEST(TextTest, HexAndCaseFolding) {
+  const uint8_t bytes[] = {0x00, 0x9f, 0xff};
+  EXPECT_EQ(ToHex(bytes, 3), "009fff");
+  EXPECT_EQ(HexValue('a'), 10);
+  EXPECT_EQ(HexValue('F'), 15);
+  EXPECT_EQ(HexValue('g'), -1);
+  EXPECT_TRUE(EqualsIgnoreCase("Idempotency-Key", "idempotency-key"));
+  EXPECT_FALSE(EqualsIgnoreCase("Idempotency-Key", "idempotency-keys"));
+}
+
+TEST(TextTest, QueryOptionsAreSplitAndAValuelessOneIsAnError) {
+  std::map<std::string, std::string> seen;
+  auto collect = [&](std::string_view name, std::string_view value) {
+    seen[std::string(name)] = std::string(value);
+    return Status::Ok();
+  };
+  ASSERT_TRUE(ForEachQueryOption("a=1&&b=&c=x=y", collect).ok());
+  EXPECT_EQ(seen, (std::map<std::string, std::string>{{"a", "1"}, {"b", ""}, {"c", "x=y"}}));
+  Status bad = ForEachQueryOption("a=1&flag", collect);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "option 'flag' has no value");
+  Status stopped = ForEachQueryOption("a=1&b=2", [](std::string_view name, std::string_view) {
+    return name == "a" ? InvalidArgumentError("no a") : Status::Ok();
+  });
+  EXPECT_EQ(stopped.message(), "no a");
+}
+
+TEST(TextTest, PasswordsInUrlsAreRedacted) {
+  EXPECT_EQ(RedactUrlPassword("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0");
+  EXPECT_EQ(RedactUrlPassword("redis://app:s3cret@cache"), "redis://app:***@cache");
+  EXPECT_EQ(RedactUrlPassword("redis://s3cret@cache"), "redis://***@cache");
+  EXPECT_EQ(RedactUrlPassword("postgresql://idem:p%40ss@db:5432/idem?pool_size=4"),
+            "postgresql://idem:***@db:5432/idem?pool_size=4");
+  EXPECT_EQ(RedactUrlPassword("postgresql://idem@db/idem"), "postgresql://idem@db/idem");
+  EXPECT_EQ(RedactUrlPassword("redis://cache:6379?prefix=a@b"), "redis://cache:6379?prefix=a@b");
+  EXPECT_EQ(RedactUrlPassword("sqlite:/var/lib/idem.db"), "sqlite:/var/lib/idem.db");
+  EXPECT_EQ(RedactUrlPassword("memory"), "memory");
+}
+
+}  // namespace
+}  // namespace idem::internal
