@@ -70,7 +70,14 @@ struct Harness {
     optional.path_prefix = "/optional";
     optional.key = KeyRequirement::kOptional;
     optional.fingerprint.headers = {"X-Account"};
-    options.routes = {optional};
+    // Routes whose keys must carry a time (the retention guard's parsers see fuzzed keys).
+    RoutePolicy v7;
+    v7.path_prefix = "/v7";
+    v7.key_format = KeyFormat::kUuidV7;
+    RoutePolicy ulid;
+    ulid.path_prefix = "/ulid";
+    ulid.key_format = KeyFormat::kUlid;
+    options.routes = {optional, v7, ulid};
     asio::co_spawn(io, AcceptUpstream(acceptor), asio::detached);
     UpstreamOptions upstream_options;
     upstream_options.connect_timeout = std::chrono::seconds(1);
