@@ -4,7 +4,8 @@ namespace idem::internal {
 namespace {
 
 // Shared by every script. tostring() of a large Lua number gives "1.7e+15", so integers are
-// always written with int().
+// always written with int(). tombstone() replaces the record with its token alone (release,
+// purge), so the next owner's token is still higher.
 #define IDEM_LUA_PRELUDE                                                   \
   "local function clock()\n"                                              \
   "  if ARGV[1] ~= '' then return tonumber(ARGV[1]) end\n"                \
@@ -13,7 +14,12 @@ namespace {
   "end\n"                                                                 \
   "local function int(n) return string.format('%.0f', n) end\n"           \
   "local key = KEYS[1]\n"                                                 \
-  "local now = clock()\n"
+  "local now = clock()\n"                                                 \
+  "local function tombstone(token, ms)\n"                                 \
+  "  redis.call('DEL', key)\n"                                            \
+  "  redis.call('HSET', key, 's', '0', 't', token)\n"                     \
+  "  redis.call('PEXPIRE', key, ms)\n"                                    \
+  "end\n"
 
 constexpr std::string_view kBegin = IDEM_LUA_PRELUDE R"lua(
 local fp, lease, abandoned = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -48,18 +54,14 @@ return 1
 constexpr std::string_view kRelease = IDEM_LUA_PRELUDE R"lua(
 local h = redis.call('HMGET', key, 's', 't', 'e')
 if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
-redis.call('DEL', key)
-redis.call('HSET', key, 's', '0', 't', h[2])
-redis.call('PEXPIRE', key, tonumber(ARGV[3]))
+tombstone(h[2], tonumber(ARGV[3]))
 return 1
 )lua";
 
 constexpr std::string_view kPurge = IDEM_LUA_PRELUDE R"lua(
 local h = redis.call('HMGET', key, 's', 't', 'e')
 if not h[1] or h[1] == '0' or now >= tonumber(h[3]) then return 0 end
-redis.call('DEL', key)
-redis.call('HSET', key, 's', '0', 't', h[2])
-redis.call('PEXPIRE', key, tonumber(ARGV[2]))
+tombstone(h[2], tonumber(ARGV[2]))
 return 1
 )lua";
 
