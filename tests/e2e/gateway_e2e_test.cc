@@ -352,10 +352,22 @@ TEST_F(GatewayTest, ACompletionThatFailsIsRetriedSoTheClientsRetryReplays) {
   StartGateway("", "sqlite:" + db + "?busy_timeout_ms=300");
   HttpResponse first;
   std::thread client([&] { first = Post("/pay", "complete-retry", "b", {{"X-Sleep-Ms", "500"}}); });
-  // While the upstream works, another process takes the write lock: the first Complete fails.
-  std::this_thread::sleep_for(150ms);
+  // Once the request is in flight (its record is written), and while the upstream works (500
+  // ms), another process takes the write lock: the first Complete fails.
   sqlite3* locker = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &locker), SQLITE_OK);
+  int in_flight = 0;
+  for (int i = 0; i < 1000 && in_flight == 0; ++i) {
+    sqlite3_exec(
+        locker, "SELECT count(*) FROM idem_records",
+        [](void* out, int, char** values, char**) {
+          *static_cast<int*>(out) = values[0] ? std::atoi(values[0]) : 0;
+          return 0;
+        },
+        &in_flight, nullptr);
+    if (in_flight == 0) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_EQ(in_flight, 1) << "the request never began";
   ASSERT_EQ(sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
   bool retried = false;
   for (int i = 0; i < 500 && !retried; ++i) {
