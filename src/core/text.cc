@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 namespace idem::internal {
 
@@ -27,6 +28,19 @@ std::string ToHex(const uint8_t* data, size_t n) {
     out[2 * i + 1] = kHex[data[i] & 0x0f];
   }
   return out;
+}
+
+Result<int64_t> ParseIntInRange(std::string_view what, std::string_view text, int64_t min,
+                                int64_t max) {
+  int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < min ||
+      value > max) {
+    return InvalidArgumentError(std::string(what) + " must be " + std::to_string(min) + " to " +
+                                std::to_string(max) + " (an integer), not '" + std::string(text) +
+                                "'");
+  }
+  return value;
 }
 
 Status ForEachQueryOption(

@@ -21,6 +21,11 @@ int HexValue(char c);
 // Lower-case hex of `n` bytes.
 std::string ToHex(const uint8_t* data, size_t n);
 
+// Parses `text` as a decimal integer in [min, max]; otherwise kInvalidArgument
+// "WHAT must be MIN to MAX (an integer), not 'TEXT'".
+Result<int64_t> ParseIntInRange(std::string_view what, std::string_view text, int64_t min,
+                                int64_t max);
+
 // Calls `apply(name, value)` for each "name=value" of `query`, split at '&' (empty items are
 // skipped); stops at the first error. An item without '=' is kInvalidArgument ("option 'x' has
 // no value"). Values are taken as written, without percent-decoding.

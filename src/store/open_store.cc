@@ -44,13 +44,9 @@ Status ApplySqliteOption(std::string_view name, std::string_view value, StoreOpt
     return Status::Ok();
   }
   if (name == "busy_timeout_ms") {
-    int64_t ms = -1;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), ms);
-    if (ec != std::errc() || ptr != value.data() + value.size() || ms < 0 || ms > 3'600'000) {
-      return InvalidArgumentError("busy_timeout_ms must be 0 to 3600000 milliseconds, not '" +
-                                  std::string(value) + "'");
-    }
-    options.busy_timeout = Duration(ms);
+    auto ms = internal::ParseIntInRange("busy_timeout_ms", value, 0, 3'600'000);
+    if (!ms.ok()) return ms.status();
+    options.busy_timeout = Duration(*ms);
     return Status::Ok();
   }
   return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +

@@ -34,6 +34,17 @@ TEST(TextTest, QueryOptionsAreSplitAndAValuelessOneIsAnError) {
   EXPECT_EQ(stopped.message(), "no a");
 }
 
+TEST(TextTest, IntegersAreParsedWithinTheirRangeOrNamedInTheError) {
+  EXPECT_EQ(*ParseIntInRange("port", "6379", 1, 65535), 6379);
+  EXPECT_EQ(*ParseIntInRange("db", "0", 0, 15), 0);
+  for (const char* bad : {"", "0", "65536", "12x", "-1", " 80", "99999999999999999999"}) {
+    auto r = ParseIntInRange("port", bad, 1, 65535);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message(),
+              std::string("port must be 1 to 65535 (an integer), not '") + bad + "'");
+  }
+}
+
 TEST(TextTest, PasswordsInUrlsAreRedacted) {
   EXPECT_EQ(RedactUrlPassword("redis://:s3cret@cache:6379/0"), "redis://:***@cache:6379/0");
   EXPECT_EQ(RedactUrlPassword("redis://app:s3cret@cache"), "redis://app:***@cache");

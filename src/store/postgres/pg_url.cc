@@ -17,17 +17,6 @@ Status Bad(std::string_view url, std::string why) {
   return InvalidArgumentError("postgresql store URL: " + why);
 }
 
-Result<int> ParseInt(std::string_view name, std::string_view value, int min, int max) {
-  int n = 0;
-  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || n < min ||
-      n > max) {
-    return InvalidArgumentError(std::string(name) + " must be " + std::to_string(min) + " to " +
-                                std::to_string(max) + ", not '" + std::string(value) + "'");
-  }
-  return n;
-}
-
 bool IsIdentifier(std::string_view s) {
   if (s.empty() || s.size() > 63) return false;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -74,7 +63,7 @@ Result<PgConfig> ParsePostgresUrl(std::string_view url) {
   if (const size_t colon = host_port.rfind(':');
       colon != std::string_view::npos && host_port.find(']', colon) == std::string_view::npos) {
     host = host_port.substr(0, colon);
-    auto port = ParseInt("port", host_port.substr(colon + 1), 1, 65535);
+    auto port = ParseIntInRange("port", host_port.substr(colon + 1), 1, 65535);
     if (!port.ok()) return Bad(url, port.status().message());
   }
   if (host.empty()) return Bad(url, "no host; " + std::string(kUsage));
@@ -89,19 +78,19 @@ Result<PgConfig> ParsePostgresUrl(std::string_view url) {
   Status options = ForEachQueryOption(query, [&](std::string_view name,
                                                  std::string_view value) -> Status {
     if (name == "pool_size") {
-      auto n = ParseInt(name, value, 1, 1024);
+      auto n = ParseIntInRange(name, value, 1, 1024);
       if (!n.ok()) return n.status();
       config.pool_size = *n;
     } else if (name == "timeout_ms") {
-      auto n = ParseInt(name, value, 1, 3'600'000);
+      auto n = ParseIntInRange(name, value, 1, 3'600'000);
       if (!n.ok()) return n.status();
       config.timeout = std::chrono::milliseconds(*n);
     } else if (name == "connect_timeout") {
-      auto n = ParseInt(name, value, 1, 3600);
+      auto n = ParseIntInRange(name, value, 1, 3600);
       if (!n.ok()) return n.status();
       config.connect_timeout_s = *n;
     } else if (name == "partition_horizon_days") {
-      auto n = ParseInt(name, value, 1, 366);
+      auto n = ParseIntInRange(name, value, 1, 366);
       if (!n.ok()) return n.status();
       config.partition_horizon_days = *n;
     } else if (name == "schema") {

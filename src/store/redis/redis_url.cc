@@ -9,18 +9,6 @@ namespace {
 
 constexpr std::string_view kScheme = "redis://";
 
-Result<int64_t> ParseInt(std::string_view what, std::string_view text, int64_t min, int64_t max) {
-  int64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < min ||
-      value > max) {
-    return InvalidArgumentError(std::string(what) + " must be an integer from " +
-                                std::to_string(min) + " to " + std::to_string(max) + ", not '" +
-                                std::string(text) + "'");
-  }
-  return value;
-}
-
 Result<std::string> PercentDecode(std::string_view what, std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -63,13 +51,13 @@ Status ApplyOption(std::string_view name, std::string_view value, RedisEndpoint&
     return Status::Ok();
   }
   if (name == "pool_size") {
-    auto n = ParseInt("pool_size", value, 1, 1024);
+    auto n = ParseIntInRange("pool_size", value, 1, 1024);
     if (!n.ok()) return n.status();
     endpoint.pool_size = static_cast<int>(*n);
     return Status::Ok();
   }
   if (name == "connect_timeout_ms" || name == "timeout_ms") {
-    auto n = ParseInt(name, value, 1, 600'000);
+    auto n = ParseIntInRange(name, value, 1, 600'000);
     if (!n.ok()) return n.status();
     (name == "timeout_ms" ? endpoint.command_timeout : endpoint.connect_timeout) = Duration(*n);
     return Status::Ok();
@@ -118,14 +106,14 @@ Result<RedisEndpoint> Parse(std::string_view url) {
   std::string_view host = authority;
   if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
     host = authority.substr(0, colon);
-    auto port = ParseInt("port", authority.substr(colon + 1), 1, 65535);
+    auto port = ParseIntInRange("port", authority.substr(colon + 1), 1, 65535);
     if (!port.ok()) return port.status();
     endpoint.port = static_cast<int>(*port);
   }
   if (host.empty()) return InvalidArgumentError("the host is missing");
   endpoint.host = std::string(host);
   if (!path.empty()) {
-    auto db = ParseInt("database number", path, 0, 1'000'000);
+    auto db = ParseIntInRange("database number", path, 0, 1'000'000);
     if (!db.ok()) return db.status();
     endpoint.db = static_cast<int>(*db);
   }
