@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -91,7 +92,11 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
-// Binds parameters to a statement for one execution and resets it afterwards.
+// The RAII guard for one execution of a statement: binds its parameters and, when it goes out
+// of scope, resets it. Every statement the store runs goes through a Use, so no statement is
+// left stepped between calls: a stepped, un-reset statement keeps its read transaction open,
+// and an open read transaction pins the WAL so no checkpoint can move it back into the
+// database. (ConnectionLock below checks this after every call.)
 class Use {
  public:
   Use(const Statement& statement, sqlite3* db) : stmt_(statement.get()), db_(db) {}
@@ -218,8 +223,8 @@ class SqliteStore final : public Store {
                                      *mode + ")");
     }
     IDEM_RETURN_IF_ERROR(ExecSql(SynchronousPragma(options_.durability)));
-    IDEM_RETURN_IF_ERROR(StartCheckpointer());
     IDEM_RETURN_IF_ERROR(Migrate().WithContext(path_));
+    IDEM_RETURN_IF_ERROR(StartCheckpointer().WithContext(path_));
 
     IDEM_RETURN_IF_ERROR(select_record_.Prepare(db_, kSelectRecord));
     IDEM_RETURN_IF_ERROR(read_fence_.Prepare(db_, kReadFence));
@@ -245,7 +250,7 @@ class SqliteStore final : public Store {
     if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
     {
       // Fast path without a write lock: replays, conflicts and mismatches only read.
-      std::lock_guard lock(mu_);
+      ConnectionLock lock(*this);
       auto read = ReadAndDecide(scope, fingerprint, options_.clock->Now());
       if (!read.ok()) return read.status().WithContext("begin scope " + scope.Digest());
       if (read->outcome) return std::move(*read->outcome);
@@ -300,7 +305,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
-    std::lock_guard lock(mu_);
+    ConnectionLock lock(*this);
     const TimePoint now = options_.clock->Now();
     Use use(select_record_, db_);
     use.Scope3(scope);
@@ -347,7 +352,7 @@ class SqliteStore final : public Store {
     const int batch = std::max(1, options_.sweep_batch);
     for (;;) {
       // The lock is retaken per batch so Begin calls interleave with a long sweep.
-      std::lock_guard lock(mu_);
+      ConnectionLock lock(*this);
       Use use(sweep_, db_);
       use.Int(1, ToMillis(now)).Int(2, batch);
       auto changed = use.Exec("sweep");
@@ -362,29 +367,194 @@ class SqliteStore final : public Store {
            ")";
   }
 
+  // Counters for tests and diagnostics (internal::GetSqliteStats).
+  internal::SqliteStats Stats() const {
+    internal::SqliteStats stats;
+    stats.checkpoints = checkpoints_.load();
+    stats.catch_up_checkpoints = catch_ups_.load();
+    stats.checkpoint_failures = checkpoint_failures_.load();
+    stats.wal_frames_after_last_checkpoint = wal_frames_after_checkpoint_.load();
+    stats.busy_connection_found = busy_connection_found_.load();
+    stats.throttled_batches = throttled_.load();
+    return stats;
+  }
+
+  // Test hook: steps a read statement and leaves it un-reset, as a forgotten reset would.
+  void LeakReadForTesting() {
+    std::lock_guard lock(mu_);
+    sqlite3_step(read_fence_.get());  // a row: the statement stays busy, its read open
+  }
+
  private:
-  // WAL checkpoints run on a thread of their own, on a second connection, instead of inside
-  // whichever commit crosses SQLite's auto-checkpoint threshold: a checkpoint copies pages
-  // back into the database and (from durability=normal up) fsyncs it, which took milliseconds
-  // out of one unlucky request's latency. PASSIVE checkpoints never block writers or readers.
+  // Holds mu_ for one use of the connection, and checks the connection is idle when the use
+  // begins and when it ends: not inside a transaction and no statement stepped but not reset.
+  // Between calls the connection must hold no read transaction, or the WAL cannot be
+  // checkpointed past it and grows without bound. A violation is a bug in this file: it is
+  // counted (internal::SqliteStats::busy_connection_found, which the tests assert stays 0), and
+  // the connection is put back to idle so the damage stops here.
+  class ConnectionLock {
+   public:
+    explicit ConnectionLock(SqliteStore& store) : store_(store), lock_(store.mu_) {
+      store_.EnsureIdle();
+    }
+    ~ConnectionLock() { store_.EnsureIdle(); }
+    ConnectionLock(const ConnectionLock&) = delete;
+    ConnectionLock& operator=(const ConnectionLock&) = delete;
+
+   private:
+    SqliteStore& store_;
+    std::lock_guard<std::mutex> lock_;
+  };
+
+  // REQUIRES: mu_ held.
+  void EnsureIdle() {
+    bool busy = false;
+    for (sqlite3_stmt* stmt = sqlite3_next_stmt(db_, nullptr); stmt != nullptr;
+         stmt = sqlite3_next_stmt(db_, stmt)) {
+      if (sqlite3_stmt_busy(stmt)) {
+        busy = true;
+        sqlite3_reset(stmt);
+      }
+    }
+    if (sqlite3_get_autocommit(db_) == 0) {
+      busy = true;
+      (void)ExecSql("ROLLBACK");
+      fence_known_ = false;
+    }
+    if (busy) busy_connection_found_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Checkpoints. SQLite's automatic checkpoint runs inside whichever commit crosses 1,000 WAL
+  // frames: that commit copies every page back into the database and (from durability=normal
+  // up) fsyncs it, milliseconds out of one unlucky request. Instead, automatic checkpoints are
+  // off and a thread of the store's own runs them on a second connection:
+  //
+  //  - A PASSIVE checkpoint every kCheckpointInterval, and at once whenever a commit leaves
+  //    kCheckpointFrames or more in the WAL (the WAL hook wakes the thread). PASSIVE never
+  //    blocks the store's writes or reads.
+  //  - The WAL file is reused from its start only when a write transaction begins with every
+  //    frame already checkpointed. Under a steady stream of writes, some commit always lands
+  //    while a PASSIVE checkpoint runs, so the WAL would never restart and would grow without
+  //    bound. So when a PASSIVE pass still leaves kCheckpointFrames or more in the WAL, the
+  //    thread runs a second, catch-up pass holding the store's lock: it copies only the frames
+  //    written during the first pass, and the next write then restarts the WAL. The store's
+  //    calls wait for that short pass, never for the whole copy.
+  //  - If writes still outrun the checkpointer (a slow disk makes a pass long), the WAL
+  //    reaches kWalLimitFrames and each write batch first waits, at most kMaxThrottle, for a
+  //    catch-up pass to empty it: the WAL's size is bounded, not only its growth slowed.
+  //  - journal_size_limit truncates a WAL that grew larger than 4 MB back to 4 MB when it
+  //    restarts.
+  //
+  // The checkpoint connection must have read the database once before it can checkpoint it:
+  // a connection that has never read the file does not know it is in WAL mode, and
+  // sqlite3_wal_checkpoint_v2 then does nothing and still returns SQLITE_OK (reporting -1
+  // frames). OpenCheckpointConnection reads it, and a pass that reports -1 frames counts as a
+  // failure and reopens the connection.
   Status StartCheckpointer() {
     IDEM_RETURN_IF_ERROR(ExecSql("PRAGMA wal_autocheckpoint = 0"));
+    IDEM_RETURN_IF_ERROR(ExecSql(kJournalSizeLimitPragma));
+    IDEM_RETURN_IF_ERROR(OpenCheckpointConnection());
+    sqlite3_wal_hook(db_, &SqliteStore::OnCommit, this);
+    checkpointer_ = std::thread([this] { CheckpointLoop(); });
+    return Status::Ok();
+  }
+
+  Status OpenCheckpointConnection() {
+    if (checkpoint_db_ != nullptr) sqlite3_close_v2(checkpoint_db_);
+    checkpoint_db_ = nullptr;
     const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
     int rc = sqlite3_open_v2(path_.c_str(), &checkpoint_db_, flags, nullptr);
     if (rc != SQLITE_OK) return FromSqlite(rc, checkpoint_db_, "open checkpoint connection");
-    checkpointer_ = std::thread([this] {
-      std::unique_lock lock(checkpoint_mu_);
-      while (!checkpoint_stop_) {
-        checkpoint_cv_.wait_for(lock, kCheckpointInterval);
-        if (checkpoint_stop_) break;
-        lock.unlock();
-        int wal_frames = 0, checkpointed = 0;
-        sqlite3_wal_checkpoint_v2(checkpoint_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE,
-                                  &wal_frames, &checkpointed);
-        lock.lock();
-      }
-    });
+    sqlite3_busy_timeout(checkpoint_db_, static_cast<int>(options_.busy_timeout.count()));
+    // Reading the schema opens the WAL on this connection (see above).
+    rc = sqlite3_exec(checkpoint_db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr,
+                      nullptr);
+    if (rc != SQLITE_OK) return FromSqlite(rc, checkpoint_db_, "prime checkpoint connection");
     return Status::Ok();
+  }
+
+  // The WAL hook: runs inside each commit on db_ (mu_ held), told how many frames the WAL
+  // holds. Only wakes the checkpointer; never blocks.
+  static int OnCommit(void* self, sqlite3*, const char*, int frames) {
+    auto* store = static_cast<SqliteStore*>(self);
+    store->wal_frames_.store(frames, std::memory_order_relaxed);
+    if (frames >= kCheckpointFrames && !store->checkpoint_wanted_.exchange(true)) {
+      std::lock_guard lock(store->checkpoint_mu_);
+      store->checkpoint_cv_.notify_all();
+    }
+    return SQLITE_OK;
+  }
+
+  void CheckpointLoop() {
+    std::unique_lock lock(checkpoint_mu_);
+    while (!checkpoint_stop_) {
+      checkpoint_cv_.wait_for(lock, kCheckpointInterval, [this] {
+        return checkpoint_stop_ || checkpoint_wanted_.load();
+      });
+      if (checkpoint_stop_) break;
+      checkpoint_wanted_ = false;
+      lock.unlock();
+      bool emptied = false;
+      const int frames = Checkpoint(&emptied);
+      if (frames >= kCheckpointFrames && !emptied) {
+        // Writes kept coming during the pass: catch up with the store's calls held back.
+        ConnectionLock held(*this);
+        catch_ups_.fetch_add(1, std::memory_order_relaxed);
+        (void)Checkpoint(&emptied);
+        // Still not empty with no write of ours running: a reader elsewhere pins the WAL (or
+        // the checkpoint failed). Holding writes back would not help; stop doing it until a
+        // checkpoint empties the WAL again.
+        wal_pinned_.store(!emptied, std::memory_order_relaxed);
+      }
+      lock.lock();
+      if (emptied) {
+        wal_pinned_.store(false, std::memory_order_relaxed);
+        // Every frame is in the database: the next write restarts the WAL from its start.
+        wal_frames_.store(0, std::memory_order_relaxed);
+        checkpoint_cv_.notify_all();  // wakes writers held back by ThrottleWhileWalFull
+      }
+    }
+  }
+
+  // One PASSIVE checkpoint on the checkpoint connection; returns the frames in the WAL and
+  // sets *emptied if every one of them is now in the database.
+  int Checkpoint(bool* emptied) {
+    int wal_frames = -1, checkpointed = -1;
+    const int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE,
+                                             &wal_frames, &checkpointed);
+    if ((rc & 0xff) == SQLITE_BUSY) {
+      // Another checkpoint, or a writer restarting the WAL, held a lock: try on the next pass.
+      checkpoint_wanted_ = true;
+      return 0;
+    }
+    if (rc != SQLITE_OK || wal_frames < 0) {
+      checkpoint_failures_.fetch_add(1, std::memory_order_relaxed);
+      wal_pinned_.store(true, std::memory_order_relaxed);
+      (void)OpenCheckpointConnection();  // retried on the next pass if it fails again
+      return 0;
+    }
+    checkpoints_.fetch_add(1, std::memory_order_relaxed);
+    wal_frames_after_checkpoint_.store(wal_frames, std::memory_order_relaxed);
+    *emptied = checkpointed == wal_frames;
+    return wal_frames;
+  }
+
+  // Before a write batch: while the WAL holds kWalLimitFrames or more, wait (at most
+  // kMaxThrottle) for the checkpointer to empty it. Not while something the store cannot
+  // control pins the WAL (a reader in another process, a failing checkpoint): waiting would
+  // then only slow every write down. REQUIRES: mu_ not held.
+  void ThrottleWhileWalFull() {
+    if (wal_frames_.load(std::memory_order_relaxed) < kWalLimitFrames ||
+        wal_pinned_.load(std::memory_order_relaxed)) {
+      return;
+    }
+    std::unique_lock lock(checkpoint_mu_);
+    checkpoint_wanted_ = true;
+    checkpoint_cv_.notify_all();
+    throttled_.fetch_add(1, std::memory_order_relaxed);
+    checkpoint_cv_.wait_for(lock, kMaxThrottle, [this] {
+      return checkpoint_stop_ || wal_frames_.load(std::memory_order_relaxed) < kWalLimitFrames;
+    });
   }
 
   void StopCheckpointer() {
@@ -401,6 +571,12 @@ class SqliteStore final : public Store {
   }
 
   static constexpr std::chrono::milliseconds kCheckpointInterval{250};
+  // About 4 MB of WAL at the default 4 KiB page: SQLite's own automatic checkpoint threshold.
+  static constexpr int kCheckpointFrames = 1000;
+  // About 8 MB: writes wait for the checkpointer beyond this.
+  static constexpr int kWalLimitFrames = 2000;
+  static constexpr std::chrono::milliseconds kMaxThrottle{100};
+  static constexpr const char* kJournalSizeLimitPragma = "PRAGMA journal_size_limit = 4194304";
 
   // Group commit. Every write (Begin's write path, Complete, Release, Purge) is a `body` run
   // inside a write transaction. Callers that arrive while a transaction is being written queue
@@ -438,7 +614,8 @@ class SqliteStore final : public Store {
   }
 
   void RunBatch(const std::vector<PendingWrite*>& batch) {
-    std::lock_guard lock(mu_);
+    ThrottleWhileWalFull();
+    ConnectionLock lock(*this);
     auto began = Exec(begin_immediate_, "begin transaction");
     if (!began.ok()) {
       for (PendingWrite* w : batch) w->result = began.status();
@@ -672,11 +849,18 @@ class SqliteStore final : public Store {
       take_over_, complete_, release_, purge_, sweep_, begin_immediate_, commit_, rollback_,
       savepoint_, release_savepoint_, rollback_to_savepoint_;
 
-  sqlite3* checkpoint_db_ = nullptr;
+  sqlite3* checkpoint_db_ = nullptr;  // used by the checkpointer thread only
   std::thread checkpointer_;
-  std::mutex checkpoint_mu_;  // guards checkpoint_stop_
+  std::mutex checkpoint_mu_;  // guards checkpoint_stop_; taken after mu_, never before it
   std::condition_variable checkpoint_cv_;
   bool checkpoint_stop_ = false;
+  std::atomic<bool> checkpoint_wanted_{false};  // a commit left kCheckpointFrames in the WAL
+  std::atomic<uint64_t> checkpoints_{0}, catch_ups_{0}, checkpoint_failures_{0},
+      busy_connection_found_{0};
+  std::atomic<int> wal_frames_after_checkpoint_{0};
+  std::atomic<int> wal_frames_{0};  // frames in the WAL after the last commit (WAL hook)
+  std::atomic<uint64_t> throttled_{0};
+  std::atomic<bool> wal_pinned_{false};  // the last catch-up pass could not empty the WAL
 
   std::mutex queue_mu_;  // guards queue_ and leader_active_; never held while taking mu_
   std::condition_variable queue_cv_;
@@ -692,5 +876,22 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
   IDEM_RETURN_IF_ERROR(store->Open());
   return std::unique_ptr<Store>(std::move(store));
 }
+
+namespace internal {
+
+std::optional<SqliteStats> GetSqliteStats(Store& store) {
+  auto* sqlite = dynamic_cast<SqliteStore*>(&store);
+  if (sqlite == nullptr) return std::nullopt;
+  return sqlite->Stats();
+}
+
+bool LeakReadForTesting(Store& store) {
+  auto* sqlite = dynamic_cast<SqliteStore*>(&store);
+  if (sqlite == nullptr) return false;
+  sqlite->LeakReadForTesting();
+  return true;
+}
+
+}  // namespace internal
 
 }  // namespace idem

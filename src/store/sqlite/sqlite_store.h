@@ -10,7 +10,9 @@
 // Schema: docs/sqlite-schema.md.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "idem/store.h"
@@ -22,5 +24,28 @@ namespace idem {
 // idem (schema version above this build's) or cannot be switched to WAL.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                const StoreOptions& options);
+
+namespace internal {
+
+// What the store's checkpointer and connection checks have seen, for tests and diagnostics.
+struct SqliteStats {
+  uint64_t checkpoints = 0;            // PASSIVE checkpoints that ran
+  uint64_t catch_up_checkpoints = 0;   // of those, second passes run with the store's calls held
+  uint64_t checkpoint_failures = 0;    // passes that failed or found the WAL not open
+  int wal_frames_after_last_checkpoint = 0;
+  uint64_t throttled_batches = 0;      // write batches that waited for a checkpoint to catch up
+  // Times a call found the connection not idle (a statement stepped and not reset, or a
+  // transaction left open). Always 0 unless the store has a bug; tests assert it.
+  uint64_t busy_connection_found = 0;
+};
+
+// The stats of a store opened by OpenSqliteStore; nullopt for any other store.
+std::optional<SqliteStats> GetSqliteStats(Store& store);
+
+// Test hook: leaves a read statement stepped and un-reset on the store's connection, as a
+// forgotten reset would. False if `store` is not a SQLite store.
+bool LeakReadForTesting(Store& store);
+
+}  // namespace internal
 
 }  // namespace idem
