@@ -218,15 +218,15 @@ int64_t FileSize(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
 }
 
-// The WAL must be checkpointed while the store runs: tens of thousands of first executions
-// (a claim and a completion each, from several threads, so group commit is in play) move
+// The WAL must be checkpointed while the store runs: 24,000 writes (12,000 first executions,
+// a claim and a completion each, from four threads, so group commit is in play) move
 // into the database file, and the -wal file stays within a few MB instead of growing by every
 // commit. Before the fix the database stayed at one page and the WAL grew by ~16 KB a pair.
 TEST_F(SqliteStoreTest, TheWalIsCheckpointedAndStaysBoundedWhileTheDatabaseGrows) {
   auto store = OpenStore(Url(), Options());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const std::string wal = path_ + "-wal";
-  constexpr int kThreads = 4, kPairsPerThread = 5000;
+  constexpr int kThreads = 4, kPairsPerThread = 3000;
   // The 2,000-frame limit (~8 MB), and a margin for a slow disk.
   constexpr int64_t kWalBound = 16 << 20;
   std::atomic<int64_t> max_wal{0};
@@ -256,8 +256,8 @@ TEST_F(SqliteStoreTest, TheWalIsCheckpointedAndStaysBoundedWhileTheDatabaseGrows
   for (auto& w : writers) w.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_LT(max_wal.load(), kWalBound) << "the WAL grew to " << max_wal.load() << " bytes";
-  // The records are in the database file itself (20,000 rows with 200-byte bodies).
-  EXPECT_GT(FileSize(path_), 3 << 20) << "the database file did not grow: nothing checkpointed";
+  // The records are in the database file itself (12,000 rows with 200-byte bodies).
+  EXPECT_GT(FileSize(path_), 2 << 20) << "the database file did not grow: nothing checkpointed";
   auto stats = internal::GetSqliteStats(**store);
   ASSERT_TRUE(stats.has_value());
   EXPECT_GT(stats->checkpoints, 0u);

@@ -435,13 +435,12 @@ class SqliteStore final : public Store {
   //  - The WAL file is reused from its start only when a write transaction begins with every
   //    frame already checkpointed. Under a steady stream of writes, some commit always lands
   //    while a PASSIVE checkpoint runs, so the WAL would never restart and would grow without
-  //    bound. So when a PASSIVE pass still leaves kCheckpointFrames or more in the WAL, the
+  //    bound. So when a PASSIVE pass still leaves kWalLimitFrames or more in the WAL, the
   //    thread runs a second, catch-up pass holding the store's lock: it copies only the frames
   //    written during the first pass, and the next write then restarts the WAL. The store's
   //    calls wait for that short pass, never for the whole copy.
-  //  - If writes still outrun the checkpointer (a slow disk makes a pass long), the WAL
-  //    reaches kWalLimitFrames and each write batch first waits, at most kMaxThrottle, for a
-  //    catch-up pass to empty it: the WAL's size is bounded, not only its growth slowed.
+  //  - Meanwhile, at kWalLimitFrames, each write batch first waits (at most kMaxThrottle) for
+  //    the checkpointer to empty the WAL: its size is bounded, not only its growth slowed.
   //  - journal_size_limit truncates a WAL that grew larger than 4 MB back to 4 MB when it
   //    restarts.
   //
@@ -496,7 +495,7 @@ class SqliteStore final : public Store {
       lock.unlock();
       bool emptied = false;
       const int frames = Checkpoint(&emptied);
-      if (frames >= kCheckpointFrames && !emptied) {
+      if (frames >= kWalLimitFrames && !emptied) {
         // Writes kept coming during the pass: catch up with the store's calls held back.
         ConnectionLock held(*this);
         catch_ups_.fetch_add(1, std::memory_order_relaxed);
