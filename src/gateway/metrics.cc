@@ -11,6 +11,10 @@ std::string_view OutcomeLabel(Outcome outcome) {
   return kLabels[static_cast<size_t>(outcome)];
 }
 
+std::string_view StoreWriteLabel(StoreWrite write) {
+  return write == StoreWrite::kComplete ? "complete" : "release";
+}
+
 void Histogram::Observe(Duration d) { Observe(static_cast<double>(d.count()) / 1000.0); }
 
 void Histogram::Observe(double seconds) {
@@ -50,6 +54,27 @@ std::string Metrics::Render() const {
   out += "# HELP idem_gateway_fenced_completions_total Late completions discarded by fencing.\n";
   out += "# TYPE idem_gateway_fenced_completions_total counter\n";
   out += fmt::format("idem_gateway_fenced_completions_total {}\n", zombies_.load());
+  out += "# HELP idem_gateway_store_write_attempts_total Completions and releases retried after "
+         "the response, each attempt by result.\n";
+  out += "# TYPE idem_gateway_store_write_attempts_total counter\n";
+  for (size_t w = 0; w < kWrites; ++w) {
+    for (int failed = 0; failed < 2; ++failed) {
+      out += fmt::format("idem_gateway_store_write_attempts_total{{call=\"{}\",result=\"{}\"}} {}\n",
+                         StoreWriteLabel(static_cast<StoreWrite>(w)), failed ? "error" : "ok",
+                         write_attempts_[w][failed].load(std::memory_order_relaxed));
+    }
+  }
+  out += "# HELP idem_gateway_store_writes_abandoned_total Completions and releases given up "
+         "when the lease was about to run out.\n";
+  out += "# TYPE idem_gateway_store_writes_abandoned_total counter\n";
+  for (size_t w = 0; w < kWrites; ++w) {
+    out += fmt::format("idem_gateway_store_writes_abandoned_total{{call=\"{}\"}} {}\n",
+                       StoreWriteLabel(static_cast<StoreWrite>(w)),
+                       writes_abandoned_[w].load(std::memory_order_relaxed));
+  }
+  out += "# HELP idem_gateway_store_writes_retrying Completions and releases being retried now.\n";
+  out += "# TYPE idem_gateway_store_writes_retrying gauge\n";
+  out += fmt::format("idem_gateway_store_writes_retrying {}\n", store_writes_retrying());
   request_seconds_.Write(out, "idem_gateway_request_seconds",
                          "Time from a complete request to its response.");
   store_seconds_.Write(out, "idem_gateway_store_seconds", "Time of each store call.");

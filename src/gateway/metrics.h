@@ -31,6 +31,10 @@ enum class Outcome {
 
 std::string_view OutcomeLabel(Outcome outcome);
 
+// The store writes a request may have to finish after its response (completion_retry.h).
+enum class StoreWrite { kComplete, kRelease, kCount };
+std::string_view StoreWriteLabel(StoreWrite write);  // "complete", "release"
+
 class Histogram {
  public:
   static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
@@ -60,12 +64,36 @@ class Metrics {
   void CountZombie() { zombies_.fetch_add(1, std::memory_order_relaxed); }
   void CountTakeover() { takeovers_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Each attempt at a Complete or Release after the response was sent, and its result.
+  void CountWriteAttempt(StoreWrite write, bool ok) {
+    write_attempts_[Index(write)][ok ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t write_attempts(StoreWrite write, bool ok) const {
+    return write_attempts_[Index(write)][ok ? 0 : 1].load(std::memory_order_relaxed);
+  }
+  // A write given up on because the lease was about to run out.
+  void CountWriteAbandoned(StoreWrite write) {
+    writes_abandoned_[Index(write)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t writes_abandoned(StoreWrite write) const {
+    return writes_abandoned_[Index(write)].load(std::memory_order_relaxed);
+  }
+  // Writes being retried in the background now; shutdown waits for them.
+  void WriteRetryStarted() { writes_retrying_.fetch_add(1, std::memory_order_acq_rel); }
+  void WriteRetryEnded() { writes_retrying_.fetch_sub(1, std::memory_order_acq_rel); }
+  int store_writes_retrying() const { return writes_retrying_.load(std::memory_order_acquire); }
+
   std::string Render() const;
 
  private:
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Outcome::kCount)> outcomes_{};
   std::atomic<uint64_t> zombies_{0};
   std::atomic<uint64_t> takeovers_{0};
+  static size_t Index(StoreWrite write) { return static_cast<size_t>(write); }
+  static constexpr size_t kWrites = static_cast<size_t>(StoreWrite::kCount);
+  std::array<std::array<std::atomic<uint64_t>, 2>, kWrites> write_attempts_{};  // [write][failed]
+  std::array<std::atomic<uint64_t>, kWrites> writes_abandoned_{};
+  std::atomic<int> writes_retrying_{0};
   Histogram request_seconds_;
   Histogram store_seconds_;
   Histogram upstream_seconds_;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/text.h"
+#include "gateway/completion_retry.h"
 #include "gateway/key_guard.h"
 #include "gateway/problem.h"
 #include "idem/fingerprint.h"
@@ -308,9 +309,11 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
                                                asio::use_awaitable);
     }
     if (!released.ok()) {
-      s.log.Error("release_failed", "key " + trace.key_digest + ": " +
-                                        released.status().ToString() +
-                                        "; the key stays locked until its lease runs out");
+      // Keep trying after the response, while the lease lasts (completion_retry.h).
+      auto executor = co_await asio::this_coro::executor;
+      RetryAfterResponse(executor, {s.store, s.metrics, s.log},
+                         {StoreWrite::kRelease, scope, token, {}, Duration(0), trace.key_digest,
+                          WallTimeOf(trace.start), route.lease, released.status()});
     }
     trace.Finish(Outcome::kReleased, upstream_response);
     co_return std::move(upstream_response);
@@ -322,24 +325,21 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   Scope complete_scope = scope;
   const Duration retention = route.retention;
   Result<CompleteOutcome> completed = InternalError("not completed");
-  // Complete is safe to repeat with the same arguments (store.h); a failed one is tried again
-  // at once, because a completion lost here means a retry after the lease executes again.
-  constexpr int kCompleteAttempts = 3;
-  for (int attempt = 1; attempt <= kCompleteAttempts; ++attempt) {
+  {
     StoreTimer timer{s};
-    StoredResponse to_store = attempt < kCompleteAttempts ? stored : std::move(stored);
+    StoredResponse to_store = stored;
     Scope attempt_scope = complete_scope;
     completed = co_await s.store.AsyncComplete(std::move(attempt_scope), token,
                                                std::move(to_store), retention, asio::use_awaitable);
-    if (completed.ok()) break;
-    s.log.Warn("complete_retry", "key " + trace.key_digest + ": attempt " +
-                                     std::to_string(attempt) + " failed: " +
-                                     completed.status().ToString());
   }
   if (!completed.ok()) {
-    s.log.Error("complete_failed", "key " + trace.key_digest + ": " +
-                                       completed.status().ToString() +
-                                       "; a retry after the lease will execute again");
+    // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
+    // lease execute again, so it is tried again after the response, while the lease lasts.
+    auto executor = co_await asio::this_coro::executor;
+    RetryAfterResponse(executor, {s.store, s.metrics, s.log},
+                       {StoreWrite::kComplete, std::move(complete_scope), token,
+                        std::move(stored), retention, trace.key_digest, WallTimeOf(trace.start),
+                        route.lease, completed.status()});
   } else if (*completed == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
     s.log.Warn("fenced", "key " + trace.key_digest + ": token " + std::to_string(token) +

@@ -194,13 +194,15 @@ class Server {
   Task<void> Drain() {
     asio::steady_timer timer(io_);
     const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_grace;
-    while (active_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    // Completions and releases still retried after their responses count as in progress.
+    auto busy = [this] { return active_.load() + services_.metrics.store_writes_retrying(); };
+    while (busy() > 0 && std::chrono::steady_clock::now() < deadline) {
       timer.expires_after(std::chrono::milliseconds(20));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
-    if (active_.load() > 0) {
-      abandoned_ = active_.load();
+    if (busy() > 0) {
+      abandoned_ = busy();
       services_.log.Warn("shutdown", std::to_string(abandoned_) +
                                          " request(s) still in progress after the grace period");
     }

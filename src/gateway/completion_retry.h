@@ -1,0 +1,95 @@
+// Store writes that outlive the response. When a request's Complete (or, after a transient
+// upstream failure, its Release) fails, the client still gets its response at once; the write is
+// then tried again in the background, with exponential backoff and jitter, for as long as the
+// key's lease allows less a margin. While it is retried the record stays in flight, so a retry
+// of the request gets 409 rather than executing again; once the store answers, the completion
+// lands and retries replay. Only when the lease is nearly over does the gateway give up and log
+// `complete_failed` (or `release_failed`): past the lease deadline a retry of the request may
+// take the key over, and a late completion would be fenced anyway.
+//
+// A write retried here is never cancelled by its client going away, since that client is the
+// one who will retry. Shutdown waits for these writes like it waits for requests (see
+// Metrics::store_writes_retrying and docs/gateway.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "gateway/access_log.h"
+#include "gateway/http.h"
+#include "gateway/metrics.h"
+#include "idem/clock.h"
+#include "idem/store_executor.h"
+
+namespace idem::gateway {
+
+struct RetryPolicy {
+  // The wait before the first retry; it doubles after each failed attempt, up to max_delay.
+  // Each wait is drawn at random from [half of it, all of it] so that many keys failing at
+  // once do not come back in step. Defaults: 50 ms, 2 s.
+  Duration first_delay{50};
+  Duration max_delay{2000};
+  // Stop this long before the lease deadline (at most a quarter of the lease). Default 1 s.
+  Duration margin{1000};
+};
+
+// When to try again: a pure function of the policy, the lease and the clock's readings.
+// Thread safety: none; one schedule belongs to one write.
+class RetrySchedule {
+ public:
+  // `lease_start` must be at or before the time the store started the lease (the gateway takes
+  // the request's arrival), so the give-up time errs early, never late.
+  RetrySchedule(const RetryPolicy& policy, TimePoint lease_start, Duration lease,
+                uint64_t seed);
+
+  // How long to wait before the next attempt, never past give_up_at(); nullopt once `now` has
+  // reached give_up_at(): stop.
+  std::optional<Duration> NextDelay(TimePoint now);
+
+  // lease_start + lease - margin (the margin capped at a quarter of the lease).
+  TimePoint give_up_at() const { return give_up_at_; }
+
+ private:
+  RetryPolicy policy_;
+  TimePoint give_up_at_;
+  Duration next_base_;
+  std::mt19937_64 random_;
+};
+
+// A write the request could not finish before its response.
+struct UnfinishedWrite {
+  StoreWrite kind = StoreWrite::kComplete;
+  Scope scope;
+  FencingToken token = 0;
+  StoredResponse response;  // kComplete only
+  Duration ttl{0};          // kComplete only: the route's retention
+  std::string key_digest;   // for the log
+  TimePoint lease_start;    // see RetrySchedule
+  Duration lease{0};
+  Status failure = Status::Ok();  // why the attempt before the response failed, for the log
+};
+
+struct RetryServices {
+  StoreExecutor& store;
+  Metrics& metrics;
+  Log& log;
+  std::shared_ptr<Clock> clock = SystemClock();
+  RetryPolicy policy = {};
+};
+
+// Starts retrying `write` in the background on `executor` and returns at once. Counts it in
+// metrics.store_writes_retrying() until it ends; counts every attempt in
+// idem_gateway_store_write_attempts_total and a give-up in
+// idem_gateway_store_writes_abandoned_total. REQUIRES: the services outlive the retry (the
+// gateway's shutdown waits for store_writes_retrying() to reach 0, or stops the event loop).
+void RetryAfterResponse(asio::any_io_executor executor, RetryServices services,
+                        UnfinishedWrite write);
+
+// The wall-clock time of a steady-clock reading taken earlier in this process (a request's
+// arrival), for UnfinishedWrite::lease_start.
+TimePoint WallTimeOf(std::chrono::steady_clock::time_point t);
+
+}  // namespace idem::gateway
