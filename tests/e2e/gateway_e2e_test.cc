@@ -347,17 +347,33 @@ fail_open = true
   EXPECT_EQ(Executions("during"), 1);
 }
 
-TEST_F(GatewayTest, ACompletionThatFailsIsRetriedSoTheClientsRetryReplays) {
+// Another process holds SQLite's write lock for two seconds while two requests complete (one
+// of whose clients has hung up): each completion fails, the clients get their responses, and
+// the gateway keeps retrying after them. Meanwhile a retry is told 409; once the lock is gone
+// the completions land, and retries after the lease replay: nothing executes twice. (Before,
+// three attempts ran back to back, the completions were lost, and after the lease the retries
+// executed again.)
+TEST_F(GatewayTest, ACompletionThatFailsIsRetriedAfterTheResponseWhileTheLeaseLasts) {
   const std::string db = dir_.File("complete.db");
-  StartGateway("", "sqlite:" + db + "?busy_timeout_ms=300");
-  HttpResponse first;
+  StartGateway(R"(
+[[route]]
+path_prefix = "/"
+lease = "5s"
+)",
+               "sqlite:" + db + "?busy_timeout_ms=300");
+  const auto start = std::chrono::steady_clock::now();
+  HttpResponse first, hung_up;
   std::thread client([&] { first = Post("/pay", "complete-retry", "b", {{"X-Sleep-Ms", "500"}}); });
-  // Once the request is in flight (its record is written), and while the upstream works (500
-  // ms), another process takes the write lock: the first Complete fails.
+  std::thread impatient([&] {
+    hung_up = Http(gateway_address_, "POST", "/pay",
+                   {{"Idempotency-Key", "hung-up"}, {"X-Sleep-Ms", "500"}}, "b", 200ms);
+  });
+  // Once both requests are in flight (their records are written), and while the upstream works
+  // (500 ms), another process takes the write lock: the first Complete of each fails.
   sqlite3* locker = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &locker), SQLITE_OK);
   int in_flight = 0;
-  for (int i = 0; i < 1000 && in_flight == 0; ++i) {
+  for (int i = 0; i < 1000 && in_flight < 2; ++i) {
     sqlite3_exec(
         locker, "SELECT count(*) FROM idem_records",
         [](void* out, int, char** values, char**) {
@@ -365,24 +381,45 @@ TEST_F(GatewayTest, ACompletionThatFailsIsRetriedSoTheClientsRetryReplays) {
           return 0;
         },
         &in_flight, nullptr);
-    if (in_flight == 0) std::this_thread::sleep_for(5ms);
+    if (in_flight < 2) std::this_thread::sleep_for(5ms);
   }
-  ASSERT_EQ(in_flight, 1) << "the request never began";
+  ASSERT_EQ(in_flight, 2) << "the requests never began";
   ASSERT_EQ(sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
-  bool retried = false;
-  for (int i = 0; i < 500 && !retried; ++i) {
-    retried = gateway_->Output().find("complete_retry") != std::string::npos;
-    if (!retried) std::this_thread::sleep_for(10ms);
-  }
+  client.join();
+  impatient.join();
+  EXPECT_EQ(first.status, 201) << first.error << " (the response does not wait for the store)";
+  EXPECT_EQ(hung_up.status, 0) << "this client gave up before the response";
+  auto during = Post("/pay", "complete-retry", "b");
+  EXPECT_EQ(during.status, 409) << "still in flight while the completion is retried";
+  std::this_thread::sleep_until(start + 2s);
   sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
   sqlite3_close(locker);
-  client.join();
-  EXPECT_TRUE(retried) << gateway_->Output();
-  EXPECT_EQ(first.status, 201) << first.error;
-  auto again = Post("/pay", "complete-retry", "b");
-  EXPECT_EQ(again.status, 201) << again.body;
-  EXPECT_EQ(again.Header("Idempotent-Replayed"), "true");
-  EXPECT_EQ(Executions("complete-retry"), 1);
+
+  // The completions land once the lock is gone, before the lease (5 s) runs out.
+  for (const std::string key : {"complete-retry", "hung-up"}) {
+    HttpResponse again;
+    do {
+      again = Post("/pay", key, "b");
+      if (again.status == 409) std::this_thread::sleep_for(100ms);
+    } while (again.status == 409 && std::chrono::steady_clock::now() < start + 5s);
+    EXPECT_EQ(again.status, 201) << key << ": " << again.body;
+    EXPECT_EQ(again.Header("Idempotent-Replayed"), "true") << key;
+  }
+  // And after the lease, nothing runs again.
+  std::this_thread::sleep_until(start + 6s);
+  for (const std::string key : {"complete-retry", "hung-up"}) {
+    EXPECT_EQ(Post("/pay", key, "b").Header("Idempotent-Replayed"), "true") << key;
+    EXPECT_EQ(Executions(key), 1) << key;
+  }
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("idem_gateway_store_write_attempts_total{call=\"complete\",result=\"ok\"} 2"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("idem_gateway_store_write_attempts_total{call=\"complete\",result=\"error\"} 0"),
+            std::string::npos)
+      << "attempts failed while the lock was held";
+  EXPECT_NE(gateway_->Output().find("complete_retry"), std::string::npos);
+  EXPECT_EQ(gateway_->Output().find("complete_failed"), std::string::npos) << gateway_->Output();
 }
 
 TEST_F(GatewayTest, ExpiredRecordsAreSweptAndTheKeyExecutesAgain) {
