@@ -71,6 +71,7 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
     res = r.ok() ? Text(http::status::ok, "ready\n", "text/plain", req)
                  : Text(http::status::service_unavailable,
                         "store unavailable: " + r.status().ToString() + "\n", "text/plain", req);
+    if (!r.ok()) s.log.Error("not_ready", r.status().ToString());
   } else if (path == "/v1/records" && (get || del)) {
     const std::string_view query = TargetQuery(target);
     auto key = ParseIdempotencyKey(QueryParam(query, "key"));

@@ -422,6 +422,32 @@ lease = "5s"
   EXPECT_EQ(gateway_->Output().find("complete_failed"), std::string::npos) << gateway_->Output();
 }
 
+// The database file is deleted under a running gateway: /readyz says so (503, with the
+// reason), an error is logged, and new requests are refused with 503 instead of executing into
+// a file that a restart would never read: after a restart they would execute again.
+TEST_F(GatewayTest, ADeletedDatabaseFileMakesTheGatewayUnreadyAndFailClosed) {
+  const std::string db = dir_.File("deleted.db");
+  StartGateway("", "sqlite:" + db);
+  ASSERT_EQ(Post("/pay", "before", "b").status, 201);
+  ASSERT_EQ(Http(admin_address_, "GET", "/readyz").status, 200);
+  for (const std::string suffix : {"", "-wal", "-shm"}) std::remove((db + suffix).c_str());
+
+  auto ready = Http(admin_address_, "GET", "/readyz");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_NE(ready.body.find("deleted"), std::string::npos) << ready.body;
+  EXPECT_NE(ready.body.find(db), std::string::npos) << ready.body;
+  auto refused = Post("/pay", "after", "b");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_NE(refused.body.find("urn:idem:problem:store-unavailable"), std::string::npos);
+  EXPECT_EQ(Executions("after"), 0) << "fail closed: the upstream is not called";
+  bool logged = false;
+  for (int i = 0; i < 100 && !logged; ++i) {
+    logged = gateway_->Output().find("error not_ready") != std::string::npos;
+    if (!logged) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(logged) << gateway_->Output();
+}
+
 TEST_F(GatewayTest, ExpiredRecordsAreSweptAndTheKeyExecutesAgain) {
   const std::string db = dir_.File("sweep.db");
   StartGateway(R"(

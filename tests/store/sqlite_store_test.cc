@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <atomic>
@@ -284,6 +287,59 @@ TEST_F(SqliteStoreTest, AStatementLeftOpenBetweenCallsIsFoundAndReset) {
   auto memory = OpenStore("memory");
   ASSERT_TRUE(memory.ok());
   EXPECT_FALSE(internal::GetSqliteStats(**memory).has_value());
+}
+
+// A database file deleted, or replaced by another file, under a running store: the store
+// notices that its path no longer names the file it has open, and fails closed (writes, Get,
+// Sweep) instead of writing records no one will read again. Replays from the open file go on.
+TEST_F(SqliteStoreTest, ADeletedOrReplacedFileIsNoticedAndWritesFailClosed) {
+  auto store = OpenStore(Url(), Options());
+  ASSERT_TRUE(store.ok());
+  const Scope done{"t", "", "done"};
+  const FencingToken t = *OwnedToken(*(*store)->Begin(done, Fp(), seconds(30)));
+  ASSERT_EQ(*(*store)->Complete(done, t, {201, {}, "ok"}, seconds(60)), CompleteOutcome::kOk);
+  const Scope pending{"t", "", "pending"};
+  const FencingToken p = *OwnedToken(*(*store)->Begin(pending, Fp(), seconds(30)));
+
+  // Moved away: the path names no file.
+  const std::string moved = path_ + ".moved";
+  ASSERT_EQ(std::rename(path_.c_str(), moved.c_str()), 0);
+  auto expect_refused = [&](const Status& status, const char* what) {
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << what << ": " << status.ToString();
+    EXPECT_NE(status.message().find(path_), std::string::npos) << what << ": " << status.ToString();
+  };
+  auto got = (*store)->Get(done);
+  ASSERT_FALSE(got.ok());
+  expect_refused(got.status(), "get");
+  EXPECT_NE(got.status().message().find("deleted"), std::string::npos) << got.status().ToString();
+  auto begun = (*store)->Begin(Scope{"t", "", "new"}, Fp(), seconds(30));
+  ASSERT_FALSE(begun.ok());
+  expect_refused(begun.status(), "begin");
+  auto completed = (*store)->Complete(pending, p, {201, {}, "late"}, seconds(60));
+  ASSERT_FALSE(completed.ok());
+  expect_refused(completed.status(), "complete");
+  auto swept = (*store)->Sweep(clock_->Now());
+  ASSERT_FALSE(swept.ok());
+  expect_refused(swept.status(), "sweep");
+  auto replay = (*store)->Begin(done, Fp(), seconds(30));
+  ASSERT_TRUE(replay.ok()) << "a replay reads the open file: " << replay.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<Replay>(*replay));
+
+  // Moved back: the same file again, so the store carries on.
+  ASSERT_EQ(std::rename(moved.c_str(), path_.c_str()), 0);
+  ASSERT_TRUE((*store)->Get(done).ok());
+  EXPECT_EQ(*(*store)->Complete(pending, p, {201, {}, "late"}, seconds(60)), CompleteOutcome::kOk);
+
+  // Replaced by another database file: refused as well.
+  const std::string other = dir_.File("other.db");
+  ASSERT_TRUE(OpenStore("sqlite:" + other, Options()).ok());
+  ASSERT_EQ(::unlink(path_.c_str()), 0);
+  ASSERT_EQ(std::rename(other.c_str(), path_.c_str()), 0);
+  auto replaced = (*store)->Begin(Scope{"t", "", "new"}, Fp(), seconds(30));
+  ASSERT_FALSE(replaced.ok());
+  expect_refused(replaced.status(), "begin after replace");
+  EXPECT_NE(replaced.status().message().find("another file"), std::string::npos)
+      << replaced.status().ToString();
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 #include "store/sqlite/sqlite_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <atomic>
 #include <condition_variable>
@@ -224,6 +228,13 @@ class SqliteStore final : public Store {
     }
     IDEM_RETURN_IF_ERROR(ExecSql(SynchronousPragma(options_.durability)));
     IDEM_RETURN_IF_ERROR(Migrate().WithContext(path_));
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) {
+      return UnavailableError("sqlite " + path_ + ": cannot stat the database file: " +
+                              std::strerror(errno));
+    }
+    file_device_ = st.st_dev;
+    file_inode_ = st.st_ino;
     IDEM_RETURN_IF_ERROR(StartCheckpointer().WithContext(path_));
 
     IDEM_RETURN_IF_ERROR(select_record_.Prepare(db_, kSelectRecord));
@@ -305,6 +316,7 @@ class SqliteStore final : public Store {
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
+    IDEM_RETURN_IF_ERROR(CheckFile());  // Get is the gateway's readiness probe
     ConnectionLock lock(*this);
     const TimePoint now = options_.clock->Now();
     Use use(select_record_, db_);
@@ -348,6 +360,7 @@ class SqliteStore final : public Store {
   }
 
   Result<uint64_t> Sweep(TimePoint now) override {
+    IDEM_RETURN_IF_ERROR(CheckFile());
     uint64_t removed = 0;
     const int batch = std::max(1, options_.sweep_batch);
     for (;;) {
@@ -365,6 +378,29 @@ class SqliteStore final : public Store {
   std::string Describe() const override {
     return "sqlite:" + path_ + " (durability=" + std::string(DurabilityName(options_.durability)) +
            ")";
+  }
+
+  // The path must still name the file this store has open. Deleting the file (or its
+  // directory) or putting another file in its place does not disturb an open SQLite connection:
+  // it would go on serving from the unlinked file, and every record written there would be lost
+  // at the next restart, so keys would execute again. One stat(2), compared by device and inode,
+  // on every write batch, every Get (the gateway's readiness probe) and every Sweep; reads that
+  // need no write (replays) go on. Not sticky: a file moved back in place is used again.
+  Status CheckFile() const {
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) {
+      return FailedPreconditionError(
+          "sqlite " + path_ + ": the database file was deleted while in use (" +
+          std::strerror(errno) + "); writes are refused, since no one would read them again. "
+          "Restore the file or restart the gateway");
+    }
+    if (st.st_dev != file_device_ || st.st_ino != file_inode_) {
+      return FailedPreconditionError(
+          "sqlite " + path_ + ": the path now names another file than the database opened; "
+          "writes are refused, since no one would read them again. Restart the gateway to "
+          "open the new file");
+    }
+    return Status::Ok();
   }
 
   // Counters for tests and diagnostics (internal::GetSqliteStats).
@@ -613,6 +649,11 @@ class SqliteStore final : public Store {
   }
 
   void RunBatch(const std::vector<PendingWrite*>& batch) {
+    // Fail closed rather than write to a file no one will read again.
+    if (Status file = CheckFile(); !file.ok()) {
+      for (PendingWrite* w : batch) w->result = file;
+      return;
+    }
     ThrottleWhileWalFull();
     ConnectionLock lock(*this);
     auto began = Exec(begin_immediate_, "begin transaction");
@@ -838,6 +879,8 @@ class SqliteStore final : public Store {
 
   const std::string path_;
   const StoreOptions options_;
+  dev_t file_device_ = 0;  // the opened file's identity, set once by Open
+  ino_t file_inode_ = 0;
   std::mutex mu_;  // guards db_, every statement and the fence state below
   sqlite3* db_ = nullptr;
   bool fence_known_ = false;         // reserved_ and data_version_seen_ are current

@@ -7,6 +7,8 @@
 // read-decide-write atomic across processes. Writes from concurrent callers are group-committed:
 // one transaction (a savepoint each) and one commit for all that queued while the previous
 // commit ran; each call still returns only after its own write is committed.
+// If the file is deleted or replaced while open, writes, Get and Sweep fail with
+// kFailedPrecondition naming the path (replays still read the open file).
 // Schema: docs/sqlite-schema.md.
 #pragma once
 
