@@ -301,6 +301,51 @@ TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
       << gateway.process->Output();
 }
 
+// The window docs/gateway.md and docs/redis.md describe for a Begin whose reply was lost:
+// Redis is paused (SIGSTOP) while a claim is on its way, so the gateway's call times out and the
+// client gets 503; resumed (SIGCONT), Redis runs the queued script and the key is claimed all
+// the same. Retries get 409 until that claim's lease runs out, then one executes, once.
+TEST(RedisLateBeginTest, AClaimThatRanAfterItsTimeoutHoldsTheKeyForOneLeaseThenRunsOnce) {
+  TempDir dir;
+  RedisServer redis;
+  ASSERT_EQ(redis.Start(), "");
+  auto [service, service_address] = StartExampleService(EXAMPLE_SERVICE, dir.File("service.log"));
+  ASSERT_NE(service, nullptr) << service_address;
+  std::ofstream(dir.File("lease.toml")) << "[[route]]\npath_prefix = \"/\"\nlease = \"3s\"\n";
+  GatewayProcess gateway = StartGatewayProcess(
+      IDEM_BINARY, service_address, redis.Url("?timeout_ms=300&connect_timeout_ms=300"),
+      dir.File("gateway.log"), {"--config", dir.File("lease.toml")});
+  ASSERT_NE(gateway.process, nullptr) << gateway.address;
+  auto post = [&] {
+    return Http(gateway.address, "POST", "/v1/payments", {{"Idempotency-Key", "late"}}, "b");
+  };
+  auto executions = [&] {
+    return std::stoi(Http(service_address, "GET", "/executions?key=late").body);
+  };
+  ASSERT_EQ(Http(gateway.address, "POST", "/v1/payments", {{"Idempotency-Key", "warm"}}, "b").status,
+            201);  // the gateway's pool is connected
+
+  redis.Pause();
+  auto refused = post();
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  const auto resumed = SteadyClock::now();
+  redis.Resume();  // the queued claim runs now, and its lease starts
+  EXPECT_EQ(executions(), 0);
+
+  auto conflict = post();
+  EXPECT_EQ(conflict.status, 409) << "the late claim holds the key: " << conflict.body;
+  HttpResponse after;
+  do {
+    std::this_thread::sleep_for(100ms);
+    after = post();
+  } while (after.status == 409 && SteadyClock::now() - resumed < 6s);
+  EXPECT_EQ(after.status, 201) << after.body;
+  EXPECT_GE(SteadyClock::now() - resumed, 2500ms) << "409 lasted for the claim's lease (3 s)";
+  EXPECT_EQ(executions(), 1);
+  EXPECT_EQ(post().Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(executions(), 1);
+}
+
 std::string KindName(const ::testing::TestParamInfo<StoreKind>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -53,6 +53,14 @@ std::string RedisServer::Launch() {
   return "redis-server did not start on port " + std::to_string(port_) + ":\n" + output;
 }
 
+void RedisServer::Pause() {
+  if (process_) ::kill(process_->pid(), SIGSTOP);
+}
+
+void RedisServer::Resume() {
+  if (process_) ::kill(process_->pid(), SIGCONT);
+}
+
 void RedisServer::Kill() {
   if (process_ && process_->Running()) process_->Stop(SIGKILL);
 }

@@ -28,6 +28,10 @@ class RedisServer {
   void Kill();
   // Starts it again on the same port and directory. Same return convention as Start.
   std::string Restart();
+  // SIGSTOP and SIGCONT: the server stops answering (connections stay open, commands queue up
+  // in the socket), then runs what queued up.
+  void Pause();
+  void Resume();
 
   int port() const { return port_; }
   // "redis://127.0.0.1:PORT" followed by `suffix` (e.g. "?prefix=t1").
