@@ -17,6 +17,7 @@
 #include "gateway/admin.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
+#include "gateway/request_reader.h"
 #include "idem/gateway.h"
 #include "idem/store.h"
 
@@ -49,7 +50,14 @@ Result<tcp::endpoint> ParseListen(const std::string& text) {
 class Server {
  public:
   Server(const GatewayOptions& options, asio::io_context& io, Services& services)
-      : options_(options), io_(io), services_(services) {}
+      : options_(options), io_(io), services_(services) {
+    client_limits_.max_header_bytes = options.max_header_bytes;
+    client_limits_.max_request_body = options.max_request_body;
+    client_limits_.read_timeout = options.client_read_timeout;
+    client_limits_.tenant_header = options.tenant_header;
+    admin_limits_ = client_limits_;
+    admin_limits_.tenant_header.clear();
+  }
 
   Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
     auto endpoint = ParseListen(address);
@@ -103,12 +111,10 @@ class Server {
 
   Task<void> Session(tcp::socket socket, bool admin) {
     beast::tcp_stream stream(std::move(socket));
-    beast::flat_buffer buffer;
+    const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
+    beast::flat_buffer buffer(ReaderBufferLimit(limits));
     boost::system::error_code ec;
     for (bool first = true;; first = false) {
-      http::request_parser<http::string_body> parser;
-      parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
-      parser.body_limit(options_.max_request_body);
       if (!first && buffer.size() == 0) {
         // Between requests on a keep-alive connection: wait up to client_idle_timeout for the
         // next one to start; once it has, it must arrive whole within client_read_timeout.
@@ -118,27 +124,23 @@ class Server {
         if (ec) break;  // the client went away or stayed idle too long: close quietly
         buffer.commit(n);
       }
-      stream.expires_after(options_.client_read_timeout);
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {
-        std::optional<Problem> problem;
-        if (ec == http::error::body_limit) problem = Problem::kBodyTooLarge;
-        else if (ec == http::error::header_limit) problem = Problem::kHeadersTooLarge;
-        else if (&ec.category() == &http::make_error_code(http::error::bad_target).category() &&
-                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
-          problem = Problem::kMalformedRequest;  // garbage: answer 400, then close
-        }
-        if (problem) {
-          services_.metrics.Count(Outcome::kRejected);
-          Response res = MakeProblem(*problem, ec.message(), 11, false);
-          services_.log.Request({"-", "-", static_cast<int>(res.result_int()), "rejected", "", 0,
-                                 0.0, ec.message()});
-          stream.expires_after(std::chrono::seconds(5));
-          co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
-        }
+      ReadResult read = co_await ReadRequest(stream, buffer, limits);
+      if (read.kind == ReadResult::Kind::kClosed) break;
+      if (read.kind == ReadResult::Kind::kRefused) {
+        // Answered, then closed: what follows on the connection cannot be trusted.
+        const Refusal& refusal = read.refusal;
+        services_.metrics.Count(refusal.outcome);
+        Response res = MakeProblem(refusal.problem, refusal.detail, 11, false);
+        services_.log.Request({refusal.method, refusal.path, static_cast<int>(res.result_int()),
+                               OutcomeLabel(refusal.outcome), "", 0, 0.0,
+                               refusal.detail});
+        stream.expires_after(std::chrono::seconds(5));
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
         break;
       }
-      Request request = parser.release();
+      Request request = std::move(read.request);
+      // Read now: forwarding strips the request's Connection header.
+      const bool client_keep_alive = request.keep_alive();
       ++active_;
       Response response;
       if (admin) {
@@ -146,7 +148,7 @@ class Server {
       } else {
         response = co_await HandleProxyRequest(services_, request);
       }
-      if (draining_) response.keep_alive(false);
+      if (draining_ || !client_keep_alive) response.keep_alive(false);
       stream.expires_after(options_.client_read_timeout);
       co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
       --active_;  // only now: the drain must not stop the loop while a response is being written
@@ -208,6 +210,8 @@ class Server {
   }
 
   const GatewayOptions& options_;
+  ReaderLimits client_limits_;
+  ReaderLimits admin_limits_;
   asio::io_context& io_;
   Services& services_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
