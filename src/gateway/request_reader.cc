@@ -101,6 +101,16 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
     co_return Refused(std::move(*refusal));
   }
 
+  // Belt and braces: the framing the checks accepted must be the framing Beast will read.
+  if (parser.get().find(http::field::transfer_encoding) != parser.get().end() &&
+      !parser.chunked()) {
+    Refusal refusal;
+    refusal.method = std::string(parser.get().method_string());
+    refusal.path = std::string(TargetPath(parser.get().target()));
+    refusal.detail = "Transfer-Encoding could not be read as chunked";
+    co_return Refused(std::move(refusal));
+  }
+
   // 3. The gateway reads the whole body before it forwards anything, so it meets the client's
   // Expect: 100-continue itself (and never forwards Expect: the upstream gets the body at once).
   const bool has_body =
@@ -113,8 +123,13 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
   }
 
   // 4. The body.
-  const auto fields_in_header =
-      static_cast<size_t>(std::distance(parser.get().begin(), parser.get().end()));
+  // Beast adds trailer fields (after a chunked body) to the header, each beside any field of the
+  // same name; the header as it was before the body is kept to put back.
+  auto field_count = [](const http::fields& f) {
+    return static_cast<size_t>(std::distance(f.begin(), f.end()));
+  };
+  std::optional<http::fields> header_fields;
+  if (parser.chunked()) header_fields.emplace(static_cast<const http::fields&>(parser.get()));
   if (!parser.is_done()) {
     co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
@@ -131,9 +146,9 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
   Request& request = result.request;
   // Beast appends trailer fields to the header; they are dropped (RFC 9110 6.5.1 lets a
   // recipient discard them), so a trailer can neither add an identity header nor be forwarded.
-  auto it = request.begin();
-  std::advance(it, fields_in_header);
-  while (it != request.end()) it = request.erase(it);
+  if (header_fields && field_count(request) != field_count(*header_fields)) {
+    static_cast<http::fields&>(request) = std::move(*header_fields);
+  }
   request.erase(http::field::expect);
   const std::string origin = OriginFormTarget(request.target());
   if (origin != request.target()) request.target(origin);

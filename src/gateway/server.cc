@@ -109,6 +109,21 @@ class Server {
     }
   }
 
+  // After a refusal the client may still be sending what the gateway will not read. Closing
+  // with unread bytes sends a reset, which can destroy the answer before the client reads it,
+  // so the gateway stops sending, then reads and discards for a moment (at most 1 s and
+  // 256 KiB) until the client closes its side.
+  static Task<void> LingeringClose(beast::tcp_stream& stream) {
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(1));
+    char sink[8192];
+    for (size_t drained = 0; !ec && drained < (256 << 10);) {
+      drained += co_await stream.async_read_some(asio::buffer(sink),
+                                                 asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
   Task<void> Session(tcp::socket socket, bool admin) {
     beast::tcp_stream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
@@ -136,6 +151,7 @@ class Server {
                                refusal.detail});
         stream.expires_after(std::chrono::seconds(5));
         co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        if (!ec) co_await LingeringClose(stream);
         break;
       }
       Request request = std::move(read.request);
