@@ -25,8 +25,9 @@ enum class KeyRequirement {
 
 // How one route (method + path prefix) is treated.
 struct RoutePolicy {
-  std::string method;       // exact, upper-case; empty matches every method
-  std::string path_prefix;  // "/v1/payments" matches "/v1/payments" and "/v1/payments/..."
+  std::string method;       // upper-case; matched ignoring case; empty matches every method
+  // "/v1/payments" matches "/v1/payments" and "/v1/payments/...", ignoring case.
+  std::string path_prefix;
   KeyRequirement key = KeyRequirement::kRequired;
   Duration retention = std::chrono::hours(24);  // how long a completed response is replayed
   Duration lease = std::chrono::seconds(30);    // how long an attempt owns the key
@@ -83,7 +84,9 @@ struct GatewayOptions {
   // default: POST and PATCH require a key, every other method is passed through.
   std::vector<RoutePolicy> routes;
 
-  // The policy for a request. Never fails: falls back to the default.
+  // The policy for one reading of a request's path: the first route whose method and path
+  // prefix match, both compared ignoring case. Never fails: falls back to the default. The
+  // gateway calls it once per reading of the target (see gateway/route_matcher.h).
   const RoutePolicy& Match(std::string_view method, std::string_view path) const;
 };
 

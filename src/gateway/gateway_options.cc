@@ -8,14 +8,17 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/text.h"
 #include "idem/scope.h"
 
 namespace idem {
 namespace {
 
+// Case-insensitive: an upstream that routes without regard to case (ASP.NET, IIS) must not let
+// "/V1/payments" past a "/v1/payments" route.
 bool StartsWithPath(std::string_view path, std::string_view prefix) {
   if (prefix.empty() || prefix == "/") return true;
-  if (path.substr(0, prefix.size()) != prefix) return false;
+  if (!internal::EqualsIgnoreCase(path.substr(0, prefix.size()), prefix)) return false;
   return path.size() == prefix.size() || prefix.back() == '/' || path[prefix.size()] == '/' ||
          path[prefix.size()] == '?';
 }
@@ -31,7 +34,9 @@ const RoutePolicy& DefaultPolicyFor(std::string_view method) {
     p.key = KeyRequirement::kOff;
     return p;
   }();
-  return method == "POST" || method == "PATCH" ? required : off;
+  return internal::EqualsIgnoreCase(method, "POST") || internal::EqualsIgnoreCase(method, "PATCH")
+             ? required
+             : off;
 }
 
 bool IsTokenChar(char c) {
@@ -44,7 +49,7 @@ bool IsTokenChar(char c) {
 
 const RoutePolicy& GatewayOptions::Match(std::string_view method, std::string_view path) const {
   for (const RoutePolicy& route : routes) {
-    if (!route.method.empty() && route.method != method) continue;
+    if (!route.method.empty() && !internal::EqualsIgnoreCase(route.method, method)) continue;
     if (StartsWithPath(path, route.path_prefix)) return route;
   }
   return DefaultPolicyFor(method);

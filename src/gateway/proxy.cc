@@ -6,6 +6,7 @@
 #include "core/text.h"
 #include "gateway/key_guard.h"
 #include "gateway/problem.h"
+#include "gateway/route_matcher.h"
 #include "idem/fingerprint.h"
 
 namespace idem::gateway {
@@ -130,8 +131,8 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   const unsigned version = request.version();
   const bool keep_alive = request.keep_alive();
   const std::string_view target = request.target();
-  const std::string route_path = NormalizePathForRouting(TargetPath(target));
-  const RoutePolicy& route = s.options.Match(std::string_view(request.method_string()), route_path);
+  const RoutePolicy& route =
+      MatchRoute(s.options, std::string_view(request.method_string()), TargetPath(target));
 
   bool transport_failed = false;
   UpstreamResult::Failure failure = UpstreamResult::Failure::kNone;
