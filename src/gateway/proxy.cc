@@ -96,7 +96,8 @@ std::optional<std::string> NotStoredMarker(const StoredResponse& stored) {
 
 Task<Response> Forward(Services& s, Request& request, Trace& trace, bool* transport_failed,
                        UpstreamResult::Failure* failure, Duration response_timeout) {
-  StripHopByHop(request.base());
+  // Connection may not remove what the upstream's own duplicate defence relies on.
+  StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
   const auto started = SteadyClock::now();
   UpstreamResult result = co_await s.upstream.Exchange(request, response_timeout);
   s.metrics.upstream_seconds().Observe(MillisSince(started) / 1000.0);
