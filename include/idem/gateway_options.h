@@ -51,6 +51,11 @@ struct RoutePolicy {
 // trip, so more of them in flight means more throughput.
 int DefaultStoreThreads(std::string_view store_url);
 
+// The connection limit when none is configured: half of what the open-file limit
+// (RLIMIT_NOFILE) leaves after 128 descriptors kept for listeners, the store, logs and the admin
+// listener (each client connection may hold one upstream connection too); at least 16.
+size_t DefaultMaxConnections();
+
 struct GatewayOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks a free port
   std::string upstream;                   // http://HOST:PORT (required)
@@ -79,6 +84,9 @@ struct GatewayOptions {
   Duration shutdown_grace = std::chrono::seconds(30);
   Duration sweep_interval = std::chrono::seconds(60);  // how often expired records are deleted
   size_t upstream_pool_size = 64;  // idle keep-alive connections kept per gateway
+  // Client connections open at once; beyond it a new connection gets 503 too-many-connections
+  // and is closed. 0 (the default) picks DefaultMaxConnections().
+  size_t max_connections = 0;
 
   // Routes in the order given; the first match decides. Requests no route matches use the
   // default: POST and PATCH require a key, every other method is passed through.

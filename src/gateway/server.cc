@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/text.h"
+#include "gateway/accept_throttle.h"
 #include "gateway/admin.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
@@ -57,7 +58,11 @@ class Server {
     client_limits_.tenant_header = options.tenant_header;
     admin_limits_ = client_limits_;
     admin_limits_.tenant_header.clear();
+    max_connections_ =
+        options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
   }
+
+  size_t max_connections() const { return max_connections_; }
 
   Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
     auto endpoint = ParseListen(address);
@@ -94,6 +99,8 @@ class Server {
 
  private:
   Task<void> Accept(tcp::acceptor& acceptor, bool admin) {
+    AcceptThrottle throttle;
+    asio::steady_timer pause(acceptor.get_executor());
     for (;;) {
       boost::system::error_code ec;
       auto strand = asio::make_strand(io_);  // named: see the g++ 12 note in docs
@@ -101,12 +108,50 @@ class Server {
           co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (!acceptor.is_open() || draining_) co_return;
-        services_.log.Warn("accept", ec.message());
+        if (IsResourceExhaustion(ec)) {
+          services_.metrics.CountAcceptError();
+          // The admin listener spends the reserved descriptor, so an operator can still look.
+          if (admin && reserve_.Release()) continue;
+        }
+        if (auto count = throttle.TakeLogCount(AcceptThrottle::Clock::now())) {
+          services_.log.Warn(
+              "accept", std::string(admin ? "admin listener: " : "") + ec.message() + " (" +
+                            std::to_string(*count) + " failed accept(s) since the last report); " +
+                            std::to_string(services_.metrics.connections_open()) + " of " +
+                            std::to_string(max_connections_) +
+                            " client connections open; pausing accepts, up to 1 s at a time");
+        }
+        pause.expires_after(throttle.Failed());
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (admin) reserve_.Restore();
         continue;
       }
+      throttle.Succeeded();
       auto executor = socket.get_executor();
+      if (!admin && static_cast<size_t>(services_.metrics.connections_open()) >= max_connections_) {
+        services_.metrics.CountRefusedConnection();
+        if (refusing_.load() < kMaxRefusing) {
+          asio::co_spawn(executor, RefuseConnection(std::move(socket)), asio::detached);
+        }  // else: the socket closes here; a flood must not hold descriptors
+        continue;
+      }
       asio::co_spawn(executor, Session(std::move(socket), admin), asio::detached);
     }
+  }
+
+  // A connection beyond max_connections: a 503 it can act on, then closed.
+  Task<void> RefuseConnection(tcp::socket socket) {
+    ++refusing_;
+    beast::tcp_stream stream(std::move(socket));
+    Response res = MakeProblem(Problem::kTooManyConnections,
+                               "the gateway has " + std::to_string(max_connections_) +
+                                   " client connections open; retry shortly",
+                               11, false, 1);
+    boost::system::error_code ec;
+    stream.expires_after(std::chrono::seconds(1));
+    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) co_await LingeringClose(stream);
+    --refusing_;
   }
 
   // After a refusal the client may still be sending what the gateway will not read. Closing
@@ -125,6 +170,16 @@ class Server {
   }
 
   Task<void> Session(tcp::socket socket, bool admin) {
+    // Counted while open (client connections only), against max_connections.
+    struct Counted {
+      Metrics* metrics;
+      explicit Counted(Metrics* m) : metrics(m) {
+        if (metrics) metrics->ConnectionOpened();
+      }
+      ~Counted() {
+        if (metrics) metrics->ConnectionClosed();
+      }
+    } counted(admin ? nullptr : &services_.metrics);
     beast::tcp_stream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
@@ -173,6 +228,7 @@ class Server {
     boost::system::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream.socket().close(ignored);
+    if (admin) reserve_.Restore();
   }
 
  public:
@@ -228,6 +284,10 @@ class Server {
   const GatewayOptions& options_;
   ReaderLimits client_limits_;
   ReaderLimits admin_limits_;
+  size_t max_connections_;
+  static constexpr int kMaxRefusing = 64;  // refusals being answered at once
+  std::atomic<int> refusing_{0};
+  DescriptorReserve reserve_;
   asio::io_context& io_;
   Services& services_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
@@ -307,7 +367,8 @@ int RunGateway(const GatewayOptions& options) {
     }
     log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
                               std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
-                              (*upstream)->authority() + ", store " + (**store).Describe());
+                              (*upstream)->authority() + ", store " + (**store).Describe() +
+                              ", max_connections " + std::to_string(server.max_connections()));
     std::vector<std::thread> threads;
     for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { io.run(); });
     io.run();
