@@ -139,6 +139,9 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   UpstreamResult::Failure failure = UpstreamResult::Failure::kNone;
   // Only the gateway issues fencing tokens: a client's own value never reaches the upstream.
   request.erase(kFencingTokenHeader);
+  // Hop-by-hop headers go before the fingerprint is taken, so that it covers only what the
+  // upstream will receive.
+  StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
 
   auto key_field = request.find(kKeyHeader);
   if (route.key == KeyRequirement::kOff ||
