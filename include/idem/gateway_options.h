@@ -25,8 +25,9 @@ enum class KeyRequirement {
 
 // How one route (method + path prefix) is treated.
 struct RoutePolicy {
-  std::string method;       // exact, upper-case; empty matches every method
-  std::string path_prefix;  // "/v1/payments" matches "/v1/payments" and "/v1/payments/..."
+  std::string method;       // upper-case; matched ignoring case; empty matches every method
+  // "/v1/payments" matches "/v1/payments" and "/v1/payments/...", ignoring case.
+  std::string path_prefix;
   KeyRequirement key = KeyRequirement::kRequired;
   Duration retention = std::chrono::hours(24);  // how long a completed response is replayed
   Duration lease = std::chrono::seconds(30);    // how long an attempt owns the key
@@ -49,6 +50,11 @@ struct RoutePolicy {
 // serialise anyway), 16 for networked ones (Redis, PostgreSQL), whose calls each wait a round
 // trip, so more of them in flight means more throughput.
 int DefaultStoreThreads(std::string_view store_url);
+
+// The connection limit when none is configured: half of what the open-file limit
+// (RLIMIT_NOFILE) leaves after 128 descriptors kept for listeners, the store, logs and the admin
+// listener (each client connection may hold one upstream connection too); at least 16.
+size_t DefaultMaxConnections();
 
 struct GatewayOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks a free port
@@ -78,12 +84,17 @@ struct GatewayOptions {
   Duration shutdown_grace = std::chrono::seconds(30);
   Duration sweep_interval = std::chrono::seconds(60);  // how often expired records are deleted
   size_t upstream_pool_size = 64;  // idle keep-alive connections kept per gateway
+  // Client connections open at once; beyond it a new connection gets 503 too-many-connections
+  // and is closed. 0 (the default) picks DefaultMaxConnections().
+  size_t max_connections = 0;
 
   // Routes in the order given; the first match decides. Requests no route matches use the
   // default: POST and PATCH require a key, every other method is passed through.
   std::vector<RoutePolicy> routes;
 
-  // The policy for a request. Never fails: falls back to the default.
+  // The policy for one reading of a request's path: the first route whose method and path
+  // prefix match, both compared ignoring case. Never fails: falls back to the default. The
+  // gateway calls it once per reading of the target (see gateway/route_matcher.h).
   const RoutePolicy& Match(std::string_view method, std::string_view path) const;
 };
 

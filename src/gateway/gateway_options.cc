@@ -1,6 +1,7 @@
 #include "idem/gateway_options.h"
 
 #define TOML_HEADER_ONLY 0
+#include <sys/resource.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -8,14 +9,17 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/text.h"
 #include "idem/scope.h"
 
 namespace idem {
 namespace {
 
+// Case-insensitive: an upstream that routes without regard to case (ASP.NET, IIS) must not let
+// "/V1/payments" past a "/v1/payments" route.
 bool StartsWithPath(std::string_view path, std::string_view prefix) {
   if (prefix.empty() || prefix == "/") return true;
-  if (path.substr(0, prefix.size()) != prefix) return false;
+  if (!internal::EqualsIgnoreCase(path.substr(0, prefix.size()), prefix)) return false;
   return path.size() == prefix.size() || prefix.back() == '/' || path[prefix.size()] == '/' ||
          path[prefix.size()] == '?';
 }
@@ -31,7 +35,9 @@ const RoutePolicy& DefaultPolicyFor(std::string_view method) {
     p.key = KeyRequirement::kOff;
     return p;
   }();
-  return method == "POST" || method == "PATCH" ? required : off;
+  return internal::EqualsIgnoreCase(method, "POST") || internal::EqualsIgnoreCase(method, "PATCH")
+             ? required
+             : off;
 }
 
 bool IsTokenChar(char c) {
@@ -44,7 +50,7 @@ bool IsTokenChar(char c) {
 
 const RoutePolicy& GatewayOptions::Match(std::string_view method, std::string_view path) const {
   for (const RoutePolicy& route : routes) {
-    if (!route.method.empty() && route.method != method) continue;
+    if (!route.method.empty() && !internal::EqualsIgnoreCase(route.method, method)) continue;
     if (StartsWithPath(path, route.path_prefix)) return route;
   }
   return DefaultPolicyFor(method);
@@ -254,7 +260,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   static const std::vector<std::string_view> kKnown = {
       "listen", "upstream", "store", "admin_listen", "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
-      "max_upstream_response", "upstream_pool_size", "client_read_timeout",
+      "max_upstream_response", "upstream_pool_size", "max_connections", "client_read_timeout",
       "client_idle_timeout", "upstream_connect_timeout", "upstream_response_timeout",
       "upstream_idle_timeout", "shutdown_grace", "sweep_interval"};
   // clang-format on
@@ -289,6 +295,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   IDEM_RETURN_IF_ERROR(
       read_count("max_upstream_response", options.max_upstream_response, kMaxBytes));
   IDEM_RETURN_IF_ERROR(read_count("upstream_pool_size", options.upstream_pool_size, 1 << 20));
+  IDEM_RETURN_IF_ERROR(read_count("max_connections", options.max_connections, 1 << 20, 0));
   const std::pair<std::string_view, Duration*> durations[] = {
       {"client_read_timeout", &options.client_read_timeout},
       {"client_idle_timeout", &options.client_idle_timeout},
@@ -341,6 +348,16 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
     }
   }
   return Status::Ok();
+}
+
+size_t DefaultMaxConnections() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  constexpr rlim_t kReserved = 128;
+  constexpr rlim_t kCap = rlim_t{1} << 20;
+  const rlim_t files = std::min(limit.rlim_cur, kCap);
+  const rlim_t half = files > kReserved ? (files - kReserved) / 2 : 0;
+  return static_cast<size_t>(std::max<rlim_t>(16, half));
 }
 
 int DefaultStoreThreads(std::string_view store_url) {

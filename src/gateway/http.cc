@@ -1,12 +1,16 @@
 #include "gateway/http.h"
 
+#include <algorithm>
 #include <cctype>
 #include <vector>
+
+#include "core/text.h"
 
 namespace idem::gateway {
 
 template <bool kIsRequest>
-void StripHopByHop(http::header<kIsRequest, http::fields>& h) {
+void StripHopByHop(http::header<kIsRequest, http::fields>& h,
+                   std::initializer_list<std::string_view> keep) {
   std::vector<std::string> named;
   for (auto it = h.find(http::field::connection); it != h.end() && it->name() == http::field::connection;
        ++it) {
@@ -20,7 +24,12 @@ void StripHopByHop(http::header<kIsRequest, http::fields>& h) {
       value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     }
   }
-  for (const auto& name : named) h.erase(name);
+  for (const auto& name : named) {
+    const bool kept = std::any_of(keep.begin(), keep.end(), [&](std::string_view k) {
+      return internal::EqualsIgnoreCase(k, name);
+    });
+    if (!kept) h.erase(name);
+  }
   for (auto field : {http::field::connection, http::field::keep_alive,
                      http::field::proxy_authenticate, http::field::proxy_authorization,
                      http::field::proxy_connection, http::field::te, http::field::trailer,
@@ -29,8 +38,10 @@ void StripHopByHop(http::header<kIsRequest, http::fields>& h) {
   }
 }
 
-template void StripHopByHop<true>(http::header<true, http::fields>&);
-template void StripHopByHop<false>(http::header<false, http::fields>&);
+template void StripHopByHop<true>(http::header<true, http::fields>&,
+                                  std::initializer_list<std::string_view>);
+template void StripHopByHop<false>(http::header<false, http::fields>&,
+                                   std::initializer_list<std::string_view>);
 
 std::string_view TargetPath(std::string_view target) {
   return target.substr(0, target.find('?'));

@@ -8,6 +8,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -24,9 +25,11 @@ using Response = http::response<http::string_body>;
 template <typename T>
 using Task = asio::awaitable<T>;
 
-// Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names.
+// Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names,
+// except the names in `keep` (compared ignoring case): Connection cannot remove those.
 template <bool kIsRequest>
-void StripHopByHop(http::header<kIsRequest, http::fields>& h);
+void StripHopByHop(http::header<kIsRequest, http::fields>& h,
+                   std::initializer_list<std::string_view> keep = {});
 
 // The request target split into path and query ("/a/b?x=1" -> "/a/b", "x=1").
 std::string_view TargetPath(std::string_view target);

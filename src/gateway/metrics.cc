@@ -75,6 +75,17 @@ std::string Metrics::Render() const {
   out += "# HELP idem_gateway_store_writes_retrying Completions and releases being retried now.\n";
   out += "# TYPE idem_gateway_store_writes_retrying gauge\n";
   out += fmt::format("idem_gateway_store_writes_retrying {}\n", store_writes_retrying());
+  out += "# HELP idem_gateway_connections_open Client connections open now.\n";
+  out += "# TYPE idem_gateway_connections_open gauge\n";
+  out += fmt::format("idem_gateway_connections_open {}\n", connections_open_.load());
+  out += "# HELP idem_gateway_connections_refused_total Client connections refused at "
+         "max_connections.\n";
+  out += "# TYPE idem_gateway_connections_refused_total counter\n";
+  out += fmt::format("idem_gateway_connections_refused_total {}\n", connections_refused_.load());
+  out += "# HELP idem_gateway_accept_errors_total Accepts that failed for lack of file "
+         "descriptors (EMFILE, ENFILE) or memory.\n";
+  out += "# TYPE idem_gateway_accept_errors_total counter\n";
+  out += fmt::format("idem_gateway_accept_errors_total {}\n", accept_errors_.load());
   request_seconds_.Write(out, "idem_gateway_request_seconds",
                          "Time from a complete request to its response.");
   store_seconds_.Write(out, "idem_gateway_store_seconds", "Time of each store call.");

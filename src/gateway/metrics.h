@@ -63,6 +63,13 @@ class Metrics {
   Histogram& upstream_seconds() { return upstream_seconds_; }
   void CountZombie() { zombies_.fetch_add(1, std::memory_order_relaxed); }
   void CountTakeover() { takeovers_.fetch_add(1, std::memory_order_relaxed); }
+  // Client connections: open now, refused at max_connections, and accepts that failed because
+  // the process or the system ran out of file descriptors.
+  void ConnectionOpened() { connections_open_.fetch_add(1, std::memory_order_relaxed); }
+  void ConnectionClosed() { connections_open_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t connections_open() const { return connections_open_.load(std::memory_order_relaxed); }
+  void CountRefusedConnection() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
+  void CountAcceptError() { accept_errors_.fetch_add(1, std::memory_order_relaxed); }
 
   // Each attempt at a Complete or Release after the response was sent, and its result.
   void CountWriteAttempt(StoreWrite write, bool ok) {
@@ -94,6 +101,9 @@ class Metrics {
   std::array<std::array<std::atomic<uint64_t>, 2>, kWrites> write_attempts_{};  // [write][failed]
   std::array<std::atomic<uint64_t>, kWrites> writes_abandoned_{};
   std::atomic<int> writes_retrying_{0};
+  std::atomic<int64_t> connections_open_{0};
+  std::atomic<uint64_t> connections_refused_{0};
+  std::atomic<uint64_t> accept_errors_{0};
   Histogram request_seconds_;
   Histogram store_seconds_;
   Histogram upstream_seconds_;

@@ -39,6 +39,12 @@ const Row& RowFor(Problem p) {
        "Idempotency-Key is older than this route keeps records"},
       {http::status::unprocessable_entity, "key-in-future",
        "Idempotency-Key carries a time too far in the future"},
+      {http::status::not_implemented, "unsupported-transfer-coding",
+       "The request uses a transfer coding the gateway does not implement"},
+      {http::status::expectation_failed, "expectation-failed",
+       "The request's Expect header cannot be met"},
+      {http::status::service_unavailable, "too-many-connections",
+       "The gateway has reached its connection limit"},
       {http::status::not_found, "not-found", "Not found"},
   };
   return kRows[static_cast<size_t>(p)];

@@ -25,7 +25,11 @@ enum class Problem {
   kKeyFormat,           // 400: the route requires a UUIDv7 or ULID key
   kKeyExpired,          // 422: the key's time is older than the route's retention
   kKeyInFuture,         // 422: the key's time is too far ahead of the gateway's clock
-  kNotFound,            // 404 (admin)
+  kUnsupportedCoding,   // 501: a transfer coding the gateway does not implement
+  kExpectationFailed,   // 417: an Expect other than 100-continue
+  kTooManyConnections,  // 503 + Retry-After: max_connections reached
+  kNotFound,            // 404 (admin); keep last
+
 };
 
 // The problem's HTTP status.

@@ -7,6 +7,7 @@
 #include "gateway/completion_retry.h"
 #include "gateway/key_guard.h"
 #include "gateway/problem.h"
+#include "gateway/route_matcher.h"
 #include "idem/fingerprint.h"
 
 namespace idem::gateway {
@@ -96,7 +97,8 @@ std::optional<std::string> NotStoredMarker(const StoredResponse& stored) {
 
 Task<Response> Forward(Services& s, Request& request, Trace& trace, bool* transport_failed,
                        UpstreamResult::Failure* failure, Duration response_timeout) {
-  StripHopByHop(request.base());
+  // Connection may not remove what the upstream's own duplicate defence relies on.
+  StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
   const auto started = SteadyClock::now();
   UpstreamResult result = co_await s.upstream.Exchange(request, response_timeout);
   s.metrics.upstream_seconds().Observe(MillisSince(started) / 1000.0);
@@ -131,13 +133,16 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   const unsigned version = request.version();
   const bool keep_alive = request.keep_alive();
   const std::string_view target = request.target();
-  const std::string route_path = NormalizePathForRouting(TargetPath(target));
-  const RoutePolicy& route = s.options.Match(std::string_view(request.method_string()), route_path);
+  const RoutePolicy& route =
+      MatchRoute(s.options, std::string_view(request.method_string()), TargetPath(target));
 
   bool transport_failed = false;
   UpstreamResult::Failure failure = UpstreamResult::Failure::kNone;
   // Only the gateway issues fencing tokens: a client's own value never reaches the upstream.
   request.erase(kFencingTokenHeader);
+  // Hop-by-hop headers go before the fingerprint is taken, so that it covers only what the
+  // upstream will receive.
+  StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
 
   auto key_field = request.find(kKeyHeader);
   if (route.key == KeyRequirement::kOff ||

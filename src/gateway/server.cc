@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "core/text.h"
+#include "gateway/accept_throttle.h"
 #include "gateway/admin.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
+#include "gateway/request_reader.h"
 #include "idem/gateway.h"
 #include "idem/store.h"
 
@@ -49,7 +51,18 @@ Result<tcp::endpoint> ParseListen(const std::string& text) {
 class Server {
  public:
   Server(const GatewayOptions& options, asio::io_context& io, Services& services)
-      : options_(options), io_(io), services_(services) {}
+      : options_(options), io_(io), services_(services) {
+    client_limits_.max_header_bytes = options.max_header_bytes;
+    client_limits_.max_request_body = options.max_request_body;
+    client_limits_.read_timeout = options.client_read_timeout;
+    client_limits_.tenant_header = options.tenant_header;
+    admin_limits_ = client_limits_;
+    admin_limits_.tenant_header.clear();
+    max_connections_ =
+        options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
+  }
+
+  size_t max_connections() const { return max_connections_; }
 
   Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
     auto endpoint = ParseListen(address);
@@ -86,6 +99,8 @@ class Server {
 
  private:
   Task<void> Accept(tcp::acceptor& acceptor, bool admin) {
+    AcceptThrottle throttle;
+    asio::steady_timer pause(acceptor.get_executor());
     for (;;) {
       boost::system::error_code ec;
       auto strand = asio::make_strand(io_);  // named: see the g++ 12 note in docs
@@ -93,22 +108,83 @@ class Server {
           co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (!acceptor.is_open() || draining_) co_return;
-        services_.log.Warn("accept", ec.message());
+        if (IsResourceExhaustion(ec)) {
+          services_.metrics.CountAcceptError();
+          // The admin listener spends the reserved descriptor, so an operator can still look.
+          if (admin && reserve_.Release()) continue;
+        }
+        if (auto count = throttle.TakeLogCount(AcceptThrottle::Clock::now())) {
+          services_.log.Warn(
+              "accept", std::string(admin ? "admin listener: " : "") + ec.message() + " (" +
+                            std::to_string(*count) + " failed accept(s) since the last report); " +
+                            std::to_string(services_.metrics.connections_open()) + " of " +
+                            std::to_string(max_connections_) +
+                            " client connections open; pausing accepts, up to 1 s at a time");
+        }
+        pause.expires_after(throttle.Failed());
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (admin) reserve_.Restore();
         continue;
       }
+      throttle.Succeeded();
       auto executor = socket.get_executor();
+      if (!admin && static_cast<size_t>(services_.metrics.connections_open()) >= max_connections_) {
+        services_.metrics.CountRefusedConnection();
+        if (refusing_.load() < kMaxRefusing) {
+          asio::co_spawn(executor, RefuseConnection(std::move(socket)), asio::detached);
+        }  // else: the socket closes here; a flood must not hold descriptors
+        continue;
+      }
       asio::co_spawn(executor, Session(std::move(socket), admin), asio::detached);
     }
   }
 
-  Task<void> Session(tcp::socket socket, bool admin) {
+  // A connection beyond max_connections: a 503 it can act on, then closed.
+  Task<void> RefuseConnection(tcp::socket socket) {
+    ++refusing_;
     beast::tcp_stream stream(std::move(socket));
-    beast::flat_buffer buffer;
+    Response res = MakeProblem(Problem::kTooManyConnections,
+                               "the gateway has " + std::to_string(max_connections_) +
+                                   " client connections open; retry shortly",
+                               11, false, 1);
+    boost::system::error_code ec;
+    stream.expires_after(std::chrono::seconds(1));
+    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    if (!ec) co_await LingeringClose(stream);
+    --refusing_;
+  }
+
+  // After a refusal the client may still be sending what the gateway will not read. Closing
+  // with unread bytes sends a reset, which can destroy the answer before the client reads it,
+  // so the gateway stops sending, then reads and discards for a moment (at most 1 s and
+  // 256 KiB) until the client closes its side.
+  static Task<void> LingeringClose(beast::tcp_stream& stream) {
+    boost::system::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(1));
+    char sink[8192];
+    for (size_t drained = 0; !ec && drained < (256 << 10);) {
+      drained += co_await stream.async_read_some(asio::buffer(sink),
+                                                 asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+
+  Task<void> Session(tcp::socket socket, bool admin) {
+    // Counted while open (client connections only), against max_connections.
+    struct Counted {
+      Metrics* metrics;
+      explicit Counted(Metrics* m) : metrics(m) {
+        if (metrics) metrics->ConnectionOpened();
+      }
+      ~Counted() {
+        if (metrics) metrics->ConnectionClosed();
+      }
+    } counted(admin ? nullptr : &services_.metrics);
+    beast::tcp_stream stream(std::move(socket));
+    const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
+    beast::flat_buffer buffer(ReaderBufferLimit(limits));
     boost::system::error_code ec;
     for (bool first = true;; first = false) {
-      http::request_parser<http::string_body> parser;
-      parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
-      parser.body_limit(options_.max_request_body);
       if (!first && buffer.size() == 0) {
         // Between requests on a keep-alive connection: wait up to client_idle_timeout for the
         // next one to start; once it has, it must arrive whole within client_read_timeout.
@@ -118,27 +194,24 @@ class Server {
         if (ec) break;  // the client went away or stayed idle too long: close quietly
         buffer.commit(n);
       }
-      stream.expires_after(options_.client_read_timeout);
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {
-        std::optional<Problem> problem;
-        if (ec == http::error::body_limit) problem = Problem::kBodyTooLarge;
-        else if (ec == http::error::header_limit) problem = Problem::kHeadersTooLarge;
-        else if (&ec.category() == &http::make_error_code(http::error::bad_target).category() &&
-                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
-          problem = Problem::kMalformedRequest;  // garbage: answer 400, then close
-        }
-        if (problem) {
-          services_.metrics.Count(Outcome::kRejected);
-          Response res = MakeProblem(*problem, ec.message(), 11, false);
-          services_.log.Request({"-", "-", static_cast<int>(res.result_int()), "rejected", "", 0,
-                                 0.0, ec.message()});
-          stream.expires_after(std::chrono::seconds(5));
-          co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
-        }
+      ReadResult read = co_await ReadRequest(stream, buffer, limits);
+      if (read.kind == ReadResult::Kind::kClosed) break;
+      if (read.kind == ReadResult::Kind::kRefused) {
+        // Answered, then closed: what follows on the connection cannot be trusted.
+        const Refusal& refusal = read.refusal;
+        services_.metrics.Count(refusal.outcome);
+        Response res = MakeProblem(refusal.problem, refusal.detail, 11, false);
+        services_.log.Request({refusal.method, refusal.path, static_cast<int>(res.result_int()),
+                               OutcomeLabel(refusal.outcome), "", 0, 0.0,
+                               refusal.detail});
+        stream.expires_after(std::chrono::seconds(5));
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        if (!ec) co_await LingeringClose(stream);
         break;
       }
-      Request request = parser.release();
+      Request request = std::move(read.request);
+      // Read now: forwarding strips the request's Connection header.
+      const bool client_keep_alive = request.keep_alive();
       ++active_;
       Response response;
       if (admin) {
@@ -146,7 +219,7 @@ class Server {
       } else {
         response = co_await HandleProxyRequest(services_, request);
       }
-      if (draining_) response.keep_alive(false);
+      if (draining_ || !client_keep_alive) response.keep_alive(false);
       stream.expires_after(options_.client_read_timeout);
       co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
       --active_;  // only now: the drain must not stop the loop while a response is being written
@@ -155,6 +228,7 @@ class Server {
     boost::system::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream.socket().close(ignored);
+    if (admin) reserve_.Restore();
   }
 
  public:
@@ -210,6 +284,12 @@ class Server {
   }
 
   const GatewayOptions& options_;
+  ReaderLimits client_limits_;
+  ReaderLimits admin_limits_;
+  size_t max_connections_;
+  static constexpr int kMaxRefusing = 64;  // refusals being answered at once
+  std::atomic<int> refusing_{0};
+  DescriptorReserve reserve_;
   asio::io_context& io_;
   Services& services_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
@@ -289,7 +369,8 @@ int RunGateway(const GatewayOptions& options) {
     }
     log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
                               std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
-                              (*upstream)->authority() + ", store " + (**store).Describe());
+                              (*upstream)->authority() + ", store " + (**store).Describe() +
+                              ", max_connections " + std::to_string(server.max_connections()));
     std::vector<std::thread> threads;
     for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { io.run(); });
     io.run();

@@ -1,6 +1,7 @@
 #include "gateway/upstream_pool.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <boost/asio/connect.hpp>
 
@@ -100,23 +101,43 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
     co_return result;
   }
 
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(options_.max_response_body);
-  if (request.method() == http::verb::head) parser.skip(true);
-  co_await http::async_read(c->stream, c->buffer, parser,
-                            asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    if (ec == beast::error::timeout) {
-      result.failure = UpstreamResult::Failure::kTimeout;
-    } else if (ec == http::error::body_limit) {
-      result.failure = UpstreamResult::Failure::kTooLarge;
-    } else {
-      result.failure = UpstreamResult::Failure::kBroken;
+  // Interim responses (1xx) are read past: only a final answer (2xx to 5xx) is returned, so a
+  // 100 Continue or 103 Early Hints is never sent on as final nor stored. 101 Switching
+  // Protocols cannot happen for a request the gateway sent (it strips Upgrade), and an
+  // upstream that sends it anyway is treated as a broken exchange.
+  constexpr int kMaxInterim = 16;
+  std::optional<http::response_parser<http::string_body>> parser;
+  for (int interim = 0;; ++interim) {
+    parser.emplace();
+    parser->body_limit(options_.max_response_body);
+    if (request.method() == http::verb::head) parser->skip(true);
+    co_await http::async_read(c->stream, c->buffer, *parser,
+                              asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (ec == beast::error::timeout) {
+        result.failure = UpstreamResult::Failure::kTimeout;
+      } else if (ec == http::error::body_limit) {
+        result.failure = UpstreamResult::Failure::kTooLarge;
+      } else {
+        result.failure = UpstreamResult::Failure::kBroken;
+      }
+      result.detail = "response from " + authority_ + ": " + ec.message();
+      co_return result;
     }
-    result.detail = "response from " + authority_ + ": " + ec.message();
-    co_return result;
+    const unsigned status = parser->get().result_int();
+    if (status >= 200) break;
+    if (status == 101 || status < 100 || interim + 1 >= kMaxInterim) {
+      result.failure = UpstreamResult::Failure::kBroken;
+      result.detail = "response from " + authority_ + ": " +
+                      (status == 101 ? std::string("101 Switching Protocols, which the gateway "
+                                                   "does not support")
+                       : status < 100
+                           ? "invalid status " + std::to_string(status)
+                           : "more than " + std::to_string(kMaxInterim) + " interim responses");
+      co_return result;
+    }
   }
-  result.response = parser.release();
+  result.response = parser->release();
   c->stream.expires_never();
   if (result.response.keep_alive() && c->buffer.size() == 0) PutIdle(std::move(c));
   co_return result;

@@ -45,6 +45,7 @@ class UpstreamPool {
 
   // Sends `request` (its Host header is set to the upstream's) and reads the answer, giving up
   // (kTimeout) after `response_timeout`, or the pool's own response_timeout if it is shorter.
+  // Interim 1xx responses are read past: on kNone, `response` is always a final (>= 200) one.
   Task<UpstreamResult> Exchange(Request& request, std::chrono::milliseconds response_timeout);
 
   // "127.0.0.1:9000" for logs.

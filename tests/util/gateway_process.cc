@@ -7,13 +7,14 @@ using namespace std::chrono_literals;
 GatewayProcess StartGatewayProcess(const std::string& idem_binary,
                                    const std::string& upstream_address, const std::string& store,
                                    const std::string& log_path,
-                                   const std::vector<std::string>& extra_args) {
+                                   const std::vector<std::string>& extra_args,
+                                   std::optional<long> max_open_files) {
   std::vector<std::string> argv = {idem_binary,      "gateway",     "--listen",   "127.0.0.1:0",
                                    "--admin-listen", "127.0.0.1:0", "--upstream",
                                    "http://" + upstream_address,    "--store",    store};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   GatewayProcess gateway;
-  gateway.process = std::make_unique<Process>(argv, log_path);
+  gateway.process = std::make_unique<Process>(argv, log_path, std::nullopt, max_open_files);
   auto line = gateway.process->WaitForLine("gateway on", 10s);
   if (!line) {
     gateway.address = gateway.process->Output();

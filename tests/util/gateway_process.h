@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,8 @@ struct GatewayProcess {
 GatewayProcess StartGatewayProcess(const std::string& idem_binary,
                                    const std::string& upstream_address, const std::string& store,
                                    const std::string& log_path,
-                                   const std::vector<std::string>& extra_args = {});
+                                   const std::vector<std::string>& extra_args = {},
+                                   std::optional<long> max_open_files = std::nullopt);
 
 // Starts the example service; returns the process and "HOST:PORT", or null and its output.
 std::pair<std::unique_ptr<Process>, std::string> StartExampleService(

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -14,7 +15,7 @@
 namespace idem::testing {
 
 Process::Process(std::vector<std::string> argv, std::string log_path,
-                 std::optional<RunAs> run_as)
+                 std::optional<RunAs> run_as, std::optional<long> max_open_files)
     : log_path_(std::move(log_path)) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
@@ -36,6 +37,10 @@ Process::Process(std::vector<std::string> argv, std::string log_path,
     }
     // A change of credentials clears the parent-death signal: set it again.
     if (run_as) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (max_open_files) {
+      const rlimit limit{static_cast<rlim_t>(*max_open_files), static_cast<rlim_t>(*max_open_files)};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(125);
+    }
     execv(args[0], args.data());
     _exit(127);
   }

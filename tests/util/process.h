@@ -21,8 +21,10 @@ class Process {
  public:
   // Starts `argv[0]` with `argv`; stdout and stderr go to `log_path`. With `run_as`, the child
   // drops to that user and group before exec (the caller must be root).
+  // With `max_open_files`, the child lowers its RLIMIT_NOFILE to it before exec.
   Process(std::vector<std::string> argv, std::string log_path,
-          std::optional<RunAs> run_as = std::nullopt);
+          std::optional<RunAs> run_as = std::nullopt,
+          std::optional<long> max_open_files = std::nullopt);
   ~Process();  // SIGKILL if still running
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

@@ -45,6 +45,9 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
   cmd->add_option("--store-threads", o.store_threads,
                   "Threads running store calls (default: 2 for memory and SQLite, 16 for Redis\n"
                   "and PostgreSQL, whose calls each wait a network round trip)");
+  cmd->add_option("--max-connections", o.max_connections,
+                  "Client connections open at once; more get 503 and are closed (default: half\n"
+                  "of what the open-file limit leaves after 128 reserved, at least 16)");
   cmd->add_option("--tenant-header", o.tenant_header,
                   "Header identifying the tenant (stored as a SHA-256 digest)")
       ->capture_default_str();
@@ -70,6 +73,7 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       if (given("--threads")) from_file.threads = options.threads;
       if (given("--store-threads")) from_file.store_threads = options.store_threads;
       if (given("--tenant-header")) from_file.tenant_header = options.tenant_header;
+      if (given("--max-connections")) from_file.max_connections = options.max_connections;
       options = std::move(from_file);
     }
     options.log_json = flags->log_format == "json";

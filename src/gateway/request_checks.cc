@@ -1,0 +1,263 @@
+#include "gateway/request_checks.h"
+
+#include <cctype>
+#include <vector>
+
+#include "core/text.h"
+
+namespace idem::gateway {
+namespace {
+
+using internal::EqualsIgnoreCase;
+
+constexpr std::string_view kKeyHeaderName = "Idempotency-Key";
+
+bool IsTchar(char c) {
+  if (std::isalnum(static_cast<unsigned char>(c))) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!IsTchar(c)) return false;
+  }
+  return true;
+}
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// The non-empty elements of a comma-separated list (RFC 9110 5.6.1), trimmed.
+std::vector<std::string_view> ListElements(std::string_view value) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const size_t comma = value.find(',');
+    const std::string_view element = TrimOws(value.substr(0, comma));
+    if (!element.empty()) out.push_back(element);
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+Refusal Refuse(Problem problem, std::string detail, const http::request_header<>& header,
+               Outcome outcome = Outcome::kRejected) {
+  Refusal r;
+  r.problem = problem;
+  r.detail = std::move(detail);
+  r.outcome = outcome;
+  r.method = std::string(header.method_string());
+  r.path = std::string(TargetPath(header.target()));
+  return r;
+}
+
+size_t CountFields(const http::request_header<>& header, std::string_view name) {
+  size_t n = 0;
+  for (const auto& field : header) {
+    if (EqualsIgnoreCase(field.name_string(), name)) ++n;
+  }
+  return n;
+}
+
+// RFC 9112 6.1 and 6.3: the codings, in order, must end in exactly one chunked.
+std::optional<Refusal> CheckTransferEncoding(const http::request_header<>& header) {
+  std::vector<std::string_view> codings;
+  for (const auto& field : header) {
+    if (field.name() != http::field::transfer_encoding) continue;
+    for (std::string_view element : ListElements(field.value())) codings.push_back(element);
+  }
+  if (header.version() < 11) {
+    return Refuse(Problem::kMalformedRequest,
+                  "an HTTP/1.0 request must not carry Transfer-Encoding; its framing is "
+                  "ambiguous (RFC 9112 6.1)",
+                  header);
+  }
+  if (header.find(http::field::content_length) != header.end()) {
+    return Refuse(Problem::kMalformedRequest,
+                  "the request has both Transfer-Encoding and Content-Length (RFC 9112 6.3)",
+                  header);
+  }
+  if (codings.empty()) {
+    return Refuse(Problem::kMalformedRequest,
+                  "Transfer-Encoding is empty; it must end in chunked (RFC 9112 6.3)", header);
+  }
+  struct Coding {
+    std::string_view name;
+    bool has_parameters;
+  };
+  std::vector<Coding> parsed;
+  for (std::string_view element : codings) {
+    const size_t semicolon = element.find(';');
+    const std::string_view name = TrimOws(element.substr(0, semicolon));
+    if (!IsToken(name)) {
+      return Refuse(Problem::kMalformedRequest,
+                    "Transfer-Encoding has a malformed coding '" + std::string(element) + "'",
+                    header);
+    }
+    parsed.push_back({name, semicolon != std::string_view::npos});
+  }
+  const Coding& last = parsed.back();
+  if (!EqualsIgnoreCase(last.name, "chunked")) {
+    return Refuse(Problem::kMalformedRequest,
+                  "Transfer-Encoding must end in chunked, or the body's length cannot be "
+                  "known (RFC 9112 6.3); it ends in '" + std::string(last.name) + "'",
+                  header);
+  }
+  if (last.has_parameters) {
+    return Refuse(Problem::kMalformedRequest, "the chunked coding takes no parameters", header);
+  }
+  for (size_t i = 0; i + 1 < parsed.size(); ++i) {
+    if (EqualsIgnoreCase(parsed[i].name, "chunked")) {
+      return Refuse(Problem::kMalformedRequest,
+                    "chunked is applied more than once (RFC 9112 7)", header);
+    }
+  }
+  if (parsed.size() > 1) {
+    return Refuse(Problem::kUnsupportedCoding,
+                  "the gateway implements no transfer coding but chunked; '" +
+                      std::string(parsed.front().name) + "' is not supported (RFC 9112 6.1)",
+                  header);
+  }
+  return std::nullopt;
+}
+
+// A name that some servers read as Transfer-Encoding or Content-Length (those that map '_' to
+// '-', as CGI-style environments do) would frame the body differently there.
+std::optional<Refusal> CheckLookalikeNames(const http::request_header<>& header) {
+  for (const auto& field : header) {
+    const std::string_view name = field.name_string();
+    if (name.find('_') == std::string_view::npos) continue;
+    std::string dashed(name);
+    for (char& c : dashed) {
+      if (c == '_') c = '-';
+    }
+    if (EqualsIgnoreCase(dashed, "transfer-encoding") ||
+        EqualsIgnoreCase(dashed, "content-length")) {
+      return Refuse(Problem::kMalformedRequest,
+                    "header '" + std::string(name) + "' reads as " + dashed +
+                        " to some servers; it is not accepted",
+                    header);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Refusal> CheckTarget(const http::request_header<>& header) {
+  const std::string_view target = header.target();
+  if (target.find('#') != std::string_view::npos) {
+    return Refuse(Problem::kMalformedRequest,
+                  "the request target has a fragment ('#'), which a request must not carry "
+                  "(RFC 9112 3.2)",
+                  header);
+  }
+  if (!target.empty() && target.front() == '/') return std::nullopt;
+  if (target == "*" && header.method() == http::verb::options) return std::nullopt;
+  const std::string_view lower_scheme = target.substr(0, 8);
+  if (EqualsIgnoreCase(target.substr(0, 7), "http://") ||
+      EqualsIgnoreCase(lower_scheme, "https://")) {
+    return std::nullopt;
+  }
+  return Refuse(Problem::kMalformedRequest,
+                "the request target must be a path (/...) or an absolute http URL", header);
+}
+
+std::optional<Refusal> CheckExpect(const http::request_header<>& header) {
+  for (const auto& field : header) {
+    if (field.name() != http::field::expect) continue;
+    for (std::string_view element : ListElements(field.value())) {
+      if (!EqualsIgnoreCase(element, "100-continue")) {
+        return Refuse(Problem::kExpectationFailed,
+                      "the gateway meets only Expect: 100-continue, not '" +
+                          std::string(element) + "'",
+                      header);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Refusal> CheckIdentityHeaders(const http::request_header<>& header,
+                                            std::string_view tenant_header) {
+  if (const size_t keys = CountFields(header, kKeyHeaderName); keys > 1) {
+    return Refuse(Problem::kInvalidKey,
+                  "the request has " + std::to_string(keys) +
+                      " Idempotency-Key headers; send exactly one",
+                  header, Outcome::kInvalidKey);
+  }
+  if (const size_t tenants = CountFields(header, tenant_header); tenants > 1) {
+    return Refuse(Problem::kMalformedRequest,
+                  "the request has " + std::to_string(tenants) + " " + std::string(tenant_header) +
+                      " headers; keys are scoped by one tenant, so send exactly one",
+                  header);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Refusal> CheckHeaderBytes(std::string_view raw) {
+  const size_t end = raw.find("\r\n\r\n");
+  const std::string_view block = raw.substr(0, end);
+  for (size_t at = block.find("\r\n"); at != std::string_view::npos;
+       at = block.find("\r\n", at + 2)) {
+    if (at + 2 < raw.size() && (raw[at + 2] == ' ' || raw[at + 2] == '\t')) {
+      Refusal r;
+      r.detail =
+          "a header line starts with whitespace: obsolete line folding is not accepted "
+          "(RFC 9112 5.2)";
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
+                                          std::string_view tenant_header) {
+  if (auto r = CheckLookalikeNames(header)) return r;
+  if (header.find(http::field::transfer_encoding) != header.end()) {
+    if (auto r = CheckTransferEncoding(header)) return r;
+  }
+  if (auto r = CheckTarget(header)) return r;
+  if (header.version() >= 11) {
+    if (auto r = CheckExpect(header)) return r;
+  }
+  if (!tenant_header.empty()) {
+    if (auto r = CheckIdentityHeaders(header, tenant_header)) return r;
+  }
+  return std::nullopt;
+}
+
+bool ExpectsContinue(const http::request_header<>& header) {
+  if (header.version() < 11) return false;
+  for (const auto& field : header) {
+    if (field.name() != http::field::expect) continue;
+    for (std::string_view element : ListElements(field.value())) {
+      if (EqualsIgnoreCase(element, "100-continue")) return true;
+    }
+  }
+  return false;
+}
+
+std::string OriginFormTarget(std::string_view target) {
+  size_t scheme_end = 0;
+  if (EqualsIgnoreCase(target.substr(0, 7), "http://")) {
+    scheme_end = 7;
+  } else if (EqualsIgnoreCase(target.substr(0, 8), "https://")) {
+    scheme_end = 8;
+  } else {
+    return std::string(target);
+  }
+  const std::string_view rest = target.substr(scheme_end);
+  const size_t path = rest.find_first_of("/?");
+  if (path == std::string_view::npos) return "/";
+  std::string origin;
+  if (rest[path] == '?') origin.push_back('/');
+  origin.append(rest.substr(path));
+  return origin;
+}
+
+}  // namespace idem::gateway

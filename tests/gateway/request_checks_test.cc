@@ -1,0 +1,90 @@
+#include "gateway/request_checks.h"
+
+#include <gtest/gtest.h>
+
+namespace idem::gateway {
+namespace {
+
+http::request_header<> Header(std::string_view target, std::initializer_list<std::pair<const char*, const char*>> fields,
+                              unsigned version = 11) {
+  http::request_header<> h;
+  h.method(http::verb::post);
+  h.target(target);
+  h.version(version);
+  for (const auto& [name, value] : fields) h.insert(name, value);
+  return h;
+}
+
+std::optional<http::status> Verdict(const http::request_header<>& h) {
+  auto r = CheckRequestHeader(h, "Authorization");
+  if (!r) return std::nullopt;
+  return ProblemStatus(r->problem);
+}
+
+TEST(RequestChecksTest, TransferEncodingMustEndInOneChunked) {
+  EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", "chunked"}})), std::nullopt);
+  EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", " Chunked , "}})), std::nullopt);
+  for (const char* bad : {"chunked, identity", "identity", "xchunked", "", "chunked;a=b",
+                          "chunked, chunked", "gzip", "chunk ed", "\"chunked\""}) {
+    EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", bad}})), http::status::bad_request)
+        << bad;
+  }
+  for (const char* unsupported : {"gzip, chunked", "deflate,chunked", "x-custom, chunked"}) {
+    EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", unsupported}})),
+              http::status::not_implemented)
+        << unsupported;
+  }
+  EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", "gzip"}, {"Transfer-Encoding", "chunked"}})),
+            http::status::not_implemented);
+  EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", "chunked"}}, 10)),
+            http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("/p", {{"Transfer-Encoding", "chunked"}, {"Content-Length", "3"}})),
+            http::status::bad_request);
+}
+
+TEST(RequestChecksTest, LookalikeFramingNamesTargetsExpectAndIdentityHeaders) {
+  EXPECT_EQ(Verdict(Header("/p", {{"Transfer_Encoding", "chunked"}})), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("/p", {{"content_LENGTH", "3"}})), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("/p", {{"X_Other", "1"}})), std::nullopt);
+  EXPECT_EQ(Verdict(Header("/p#frag", {})), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("p", {})), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("HTTP://h/p", {})), std::nullopt);
+  EXPECT_EQ(Verdict(Header("/p", {{"Expect", "100-Continue"}})), std::nullopt);
+  EXPECT_EQ(Verdict(Header("/p", {{"Expect", "100-continue, other"}})),
+            http::status::expectation_failed);
+  EXPECT_EQ(Verdict(Header("/p", {{"Expect", "other"}}, 10)), std::nullopt)
+      << "HTTP/1.0 ignores Expect";
+  auto two_keys = CheckRequestHeader(
+      Header("/p", {{"Idempotency-Key", "a"}, {"idempotency-key", "a"}}), "Authorization");
+  ASSERT_TRUE(two_keys);
+  EXPECT_EQ(two_keys->problem, Problem::kInvalidKey);
+  EXPECT_EQ(two_keys->outcome, Outcome::kInvalidKey);
+  EXPECT_EQ(Verdict(Header("/p", {{"Authorization", "a"}, {"authorization", "b"}})),
+            http::status::bad_request);
+  // The admin listener has no identity checks.
+  EXPECT_FALSE(CheckRequestHeader(Header("/p", {{"Authorization", "a"}, {"Authorization", "b"}}), ""));
+}
+
+TEST(RequestChecksTest, ObsoleteLineFoldingIsFoundInTheRawBytes) {
+  EXPECT_FALSE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n\r\n body\r\n starts"));
+  EXPECT_TRUE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n c\r\n\r\n"));
+  EXPECT_TRUE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n\tc"));  // not yet complete
+  EXPECT_FALSE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n"));
+}
+
+TEST(RequestChecksTest, AbsoluteFormBecomesOriginForm) {
+  EXPECT_EQ(OriginFormTarget("http://h:80/a/b?x=1"), "/a/b?x=1");
+  EXPECT_EQ(OriginFormTarget("HTTPS://h"), "/");
+  EXPECT_EQ(OriginFormTarget("http://h?q"), "/?q");
+  EXPECT_EQ(OriginFormTarget("/already"), "/already");
+  EXPECT_EQ(OriginFormTarget("*"), "*");
+}
+
+TEST(RequestChecksTest, ExpectsContinueOnlyOnHttp11) {
+  EXPECT_TRUE(ExpectsContinue(Header("/p", {{"Expect", "100-continue"}})));
+  EXPECT_FALSE(ExpectsContinue(Header("/p", {{"Expect", "100-continue"}}, 10)));
+  EXPECT_FALSE(ExpectsContinue(Header("/p", {})));
+}
+
+}  // namespace
+}  // namespace idem::gateway
