@@ -59,9 +59,10 @@ std::string Metrics::Render() const {
   out += "# TYPE idem_gateway_store_write_attempts_total counter\n";
   for (size_t w = 0; w < kWrites; ++w) {
     for (int failed = 0; failed < 2; ++failed) {
-      out += fmt::format("idem_gateway_store_write_attempts_total{{call=\"{}\",result=\"{}\"}} {}\n",
-                         StoreWriteLabel(static_cast<StoreWrite>(w)), failed ? "error" : "ok",
-                         write_attempts_[w][failed].load(std::memory_order_relaxed));
+      out += fmt::format(
+          "idem_gateway_store_write_attempts_total{{call=\"{}\",result=\"{}\"}} {}\n",
+          StoreWriteLabel(static_cast<StoreWrite>(w)), failed ? "error" : "ok",
+          write_attempts_[w][failed].load(std::memory_order_relaxed));
     }
   }
   out += "# HELP idem_gateway_store_writes_abandoned_total Completions and releases given up "

@@ -258,9 +258,9 @@ TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
     clients.emplace_back([&, i] {
       // Client 0 hangs up before its response; the completion must not care.
       const auto timeout = i == 0 ? 300ms : 10000ms;
+      const std::string key = "restart-" + std::to_string(i);
       answers[i] = Http(gateway.address, "POST", "/v1/payments",
-                        {{"Idempotency-Key", "restart-" + std::to_string(i)}, {"X-Sleep-Ms", "800"}},
-                        "b", timeout);
+                        {{"Idempotency-Key", key}, {"X-Sleep-Ms", "800"}}, "b", timeout);
     });
   }
   // Every request has claimed its key before the store goes away.
@@ -293,10 +293,9 @@ TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
     EXPECT_EQ(Executions(key), 1) << key;
   }
   const std::string metrics = Http(gateway.admin_address, "GET", "/metrics").body;
-  EXPECT_NE(metrics.find("idem_gateway_store_write_attempts_total{call=\"complete\",result=\"ok\"} " +
-                         std::to_string(kRequests)),
-            std::string::npos)
-      << metrics;
+  const std::string attempts =
+      "idem_gateway_store_write_attempts_total{call=\"complete\",result=\"ok\"} ";
+  EXPECT_NE(metrics.find(attempts + std::to_string(kRequests)), std::string::npos) << metrics;
   EXPECT_EQ(gateway.process->Output().find("complete_failed"), std::string::npos)
       << gateway.process->Output();
 }
@@ -322,8 +321,8 @@ TEST(RedisLateBeginTest, AClaimThatRanAfterItsTimeoutHoldsTheKeyForOneLeaseThenR
   auto executions = [&] {
     return std::stoi(Http(service_address, "GET", "/executions?key=late").body);
   };
-  ASSERT_EQ(Http(gateway.address, "POST", "/v1/payments", {{"Idempotency-Key", "warm"}}, "b").status,
-            201);  // the gateway's pool is connected
+  auto warm = Http(gateway.address, "POST", "/v1/payments", {{"Idempotency-Key", "warm"}}, "b");
+  ASSERT_EQ(warm.status, 201) << "the gateway's pool is connected";
 
   redis.Pause();
   auto refused = post();
