@@ -1,23 +1,37 @@
 // libFuzzer harness for the gateway's request path.
 //
-// Each input is the bytes a client sends. They go through Beast's request parser with the
-// gateway's own limits; a complete request is then handled twice by HandleProxyRequest (the
-// memory store, a real upstream on loopback) and once by HandleAdminRequest. Besides crashes
-// and sanitizer reports, it checks the protocol's promise: once a request has executed and its
-// response was stored, the same request again is a byte-identical replay.
+// Each input is the bytes a client sends on one connection. They are written to a loopback
+// socket and read by the gateway's own request reader (ReadRequest: the framing checks, the
+// 100 Continue, the body, with the gateway's limits); each complete request is then handled
+// twice by HandleProxyRequest (the memory store, a real upstream on loopback) and once by
+// HandleAdminRequest. Besides crashes and sanitizer reports, it checks:
+//  - replay: once a request has executed and its response was stored, the same request again is
+//    a byte-identical replay, and does not reach the upstream;
+//  - the differential property: a request that executed reached the upstream exactly once, and
+//    the fingerprint stored in its record is the fingerprint of the request the upstream
+//    received (same method, path, query, body and fingerprinted headers), with the key the
+//    record is scoped by; a request the gateway refused never reached the upstream;
+//  - the upstream could frame every byte the gateway sent it.
 //
 // Build and run: fuzz/run-fuzz.sh (clang-14, -fsanitize=fuzzer,address,undefined).
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/write.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "gateway/admin.h"
 #include "gateway/proxy.h"
+#include "gateway/request_reader.h"
+#include "gateway/route_matcher.h"
+#include "idem/scope.h"
 #include "idem/store.h"
 
 namespace {
@@ -25,8 +39,12 @@ namespace {
 using namespace idem;
 using namespace idem::gateway;
 
+// What the upstream received, and whether anything could not be framed.
+std::vector<Request> g_received;
+int g_upstream_parse_errors = 0;
+
 // The upstream: answers every request with the status its `status` query parameter names
-// (200 to 599, default 201) and a body that echoes the request's size.
+// (200 to 599, default 201) and a body that echoes the request's size; records each request.
 Task<void> ServeUpstreamConnection(tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
@@ -34,7 +52,14 @@ Task<void> ServeUpstreamConnection(tcp::socket socket) {
     boost::system::error_code ec;
     Request req;
     co_await http::async_read(stream, buffer, req, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return;
+    if (ec) {
+      if (ec != http::error::end_of_stream && ec != asio::error::eof &&
+          ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+        ++g_upstream_parse_errors;
+      }
+      co_return;
+    }
+    g_received.push_back(req);
     unsigned status = 201;
     const std::string wanted = QueryParam(TargetQuery(req.target()), "status");
     if (!wanted.empty()) {
@@ -62,7 +87,10 @@ Task<void> AcceptUpstream(tcp::acceptor& acceptor) {
 }
 
 struct Harness {
-  Harness() : acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), log(false) {
+  Harness()
+      : acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
+        client_side(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
+        log(false) {
     options.max_request_body = 64 * 1024;
     options.max_header_bytes = 16 * 1024;
     options.max_stored_response = 4096;
@@ -77,7 +105,18 @@ struct Harness {
     RoutePolicy ulid;
     ulid.path_prefix = "/ulid";
     ulid.key_format = KeyFormat::kUlid;
-    options.routes = {optional, v7, ulid};
+    RoutePolicy off;  // the shape of the bypasses: protected payments, the rest off
+    off.path_prefix = "/open";
+    off.key = KeyRequirement::kOff;
+    RoutePolicy payments;
+    payments.method = "POST";
+    payments.path_prefix = "/v1/payments";
+    payments.fingerprint.headers = {"X-Account"};
+    options.routes = {optional, v7, ulid, off, payments};
+    limits.max_header_bytes = options.max_header_bytes;
+    limits.max_request_body = options.max_request_body;
+    limits.read_timeout = std::chrono::seconds(5);
+    limits.tenant_header = options.tenant_header;
     asio::co_spawn(io, AcceptUpstream(acceptor), asio::detached);
     UpstreamOptions upstream_options;
     upstream_options.connect_timeout = std::chrono::seconds(1);
@@ -104,33 +143,102 @@ struct Harness {
     return std::move(*out);
   }
 
+  // Runs `task` to completion on the harness's loop.
+  template <typename T>
+  T RunTask(Task<T> task) {
+    std::optional<T> out;
+    asio::co_spawn(
+        io, [&]() -> Task<void> { out = co_await std::move(task); }, asio::detached);
+    io.restart();
+    while (!out) io.run_one();
+    return std::move(*out);
+  }
+
   asio::io_context io;
   tcp::acceptor acceptor;
+  tcp::acceptor client_side;  // the gateway's end of each input's client connection
   GatewayOptions options;
+  ReaderLimits limits;
   std::unique_ptr<UpstreamPool> upstream;
   Metrics metrics;
   Log log;
 };
 
-std::optional<Request> Parse(const uint8_t* data, size_t size, const GatewayOptions& options) {
-  http::request_parser<http::string_body> parser;
-  parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
-  parser.body_limit(options.max_request_body);
-  parser.eager(true);
-  boost::system::error_code ec;
-  asio::const_buffer rest(data, size);
-  while (rest.size() > 0 && !parser.is_done()) {
-    const size_t used = parser.put(rest, ec);
-    if (ec == http::error::need_more) break;
-    if (ec) return std::nullopt;
-    if (used == 0) break;
-    rest += used;
+// The scope the gateway claims for `request`, if it has one usable key.
+std::optional<Scope> ScopeOf(const Request& request, const GatewayOptions& options) {
+  auto key_field = request.find(kKeyHeader);
+  if (key_field == request.end()) return std::nullopt;
+  auto key = ParseIdempotencyKey(key_field->value());
+  if (!key.ok()) return std::nullopt;
+  std::string tenant;
+  if (auto t = request.find(options.tenant_header); t != request.end()) {
+    auto digest = Sha256Hex(t->value());
+    if (!digest.ok()) std::abort();
+    tenant = std::move(*digest);
   }
-  if (!parser.is_done()) {
-    parser.put_eof(ec);
-    if (ec || !parser.is_done()) return std::nullopt;
+  return Scope{std::move(tenant), "", std::move(*key)};
+}
+
+Fingerprint FingerprintOf(const Request& request, const FingerprintPolicy& policy) {
+  RequestParts parts;
+  parts.method = request.method_string();
+  parts.path = TargetPath(request.target());
+  parts.query = TargetQuery(request.target());
+  parts.body = request.body();
+  for (const auto& field : request) parts.headers.emplace_back(field.name_string(), field.value());
+  auto fp = ComputeFingerprint(policy, parts);
+  if (!fp.ok()) std::abort();
+  return *fp;
+}
+
+// One request as the reader handed it on: handled twice and by the admin handler, with the
+// properties above checked.
+void CheckRequest(Harness& h, Services& services, StoreExecutor& executor, const Request& parsed) {
+  const size_t before = g_received.size();
+  Request first_request = parsed;
+  Response first = h.Run(HandleProxyRequest, services, first_request);
+  if (first.result_int() < 200 || first.result_int() > 599) std::abort();
+  const size_t reached = g_received.size() - before;
+  const bool gateway_problem = first[http::field::content_type] == "application/problem+json" &&
+                               first.result_int() != 502 && first.result_int() != 504;
+  if (gateway_problem && reached != 0) std::abort();  // refused, yet forwarded
+  if (reached > 1) std::abort();                      // forwarded twice
+
+  const bool executed = first[kReplayedHeader] == "false";
+  if (executed && first.result_int() != 502) {
+    if (reached != 1) std::abort();
+    const Request& received = g_received.back();
+    // The upstream got the request as the client sent it (origin-form, body, key).
+    if (received.method_string() != parsed.method_string()) std::abort();
+    if (received.target() != parsed.target()) std::abort();
+    if (received.body() != parsed.body()) std::abort();
+    if (received[kKeyHeader] != parsed[kKeyHeader]) std::abort();
+    if (received.count(http::field::transfer_encoding) != 0) std::abort();
+    // The differential property: the record's fingerprint is that of what the upstream got.
+    const RoutePolicy& route =
+        MatchRoute(h.options, parsed.method_string(), TargetPath(parsed.target()));
+    std::optional<Scope> scope = ScopeOf(parsed, h.options);
+    if (!scope) std::abort();
+    auto record = executor.store().Get(*scope);
+    if (!record.ok() || !record->has_value()) std::abort();
+    if ((*record)->fingerprint != FingerprintOf(received, route.fingerprint)) std::abort();
   }
-  return parser.release();
+
+  const size_t before_second = g_received.size();
+  Request second_request = parsed;
+  Response second = h.Run(HandleProxyRequest, services, second_request);
+  if (executed && first.result_int() < 500 && first.result_int() != 408 &&
+      first.result_int() != 429) {
+    // Executed and stored: the same request again must replay it exactly, without the upstream.
+    if (second[kReplayedHeader] != "true") std::abort();
+    if (second.result_int() != first.result_int()) std::abort();
+    if (second.body() != first.body()) std::abort();
+    if (g_received.size() != before_second) std::abort();
+  }
+
+  Request admin_request = parsed;
+  Response admin = h.Run(HandleAdminRequest, services, admin_request);
+  if (admin.result_int() < 200 || admin.result_int() > 599) std::abort();
 }
 
 }  // namespace
@@ -143,8 +251,24 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness& h = *new Harness();
-  std::optional<Request> parsed = Parse(data, size, h.options);
-  if (!parsed) return 0;
+
+  // The input, sent on a fresh loopback connection, then the client's half-close.
+  // Both ends close with a reset (linger 0), so millions of inputs leave no TIME_WAIT behind.
+  boost::system::error_code ec;
+  tcp::socket client(h.io);
+  client.connect(h.client_side.local_endpoint(), ec);
+  if (ec) {
+    std::fprintf(stderr, "loopback connect failed: %s\n", ec.message().c_str());
+    std::abort();
+  }
+  tcp::socket server = h.client_side.accept();
+  client.set_option(asio::socket_base::linger(true, 0), ec);
+  server.set_option(asio::socket_base::linger(true, 0), ec);
+  asio::write(client, asio::buffer(data, size), ec);
+  if (ec) std::abort();
+  client.shutdown(tcp::socket::shutdown_send, ec);
+  beast::tcp_stream stream(std::move(server));
+  beast::flat_buffer buffer(ReaderBufferLimit(h.limits));
 
   // A fresh store per input, so inputs do not depend on each other.
   auto store = OpenStore("memory");
@@ -152,22 +276,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   StoreExecutor executor(**store, {1, 64});
   Services services{h.options, executor, *h.upstream, h.metrics, h.log};
 
-  Request first_request = *parsed;
-  Response first = h.Run(HandleProxyRequest, services, first_request);
-  if (first.result_int() < 200 || first.result_int() > 599) std::abort();
-
-  Request second_request = *parsed;
-  Response second = h.Run(HandleProxyRequest, services, second_request);
-  if (first[kReplayedHeader] == "false" && first.result_int() < 500 &&
-      first.result_int() != 408 && first.result_int() != 429) {
-    // Executed and stored: the same request again must replay it exactly.
-    if (second[kReplayedHeader] != "true") std::abort();
-    if (second.result_int() != first.result_int()) std::abort();
-    if (second.body() != first.body()) std::abort();
+  g_received.clear();
+  for (int i = 0; i < 4; ++i) {
+    const size_t before = g_received.size();
+    ReadResult read = h.RunTask(ReadRequest(stream, buffer, h.limits));
+    if (g_received.size() != before) std::abort();  // reading forwards nothing
+    if (read.kind != ReadResult::Kind::kRequest) break;
+    if (read.request.count(http::field::expect) != 0) std::abort();  // met, never forwarded
+    CheckRequest(h, services, executor, read.request);
+    if (!read.request.keep_alive()) break;
   }
-
-  Request admin_request = *parsed;
-  Response admin = h.Run(HandleAdminRequest, services, admin_request);
-  if (admin.result_int() < 200 || admin.result_int() > 599) std::abort();
+  if (g_upstream_parse_errors != 0) std::abort();
   return 0;
 }

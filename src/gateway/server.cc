@@ -135,6 +135,8 @@ class Server {
         }  // else: the socket closes here; a flood must not hold descriptors
         continue;
       }
+      // Counted here, not when the session starts, so a burst of accepts cannot overshoot.
+      if (!admin) services_.metrics.ConnectionOpened();
       asio::co_spawn(executor, Session(std::move(socket), admin), asio::detached);
     }
   }
@@ -170,16 +172,13 @@ class Server {
   }
 
   Task<void> Session(tcp::socket socket, bool admin) {
-    // Counted while open (client connections only), against max_connections.
-    struct Counted {
+    // A client connection, counted open by Accept, is counted closed when its session ends.
+    struct Uncount {
       Metrics* metrics;
-      explicit Counted(Metrics* m) : metrics(m) {
-        if (metrics) metrics->ConnectionOpened();
-      }
-      ~Counted() {
+      ~Uncount() {
         if (metrics) metrics->ConnectionClosed();
       }
-    } counted(admin ? nullptr : &services_.metrics);
+    } uncount{admin ? nullptr : &services_.metrics};
     beast::tcp_stream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
