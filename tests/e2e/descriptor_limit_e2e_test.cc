@@ -93,8 +93,10 @@ TEST_F(DescriptorLimitTest, OutOfDescriptorsTheGatewayBacksOffAndRecovers) {
   // The admin listener answers, on the reserved descriptor.
   auto health = Http(admin_, "GET", "/healthz", {}, "", 3s);
   EXPECT_EQ(health.status, 200) << health.error;
-  const std::string metrics = Http(admin_, "GET", "/metrics", {}, "", 3s).body;
-  EXPECT_GT(Metric(metrics, "idem_gateway_accept_errors_total"), 0) << metrics;
+  auto metrics_response = Http(admin_, "GET", "/metrics", {}, "", 3s);
+  const std::string& metrics = metrics_response.body;
+  EXPECT_GT(Metric(metrics, "idem_gateway_accept_errors_total"), 0)
+      << metrics_response.status << " " << metrics_response.error << "\n" << metrics;
 
   const std::string log = gateway_->Output();
   const int accept_lines = Count(log, "warning accept ");
@@ -111,7 +113,7 @@ TEST_F(DescriptorLimitTest, OutOfDescriptorsTheGatewayBacksOffAndRecovers) {
     if (status != 201) std::this_thread::sleep_for(100ms);
   }
   EXPECT_EQ(status, 201);
-  EXPECT_TRUE(gateway_->Running());
+  EXPECT_TRUE(gateway_->Running()) << gateway_->Output();
 }
 
 TEST_F(DescriptorLimitTest, BeyondMaxConnectionsNewConnectionsGetA503AndAreClosed) {
