@@ -601,3 +601,22 @@ TEST_F(PgWorkerTest, IntentScopeIdMatchesTheStoresEncoding) {
 
 }  // namespace
 }  // namespace idem
+
+namespace idem {
+namespace {
+
+// A gateway's periodic store Sweep reclaims the inbox too, so a deployment running the gateway
+// needs no separate schedule.
+TEST_F(PgWorkerTest, StoreSweepAlsoDropsExpiredInboxPartitions) {
+  auto store = OpenStore(server_.Url(database_));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_EQ(Sql("SELECT idem.inbox_retention('short', interval '0')"), "");
+  ASSERT_EQ(Sql("SELECT idem.inbox_claim('short', 'a')"), "t");
+  ASSERT_EQ(Sql("SELECT idem.inbox_claim('long', 'b')"), "t");
+  auto swept = (*store)->Sweep(SystemClock()->Now() + std::chrono::hours(48));
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(Sql("SELECT string_agg(consumer, ',') FROM idem.inbox"), "long");
+}
+
+}  // namespace
+}  // namespace idem
