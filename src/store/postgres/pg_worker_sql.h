@@ -48,22 +48,26 @@ CREATE TABLE IF NOT EXISTS idem.inbox_consumers (
   changed_at    timestamptz NOT NULL
 );
 
--- A retention in whole days, at least 1.
+-- A retention in whole days, at least 1. (PL/pgSQL rather than SQL functions: PostgreSQL 15
+-- re-plans a non-inlined SQL function on every call, PL/pgSQL evaluates these as simple
+-- expressions.)
 CREATE OR REPLACE FUNCTION idem.inbox_days(keep interval) RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT greatest(1, ceil(extract(epoch FROM $1) / 86400.0))::integer
-$$;
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  RETURN greatest(1, ceil(extract(epoch FROM keep) / 86400.0))::integer;
+END $$;
 
 -- The UTC day a claim of message_id made at `at` expires on, for retention `keep` (see above).
 -- The slot comes from md5, which, unlike hashtext, is the same on every PostgreSQL version.
 CREATE OR REPLACE FUNCTION idem.inbox_expiry_day(message_id text, keep interval, at timestamptz)
-RETURNS date LANGUAGE sql IMMUTABLE AS $$
-  SELECT date '1970-01-01' + (base + ((slot - base) % k + k) % k)
-    FROM (SELECT idem.inbox_days($2) AS k,
-                 floor(extract(epoch FROM $3) / 86400)::integer + idem.inbox_days($2) AS base,
-                 ((('x' || substr(md5($1), 1, 8))::bit(32)::integer % idem.inbox_days($2))
-                  + idem.inbox_days($2)) % idem.inbox_days($2) AS slot) v
-$$;
+RETURNS date LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  k    integer := greatest(1, ceil(extract(epoch FROM keep) / 86400.0))::integer;
+  base integer := floor(extract(epoch FROM at) / 86400)::integer + k;
+  slot integer := ((('x' || substr(md5(message_id), 1, 8))::bit(32)::integer % k) + k) % k;
+BEGIN
+  RETURN date '1970-01-01' + (base + ((slot - base) % k + k) % k);
+END $$;
 
 -- Creates the partition for UTC day p_day unless it exists; returns whether it created it.
 -- CREATE + ATTACH (a SHARE UPDATE EXCLUSIVE lock on idem.inbox: claims carry on meanwhile),
