@@ -108,6 +108,31 @@ Result<TransitionOutcome> Transition(PGconn* conn, std::string_view kind, std::s
 // The entity's state: "none" if never transitioned.
 Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_view id);
 
+// Side-effect intents (PostgreSQL only), for calls that cannot join the transaction: a push, an
+// e-mail, a partner API. PENDING -> SENT with an owner lease and a fencing token; these are
+// idem.intent_begin / intent_sent / intent_release, the record store's state machine.
+enum class IntentOutcome {
+  kAcquired,   // PENDING and yours: call downstream with Idempotency-Key = intent id
+  kTakenOver,  // the previous owner's lease lapsed; yours now (it may or may not have called)
+  kSent,       // sent before: skip the call
+  kPending,    // another owner holds a live lease: retry after retry_after
+};
+struct IntentBegun {
+  IntentOutcome outcome = IntentOutcome::kPending;
+  uint64_t token = 0;                      // for kAcquired / kTakenOver: pass to IntentSent
+  std::chrono::milliseconds retry_after{0};  // for kPending
+};
+// Call in its own short transaction and COMMIT before the downstream call, so a crash cannot
+// forget that a call may have been made. REQUIRES: lease > 0.
+Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
+                                std::chrono::milliseconds lease = std::chrono::seconds(30));
+// PENDING -> SENT, kept `keep`. False when `token` no longer owns the intent (taken over).
+Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token,
+                        std::chrono::seconds keep = std::chrono::hours(24 * 30));
+// Gives a PENDING intent up so the next IntentBegin acquires it afresh. False when `token` no
+// longer owns it.
+Result<bool> IntentRelease(PGconn* conn, std::string_view intent_id, uint64_t token);
+
 // ---- SQLite -----------------------------------------------------------------------------------
 // The same five calls with the same contracts, on a SQLite connection inside the caller's
 // transaction. The tables (idem_inbox, idem_ledger, idem_balances, idem_states) are created on

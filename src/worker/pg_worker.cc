@@ -155,4 +155,69 @@ Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_vie
   return std::string(Value(*result));
 }
 
+Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
+                                std::chrono::milliseconds lease) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("intent begin", {intent_id}));
+  if (lease.count() <= 0) return InvalidArgumentError("intent begin: lease must be positive");
+  PgParams params;
+  params.Text(std::string(intent_id)).Text(std::to_string(lease.count()) + " milliseconds");
+  auto result = Run(conn, "intent begin",
+                    "SELECT row(outcome, token, retry_after_ms)::text FROM "
+                    "idem.intent_begin($1::text, $2::interval)",
+                    params);
+  if (!result.ok()) return result.status().WithContext("intent " + std::string(intent_id));
+  // The row as text: (outcome,token,retry_after_ms), empty fields for NULLs.
+  std::string row(Value(*result));
+  if (row.size() < 2 || row.front() != '(' || row.back() != ')') {
+    return DataLossError("postgresql intent begin: unexpected row " + row);
+  }
+  row = row.substr(1, row.size() - 2);
+  const size_t c1 = row.find(',');
+  const size_t c2 = row.find(',', c1 == std::string::npos ? c1 : c1 + 1);
+  if (c1 == std::string::npos || c2 == std::string::npos) {
+    return DataLossError("postgresql intent begin: unexpected row " + row);
+  }
+  const std::string outcome = row.substr(0, c1);
+  IntentBegun begun;
+  if (outcome == "acquired") begun.outcome = IntentOutcome::kAcquired;
+  else if (outcome == "taken_over") begun.outcome = IntentOutcome::kTakenOver;
+  else if (outcome == "sent") begun.outcome = IntentOutcome::kSent;
+  else if (outcome == "pending") begun.outcome = IntentOutcome::kPending;
+  else return DataLossError("postgresql intent begin: unknown outcome " + outcome);
+  if (const std::string token = row.substr(c1 + 1, c2 - c1 - 1); !token.empty()) {
+    auto t = ParseInt("intent begin", token);
+    if (!t.ok()) return t.status();
+    begun.token = static_cast<uint64_t>(*t);
+  }
+  if (const std::string retry = row.substr(c2 + 1); !retry.empty()) {
+    auto r = ParseInt("intent begin", retry);
+    if (!r.ok()) return r.status();
+    begun.retry_after = std::chrono::milliseconds(*r);
+  }
+  return begun;
+}
+
+Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token,
+                        std::chrono::seconds keep) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("intent sent", {intent_id}));
+  if (keep.count() <= 0) return InvalidArgumentError("intent sent: keep must be positive");
+  PgParams params;
+  params.Text(std::string(intent_id)).Text(std::to_string(token))
+      .Text(std::to_string(keep.count()) + " seconds");
+  auto sent = RunBool(conn, "intent sent",
+                      "SELECT idem.intent_sent($1::text, $2::bigint, $3::interval)", params);
+  if (!sent.ok()) return sent.status().WithContext("intent " + std::string(intent_id));
+  return sent;
+}
+
+Result<bool> IntentRelease(PGconn* conn, std::string_view intent_id, uint64_t token) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("intent release", {intent_id}));
+  PgParams params;
+  params.Text(std::string(intent_id)).Text(std::to_string(token));
+  auto released = RunBool(conn, "intent release",
+                          "SELECT idem.intent_release($1::text, $2::bigint)", params);
+  if (!released.ok()) return released.status().WithContext("intent " + std::string(intent_id));
+  return released;
+}
+
 }  // namespace idem::worker

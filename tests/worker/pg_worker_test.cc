@@ -614,6 +614,43 @@ TEST_F(PgWorkerTest, IntentsArePendingThenSentWithFencing) {
   EXPECT_NE(row("SELECT outcome FROM idem.intent_begin('')").find("22023"), std::string::npos);
 }
 
+TEST_F(PgWorkerTest, CppIntentsFollowTheSameStateMachine) {
+  auto c = Connect();
+  auto begin = [&](const std::string& id, std::chrono::milliseconds lease) {
+    EXPECT_EQ(c->Exec("BEGIN"), "");
+    auto b = worker::IntentBegin(c->get(), id, lease);
+    EXPECT_EQ(c->Exec("COMMIT"), "");
+    return b;
+  };
+  auto first = begin("push:7", milliseconds(1000));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->outcome, worker::IntentOutcome::kAcquired);
+  EXPECT_GT(first->token, 0u);
+  auto busy = begin("push:7", seconds(10));
+  ASSERT_TRUE(busy.ok());
+  EXPECT_EQ(busy->outcome, worker::IntentOutcome::kPending);
+  EXPECT_GT(busy->retry_after.count(), 0);
+  std::this_thread::sleep_for(milliseconds(1200));  // past the first owner's lease
+  auto taken = begin("push:7", seconds(10));
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->outcome, worker::IntentOutcome::kTakenOver);
+  EXPECT_GT(taken->token, first->token);
+  ASSERT_EQ(c->Exec("BEGIN"), "");
+  EXPECT_FALSE(*worker::IntentSent(c->get(), "push:7", first->token));  // the zombie
+  EXPECT_TRUE(*worker::IntentSent(c->get(), "push:7", taken->token));
+  ASSERT_EQ(c->Exec("COMMIT"), "");
+  EXPECT_EQ(begin("push:7", seconds(10))->outcome, worker::IntentOutcome::kSent);
+  auto mail = begin("mail:1", seconds(10));
+  ASSERT_EQ(c->Exec("BEGIN"), "");
+  EXPECT_TRUE(*worker::IntentRelease(c->get(), "mail:1", mail->token));
+  ASSERT_EQ(c->Exec("COMMIT"), "");
+  EXPECT_EQ(begin("mail:1", seconds(10))->outcome, worker::IntentOutcome::kAcquired);
+  ASSERT_EQ(c->Exec("BEGIN"), "");
+  EXPECT_EQ(worker::IntentBegin(c->get(), "", seconds(1)).status().code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_EQ(c->Exec("ROLLBACK"), "");
+}
+
 TEST_F(PgWorkerTest, IntentScopeIdMatchesTheStoresEncoding) {
   auto store = OpenStore(server_.Url(database_));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
