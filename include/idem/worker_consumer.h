@@ -2,8 +2,8 @@
 // services whose effects live in PostgreSQL. For every message of a durable JetStream pull
 // consumer:
 //
-//   BEGIN;
-//   claimed = idem.inbox_claim(inbox_consumer, message key);   -- InboxClaim, worker.h
+//   BEGIN; claimed = idem.inbox_claim(inbox_consumer, message key);   -- one round trip
+//                                        (the SQL function worker.h's InboxClaim calls)
 //   if claimed: handler(conn, message);  -- the business statements, on the same connection
 //   COMMIT;
 //   ack                                   -- only after the COMMIT succeeded

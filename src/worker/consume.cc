@@ -151,7 +151,9 @@ class Sidecar {
       int room = 0;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || in_flight_ < options_.max_in_flight; });
+        // Fetch once half the window is free: one pull request per half window rather than one
+        // per settled message keeps the broker round trips off the delivery path.
+        cv_.wait(lock, [&] { return stopping_ || in_flight_ <= options_.max_in_flight / 2; });
         if (stopping_) break;
         room = options_.max_in_flight - in_flight_;
       }

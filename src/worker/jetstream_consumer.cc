@@ -11,7 +11,6 @@
 #include <random>
 
 #include "core/text.h"
-#include "idem/worker.h"
 #include "worker/crash_point.h"
 #include "worker/delivery_policy.h"
 #include "worker/jetstream.h"
@@ -43,7 +42,7 @@ class JetStreamConsumer::Impl {
         options_.nats_url, "idem consumer " + options_.stream + "/" + options_.consumer,
         [this](bool connected, const std::string& detail) {
           if (connected) Log("info", "nats: connected to " + detail);
-          else Log("warn", "nats: disconnected (" + detail + "); reconnecting");
+          else if (!stop_) Log("warn", "nats: disconnected (" + detail + "); reconnecting");
         });
     if (!conn.ok()) return conn.status();
     nats_ = std::move(*conn);
@@ -183,28 +182,56 @@ class JetStreamConsumer::Impl {
            ", delivery " + std::to_string(m.delivery_count()) + ")";
   }
 
+  // BEGIN, and with the inbox the claim, in one round trip: the simple-query protocol runs
+  // "BEGIN; SELECT idem.inbox_claim(...)" as one message and answers with the claim (the same
+  // SQL function worker.h's InboxClaim calls). True when the handler should run.
+  Result<bool> BeginAndClaim(const std::string& key) {
+    std::string sql = "BEGIN";
+    if (options_.inbox) {
+      char* consumer = PQescapeLiteral(pg_, options_.inbox_consumer.data(),
+                                       options_.inbox_consumer.size());
+      char* id = PQescapeLiteral(pg_, key.data(), key.size());
+      if (consumer == nullptr || id == nullptr) {
+        PQfreemem(consumer);
+        PQfreemem(id);
+        return UnavailableError(std::string("escape: ") + PQerrorMessage(pg_));
+      }
+      sql += std::string("; SELECT idem.inbox_claim(") + consumer + ", " + id + ")";
+      PQfreemem(consumer);
+      PQfreemem(id);
+    }
+    PGresult* r = PQexec(pg_, sql.c_str());
+    const ExecStatusType st = PQresultStatus(r);
+    Result<bool> out = true;
+    if (options_.inbox && st == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+      out = PQgetvalue(r, 0, 0)[0] == 't';
+    } else if (options_.inbox || st != PGRES_COMMAND_OK) {
+      std::string e = PQerrorMessage(pg_);
+      while (!e.empty() && e.back() == '\n') e.pop_back();
+      const char* sqlstate = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      out = (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
+                ? FailedPreconditionError("inbox claim: " + e +
+                                          " (is the worker schema installed? idem migrate)")
+                : UnavailableError((options_.inbox ? "BEGIN and inbox claim: " : "BEGIN: ") + e);
+    }
+    PQclear(r);
+    return out;
+  }
+
   void Apply(JsMessage& m, const MessageHandler& handler) {
     std::string error;
-    if (!Control("BEGIN", "BEGIN", &error)) {
+    Result<bool> claimed = BeginAndClaim(m.key());
+    if (!claimed.ok()) {
       ++errors_;
       Rollback();
-      Nak(m, error);
+      Nak(m, claimed.status().ToString());
       return;
     }
-    if (options_.inbox) {
-      Result<bool> claimed = InboxClaim(pg_, options_.inbox_consumer, m.key());
-      if (!claimed.ok()) {
-        ++errors_;
-        Rollback();
-        Nak(m, "inbox claim: " + claimed.status().ToString());
-        return;
-      }
-      if (!*claimed) {
-        Rollback();  // the claim inserted nothing
-        Settle(m, true);
-        ++duplicates_;
-        return;
-      }
+    if (!*claimed) {
+      Rollback();  // the claim inserted nothing
+      Settle(m, true);
+      ++duplicates_;
+      return;
     }
     const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
                                m.stream(), m.stream_sequence(), m.delivery_count()};
