@@ -246,7 +246,9 @@ TEST_F(EffectsTest, TenThousandMessagesWithDuplicatesAndReorderingTwoRuntimes) {
   EXPECT_GT(Stat(out_a, "applied"), 0u) << "both consumers took part";
   EXPECT_GT(Stat(out_b, "applied"), 0u);
   EXPECT_EQ(Stat(out_a, "applied") + Stat(out_b, "applied"), plan.distinct_ids);
-  EXPECT_EQ(Stat(out_a, "duplicates") + Stat(out_b, "duplicates"), stored - plan.distinct_ids);
+  // Every stored duplicate was caught by the claim; so were redeliveries of messages whose
+  // batch outlasted ack_wait on a busy machine (never applied twice: see above).
+  EXPECT_GE(Stat(out_a, "duplicates") + Stat(out_b, "duplicates"), stored - plan.distinct_ids);
 }
 
 TEST_F(EffectsTest, RuntimeSurvivesNatsRestartMidRun) {
@@ -309,10 +311,12 @@ class SidecarTest : public EffectsTest {
     return p;
   }
 
-  // Short timeouts, so redeliveries come back within the test's patience.
+  // Short timeouts, so redeliveries come back within the test's patience, but not so short
+  // that a busy machine's first transactions on fresh connections miss them.
   std::unique_ptr<ConsumeProcess> StartSidecar(
       const std::string& crash_point = "", int port = 0,
-      std::vector<std::string> flags = {"--timeout", "1s", "--ack-wait", "1500ms"}) {
+      std::vector<std::string> flags = {"--timeout", "3s", "--ack-wait", "4s",
+                                        "--max-in-flight", "8"}) {
     for (const char* f : {"--nak-delay", "20ms", "--max-nak-delay", "300ms"}) flags.push_back(f);
     auto c = std::make_unique<ConsumeProcess>(
         IDEM_BINARY,
@@ -341,7 +345,7 @@ TEST_P(SidecarCrashTest, KilledAtTheCrashPointThenRestartedAppliesEachMessageOnc
     ASSERT_TRUE(KilledBySigkill(sidecar->process().WaitForExit(15s))) << sidecar->Output();
     sidecar = StartSidecar();
   }
-  ASSERT_TRUE(WaitFor([&] { return Settled("sidecar"); }, 20s)) << sidecar->Output();
+  ASSERT_TRUE(WaitFor([&] { return Settled("sidecar"); }, 40s)) << sidecar->Output();
   const int status = sidecar->process().Stop(SIGTERM, 15s);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << sidecar->Output();
   ExpectExactlyOnce(30);
