@@ -299,6 +299,38 @@ TEST_F(RuntimeDatabaseRestartTest, PostgresKilledAndRestartedMidRun) {
   EXPECT_NE(out.find("nak"), std::string::npos) << "the outage was seen and survived: " << out;
 }
 
+// --- examples/payments/consumer.cc ------------------------------------------------------------
+
+TEST_F(EffectsTest, PaymentsExampleConsumerSettlesEachPaymentOnce) {
+  auto consumer = Spawn({PAYMENTS_CONSUMER, nats_.Url(), pg_->Url(db_)},
+                        dir_.File("payments-consumer.log"));
+  ASSERT_TRUE(consumer->WaitForLine("pulling from", 15s)) << consumer->Output();
+  // Another worker refunded p-3 already: settling it must be refused, not applied.
+  ASSERT_EQ(Q("BEGIN; SELECT idem.transition('payment', 'p-3', 'refunded', ARRAY['none']); "
+              "COMMIT"), "");
+  auto event = [](const std::string& id, const std::string& account, int amount) {
+    return "{\"payment_id\":\"" + id + "\",\"account\":\"" + account +
+           "\",\"amount\":" + std::to_string(amount) + "}";
+  };
+  ASSERT_EQ(js_.Publish("payments.settle", event("p-1", "alice", 250), "ev-1"), "");
+  ASSERT_EQ(js_.Publish("payments.settle", event("p-2", "alice", 100), "ev-2"), "");
+  // p-1 again, re-published by its producer under a new message id: the state guard converges.
+  ASSERT_EQ(js_.Publish("payments.settle", event("p-1", "alice", 250), "ev-1-again"), "");
+  ASSERT_EQ(js_.Publish("payments.settle", event("p-3", "bob", 70), "ev-3"), "");
+  ASSERT_EQ(js_.Publish("payments.settle", "garbage", "ev-4"), "");
+  JsClient::ConsumerCounts c;
+  ASSERT_TRUE(WaitFor([&] {
+    return js_.Counts("PAYMENTS", "settlement", &c).empty() && c.ack_pending == 0 && c.pending == 0;
+  }, 15s)) << consumer->Output();
+  const int status = consumer->Stop(SIGTERM, 15s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << consumer->Output();
+  EXPECT_EQ(Q("SELECT idem.ledger_balance('settled:alice')"), "350");
+  EXPECT_EQ(Q("SELECT idem.ledger_balance('settled:bob')"), "0");
+  EXPECT_EQ(Q("SELECT idem.state_of('payment', 'p-1')"), "settled");
+  EXPECT_EQ(Q("SELECT idem.state_of('payment', 'p-3')"), "refunded");
+  EXPECT_NE(consumer->Output().find("termed 2"), std::string::npos) << consumer->Output();
+}
+
 // --- idem consume + a service claiming the key in its own transaction -------------------------
 
 class SidecarTest : public EffectsTest {
