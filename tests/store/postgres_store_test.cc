@@ -14,6 +14,7 @@
 #include "idem/fingerprint.h"
 #include "idem/postgres.h"
 #include "idem/store.h"
+#include "store/postgres/pg_schema.h"
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
@@ -341,9 +342,13 @@ TEST(PostgresMigrateTest, IdemMigrateCreatesTheSchemaAndIsSafeToRunAgain) {
     const auto status = migrate.WaitForExit(seconds(60));
     ASSERT_TRUE(status.has_value()) << migrate.Output();
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << migrate.Output();
-    EXPECT_NE(migrate.Output().find("schema version 1"), std::string::npos) << migrate.Output();
+    EXPECT_NE(migrate.Output().find("schema version " +
+                                    std::to_string(internal::pg::kSchemaVersion)),
+              std::string::npos)
+        << migrate.Output();
   }
-  EXPECT_EQ(server.Query(database, "SELECT max(version) FROM idem_schema"), "1");
+  EXPECT_EQ(server.Query(database, "SELECT max(version) FROM idem_schema"),
+            std::to_string(internal::pg::kSchemaVersion));
   EXPECT_EQ(server.Query(database, "SELECT to_regclass('idem_records') IS NOT NULL"), "t");
 
   testing::Process bad({IDEM_BINARY, "migrate", "--store", "postgresql://u:pw@127.0.0.1:1/x"},

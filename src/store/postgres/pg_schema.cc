@@ -1,12 +1,13 @@
 #include "store/postgres/pg_schema.h"
 
+#include "outbox/outbox_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 
 namespace idem::internal::pg {
 namespace {
 
 // The migrations, in order: kMigrations[v - 1] takes the schema from version v - 1 to v.
-constexpr const char* kMigrations[] = {kSchemaV1};
+constexpr const char* kMigrations[] = {kSchemaV1, outbox::internal::kOutboxSchemaSql};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 Result<int> MigrateLocked(PgConnection& conn, const std::string& schema) {
