@@ -9,6 +9,7 @@ packages=(
   libhiredis-dev redis-server libpq-dev postgresql
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libcurl4-openssl-dev
+  libnats-dev nats-server
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

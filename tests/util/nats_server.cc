@@ -1,0 +1,75 @@
+#include "util/nats_server.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "util/free_port.h"
+
+namespace idem::testing {
+namespace {
+
+std::string FindNatsServer() {
+  for (const char* path : {"/usr/sbin/nats-server", "/usr/bin/nats-server",
+                           "/usr/local/bin/nats-server"}) {
+    if (access(path, X_OK) == 0) return path;
+  }
+  return {};
+}
+
+}  // namespace
+
+NatsServer::NatsServer(Options options) : options_(std::move(options)) {}
+
+NatsServer::~NatsServer() {
+  if (process_ && process_->Running()) process_->Stop(SIGTERM, std::chrono::seconds(5));
+}
+
+std::string NatsServer::Start() {
+  if (FindNatsServer().empty()) {
+    return "nats-server is missing: install Debian's nats-server (scripts/install-deps.sh does)";
+  }
+  std::string error;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    port_ = FreeLoopbackPort();
+    if (port_ == 0) return "no free loopback port";
+    error = Launch();
+    if (error.empty()) return error;
+    // Another process took the port between the probe and the bind: try another.
+    if (error.find("address already in use") == std::string::npos) break;
+  }
+  return error;
+}
+
+std::string NatsServer::Launch() {
+  const std::string config = dir_.File("nats.conf");
+  {
+    std::ofstream out(config, std::ios::trunc);
+    out << "listen: 127.0.0.1:" << port_ << "\n"
+        << "max_payload: " << options_.max_payload << "\n"
+        << "jetstream {\n  store_dir: \"" << dir_.File("js") << "\"\n}\n";
+  }
+  const std::string log = dir_.File("nats-" + std::to_string(++launches_) + ".log");
+  process_ = std::make_unique<Process>(std::vector<std::string>{FindNatsServer(), "-c", config},
+                                       log);
+  if (process_->WaitForLine("Server is ready", std::chrono::seconds(15))) return "";
+  std::string output = process_->Output();
+  process_->Stop(SIGKILL);
+  return "nats-server did not start on port " + std::to_string(port_) + ":\n" + output;
+}
+
+void NatsServer::Kill() {
+  if (process_ && process_->Running()) process_->Stop(SIGKILL);
+}
+
+bool NatsServer::Running() { return process_ && process_->Running(); }
+
+std::string NatsServer::Restart() {
+  Kill();
+  return Launch();
+}
+
+std::string NatsServer::Url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+
+}  // namespace idem::testing
