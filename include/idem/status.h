@@ -28,6 +28,9 @@ enum class StatusCode : int {
   kDeadlineExceeded = 4,
   // A named thing does not exist (a file, a record an operator asked for).
   kNotFound = 5,
+  // What the caller tried to create exists already with other contents (a ledger txn id
+  // reused for another account or amount). Do not retry: the caller has a bug or a collision.
+  kAlreadyExists = 6,
   // A bounded resource is full (the store executor's queue). Retry after backing off.
   kResourceExhausted = 8,
   // The system is not in a state that allows the operation (schema from a newer idem version,
@@ -77,6 +80,7 @@ class [[nodiscard]] Status {
 Status InvalidArgumentError(std::string message);
 Status DeadlineExceededError(std::string message);
 Status NotFoundError(std::string message);
+Status AlreadyExistsError(std::string message);
 Status ResourceExhaustedError(std::string message);
 Status FailedPreconditionError(std::string message);
 Status AbortedError(std::string message);

@@ -23,7 +23,8 @@ TEST(StatusTest, ErrorCarriesCodeMessageAndContext) {
 
 TEST(StatusTest, EveryCodeHasAName) {
   for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kDeadlineExceeded,
-                       StatusCode::kNotFound, StatusCode::kResourceExhausted,
+                       StatusCode::kNotFound, StatusCode::kAlreadyExists,
+                       StatusCode::kResourceExhausted,
                        StatusCode::kFailedPrecondition, StatusCode::kAborted,
                        StatusCode::kInternal, StatusCode::kUnavailable, StatusCode::kDataLoss}) {
     EXPECT_NE(StatusCodeName(c), "UNKNOWN");

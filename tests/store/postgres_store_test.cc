@@ -66,7 +66,7 @@ class PostgresStoreTest : public ::testing::Test {
 TEST_F(PostgresStoreTest, FreshDatabaseGetsTheSchemaAndTheComingDaysPartitions) {
   auto store = Open();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(Sql("SELECT max(version) FROM idem_schema"), "1");
+  EXPECT_EQ(Sql("SELECT max(version) FROM idem_schema"), std::to_string(internal::pg::kSchemaVersion));
   // Today plus a two-day horizon: three UTC days.
   EXPECT_EQ(Sql("SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem_records'::regclass"),
             "3");
@@ -350,6 +350,8 @@ TEST(PostgresMigrateTest, IdemMigrateCreatesTheSchemaAndIsSafeToRunAgain) {
   EXPECT_EQ(server.Query(database, "SELECT max(version) FROM idem_schema"),
             std::to_string(internal::pg::kSchemaVersion));
   EXPECT_EQ(server.Query(database, "SELECT to_regclass('idem_records') IS NOT NULL"), "t");
+  EXPECT_EQ(server.Query(database, "SELECT to_regprocedure('idem.inbox_claim(text, text)') IS NOT NULL"),
+            "t");
 
   testing::Process bad({IDEM_BINARY, "migrate", "--store", "postgresql://u:pw@127.0.0.1:1/x"},
                        dir.File("migrate-bad.log"));

@@ -75,6 +75,9 @@ Status FromPgResult(const PGresult* result, PGconn* conn, std::string_view op) {
       StartsWith(code, "25")) {
     return FailedPreconditionError(std::move(message));  // no schema, wrong transaction state
   }
+  // idem's own SQLSTATEs (class ID), raised by the worker layer's functions (pg_worker_sql.h).
+  if (code == "ID001") return AlreadyExistsError(std::move(message));  // ledger txn id reused
+  if (code == "ID002") return FailedPreconditionError(std::move(message));  // ledger immutable
   if (StartsWith(code, "22")) return InvalidArgumentError(std::move(message));
   if (StartsWith(code, "XX")) return DataLossError(std::move(message));
   return InternalError(std::move(message));

@@ -47,7 +47,8 @@ class PgParams {
 // The one place PostgreSQL failures become statuses. `result` may be null (the connection
 // failed before a result arrived). Connection problems, timeouts, lock timeouts, deadlocks and
 // a server shutting down are kUnavailable; a missing function or table (schema not created)
-// and the wrong isolation level are kFailedPrecondition; bad data is kInvalidArgument.
+// and the wrong isolation level are kFailedPrecondition; bad data is kInvalidArgument; a
+// ledger txn id reused for another account or amount (SQLSTATE ID001) is kAlreadyExists.
 Status FromPgResult(const PGresult* result, PGconn* conn, std::string_view op);
 // REQUIRES: result is not null. Ok when the status is PGRES_COMMAND_OK or PGRES_TUPLES_OK.
 Status CheckResult(const PGresult* result, PGconn* conn, std::string_view op);

@@ -2,12 +2,23 @@
 
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_schema_sql.h"
+#include "store/postgres/pg_worker_sql.h"
 
 namespace idem::internal::pg {
 namespace {
 
-// The migrations, in order: kMigrations[v - 1] takes the schema from version v - 1 to v.
-constexpr const char* kMigrations[] = {kSchemaV1, outbox::internal::kOutboxSchemaSql};
+// The migrations, in order: kMigrations[v - 1] takes the schema from version v - 1 to v. Each
+// runs with the connection's search_path set to the store schema. To add a layer, append its
+// SQL here and bump kSchemaVersion.
+struct Migration {
+  const char* what;
+  const char* sql;
+};
+constexpr Migration kMigrations[] = {
+    {"record store", kSchemaV1},
+    {"worker layer (schema idem)", kSchemaV2Worker},
+    {"emit layer: the outbox (schema idem)", outbox::internal::kOutboxSchemaSql},
+};
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
 Result<int> MigrateLocked(PgConnection& conn, const std::string& schema) {
@@ -29,7 +40,9 @@ Result<int> MigrateLocked(PgConnection& conn, const std::string& schema) {
                                    std::to_string(kSchemaVersion) + "); upgrade idem");
   }
   for (int v = current + 1; v <= kSchemaVersion; ++v) {
-    auto applied = conn.Exec("migrate to version " + std::to_string(v), kMigrations[v - 1]);
+    auto applied = conn.Exec("migrate to version " + std::to_string(v) + " (" +
+                                 kMigrations[v - 1].what + ")",
+                             kMigrations[v - 1].sql);
     if (!applied.ok()) return applied.status();
   }
   if (current != kSchemaVersion) {

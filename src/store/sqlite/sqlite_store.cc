@@ -12,11 +12,13 @@
 
 #include "core/record_machine.h"
 #include "core/response_codec.h"
+#include "store/sqlite/sqlite_errors.h"
 
 namespace idem {
 namespace {
 
 using internal::BeginAction;
+using internal::sqlite::FromSqlite;
 using internal::RecordHead;
 
 constexpr int kSchemaVersion = 1;
@@ -46,32 +48,6 @@ CREATE TABLE IF NOT EXISTS idem_meta (
 INSERT OR IGNORE INTO idem_meta (name, value) VALUES ('fence', 0);
 PRAGMA user_version = 1;
 )sql";
-
-// The one place SQLite result codes become idem statuses.
-Status FromSqlite(int rc, sqlite3* db, std::string_view op) {
-  std::string message = "sqlite " + std::string(op) + ": ";
-  message += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_PROTOCOL:
-    case SQLITE_NOMEM:
-      return UnavailableError(std::move(message));
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-    case SQLITE_FORMAT:
-      return DataLossError(std::move(message));
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-      return FailedPreconditionError(std::move(message));
-    default:
-      return InternalError(std::move(message));
-  }
-}
 
 // A prepared statement reset and cleared whenever a Use ends.
 class Statement {

@@ -1,0 +1,128 @@
+// The worker layer: exactly-once effects for redelivered messages, inside the caller's own
+// database transaction.
+//
+// A broker redelivers (a lost ack, a rebalance, a worker killed between its COMMIT and its ack).
+// The defence here is a unique constraint checked in the same transaction as the business
+// write, so the effect and the proof that it happened commit or roll back together:
+//
+//   BEGIN;
+//   if (!*idem::worker::InboxClaim(conn, "billing", message_id)) { ROLLBACK; ack; return; }
+//   ... business statements ...
+//   idem::worker::LedgerAppend(conn, "wallet:42", txn_id, -500);
+//   COMMIT; ack;
+//
+// Three levels, to match the risk of the effect (docs/worker.md):
+//   * InboxClaim   — handler-level dedupe: "have I processed this message id?"
+//   * LedgerAppend — ledger-level: an immutable entry unique by txn id; balances derived.
+//   * Transition   — state-level: "ensure this entity is in state X", converging after a crash
+//                    between any two steps of a workflow.
+//
+// Two flavours with the same semantics:
+//   * PostgreSQL (`PGconn*`): the SQL functions of schema `idem` (idem.inbox_claim, ...), which
+//     any language can call too. REQUIRES: `conn` is inside an open transaction block (BEGIN),
+//     and the worker schema is installed (`idem migrate --store postgresql://...`, or opening a
+//     PostgreSQL store on the database). Otherwise kFailedPrecondition.
+//   * SQLite (`sqlite3*`): tables created by the API in the caller's database on first use.
+//     REQUIRES: inside an open transaction; start it with BEGIN IMMEDIATE when several
+//     connections write, so a concurrent duplicate waits (busy_timeout) instead of failing.
+//
+// Outcomes are values (true/false, TransitionOutcome); infrastructure failures are Statuses as
+// in store.h: kUnavailable, retry the whole transaction (server down, deadlock, serialization
+// failure, SQLITE_BUSY); kFailedPrecondition, fix the setup (schema missing, no transaction,
+// REPEATABLE READ for the inbox); kAlreadyExists, a ledger txn id reused for another account or
+// amount; kInvalidArgument, bad input. After any error other than a kInvalidArgument found
+// before the database was asked, the caller's transaction is aborted (PostgreSQL) or in an
+// unknown state (SQLite): roll it back.
+//
+// Thread safety: as the driver's — one thread at a time per connection.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "idem/status.h"
+
+typedef struct pg_conn PGconn;   // libpq-fe.h
+typedef struct sqlite3 sqlite3;  // sqlite3.h
+
+namespace idem::worker {
+
+// What Transition did.
+enum class TransitionOutcome {
+  kApplied,  // the entity was in one of allowed_from and is now in to_state
+  kAlready,  // it was already in to_state: nothing changed (a re-run converged)
+  kRefused,  // it is in a state not listed in allowed_from: nothing changed
+};
+// "applied", "already", "refused" (the SQL function's answers).
+std::string_view TransitionOutcomeName(TransitionOutcome outcome);
+
+// The state of an entity never transitioned.
+inline constexpr std::string_view kNoState = "none";
+
+// The SQLSTATE idem.ledger_append raises when a txn id already in the ledger is appended again
+// with another account or amount. The C++ calls return kAlreadyExists for it.
+inline constexpr std::string_view kLedgerConflictSqlstate = "ID001";
+
+// ---- PostgreSQL -------------------------------------------------------------------------------
+
+// True the first time (consumer, message_id) is claimed, false if it already was (the message
+// is a redelivery: skip its effects). A concurrent claim of the same pair in another
+// transaction waits for this one to end; never do both get true. The claim is kept for the
+// consumer's retention (idem.inbox_retention, default 30 days) and reclaimed by dropping whole
+// day partitions (idem.inbox_sweep). kInvalidArgument for an empty consumer or message id.
+Result<bool> InboxClaim(PGconn* conn, std::string_view consumer, std::string_view message_id);
+
+// Keeps `consumer`'s claims at least `keep` from each claim on (idem.inbox_retention; the
+// default is 30 days). Earlier claims keep the retention they were given. REQUIRES: keep >= 0.
+Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seconds keep);
+
+// Drops the inbox's day partitions whose day has ended before today's (every claim in them is
+// past its retention) and creates the partitions new claims will need (idem.inbox_sweep).
+// Returns the claims dropped. Run it at least daily; a PostgreSQL store's Sweep runs it too.
+Result<int64_t> InboxSweep(PGconn* conn);
+
+// Appends the immutable entry (txn_id, account, amount, meta) and adds amount to the account's
+// balance, in one statement. True when appended; false (nothing changed) when txn_id is already
+// in the ledger for the same account and amount. kAlreadyExists when txn_id is in the ledger
+// for another account or amount (SQLSTATE ID001). kInvalidArgument for an empty account or txn
+// id, meta that is not JSON, or a balance that would overflow int64.
+Result<bool> LedgerAppend(PGconn* conn, std::string_view account, std::string_view txn_id,
+                          int64_t amount, std::string_view meta_json = "{}");
+
+// The account's balance: the sum of its ledger entries (0 for an account never appended to).
+Result<int64_t> LedgerBalance(PGconn* conn, std::string_view account);
+
+// The "ensure state" guard: moves entity (kind, id) to to_state if it is in one of
+// allowed_from (an entity never transitioned is in kNoState, "none"). Locks the entity's row
+// until the transaction ends, so concurrent transitions take turns. kInvalidArgument for an
+// empty kind, id or to_state, or to_state "none".
+Result<TransitionOutcome> Transition(PGconn* conn, std::string_view kind, std::string_view id,
+                                     std::string_view to_state,
+                                     std::span<const std::string_view> allowed_from);
+
+// The entity's state: "none" if never transitioned.
+Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_view id);
+
+// ---- SQLite -----------------------------------------------------------------------------------
+// The same five calls with the same contracts, on a SQLite connection inside the caller's
+// transaction. The tables (idem_inbox, idem_ledger, idem_balances, idem_states) are created on
+// first use, in the caller's transaction. SQLite has no partitions: InboxSweep deletes the
+// claims past their retention, in batches, off the hot path.
+
+Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view message_id);
+Status InboxRetention(sqlite3* db, std::string_view consumer, std::chrono::seconds keep);
+// Deletes up to `limit` claims past their retention (oldest first); returns how many. Call it
+// in its own short transaction, repeatedly while it returns `limit`.
+Result<int64_t> InboxSweep(sqlite3* db, int64_t limit = 10000);
+Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_view txn_id,
+                          int64_t amount, std::string_view meta_json = "{}");
+Result<int64_t> LedgerBalance(sqlite3* db, std::string_view account);
+Result<TransitionOutcome> Transition(sqlite3* db, std::string_view kind, std::string_view id,
+                                     std::string_view to_state,
+                                     std::span<const std::string_view> allowed_from);
+Result<std::string> StateOf(sqlite3* db, std::string_view kind, std::string_view id);
+
+}  // namespace idem::worker

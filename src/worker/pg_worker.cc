@@ -1,0 +1,158 @@
+// The worker layer on PostgreSQL (include/idem/worker.h): each call is one round trip running
+// one function of schema `idem` (store/postgres/pg_worker_sql.h) on the caller's connection,
+// inside the caller's transaction. Errors convert in the PostgreSQL driver's one place
+// (FromPgResult).
+#include <libpq-fe.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+#include "idem/worker.h"
+#include "store/postgres/pg_connection.h"
+#include "worker/worker_common.h"
+
+namespace idem::worker {
+namespace {
+
+using internal::pg::PgParams;
+using internal::pg::PgResult;
+
+// Runs `sql` with text parameters and text results; the result must hold one row, one column.
+Result<PgResult> Run(PGconn* conn, std::string_view op, const char* sql, const PgParams& params) {
+  const std::string what = "postgresql " + std::string(op);
+  if (conn == nullptr) return InvalidArgumentError(what + ": no connection");
+  const PGTransactionStatusType tx = PQtransactionStatus(conn);
+  if (tx != PQTRANS_INTRANS) {
+    return FailedPreconditionError(
+        what + (tx == PQTRANS_INERROR ? ": the transaction is aborted; roll it back"
+                                      : ": must run inside the caller's transaction (BEGIN first)"));
+  }
+  PgResult result(PQexecParams(conn, sql, params.size(), nullptr, params.values(),
+                               params.lengths(), params.formats(), /*resultFormat=*/0));
+  if (result == nullptr) return internal::pg::FromPgResult(nullptr, conn, op);
+  IDEM_RETURN_IF_ERROR(internal::pg::CheckResult(result.get(), conn, op));
+  if (PQntuples(result.get()) != 1 || PQnfields(result.get()) != 1 ||
+      PQgetisnull(result.get(), 0, 0)) {
+    return DataLossError(what + ": expected one non-null value");
+  }
+  return result;
+}
+
+std::string_view Value(const PgResult& result) {
+  return {PQgetvalue(result.get(), 0, 0), static_cast<size_t>(PQgetlength(result.get(), 0, 0))};
+}
+
+Result<bool> RunBool(PGconn* conn, std::string_view op, const char* sql, const PgParams& params) {
+  auto result = Run(conn, op, sql, params);
+  if (!result.ok()) return result.status();
+  const std::string_view v = Value(*result);
+  if (v == "t") return true;
+  if (v == "f") return false;
+  return DataLossError("postgresql " + std::string(op) + ": not a boolean: " + std::string(v));
+}
+
+Result<int64_t> ParseInt(std::string_view op, std::string_view value) {
+  const std::string text(value);
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0') {
+    return DataLossError("postgresql " + std::string(op) + ": not an integer: " + text);
+  }
+  return static_cast<int64_t>(n);
+}
+
+// A text[] literal: {"a","b"} with backslash escapes, for one $n::text[] parameter.
+std::string TextArray(std::span<const std::string_view> items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char c : items[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  out += '}';
+  return out;
+}
+
+}  // namespace
+
+Result<bool> InboxClaim(PGconn* conn, std::string_view consumer, std::string_view message_id) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("inbox claim", {consumer, message_id}));
+  PgParams params;
+  params.Text(std::string(consumer)).Text(std::string(message_id));
+  auto claimed = RunBool(conn, "inbox claim", "SELECT idem.inbox_claim($1::text, $2::text)", params);
+  if (!claimed.ok()) return claimed.status().WithContext("consumer " + std::string(consumer));
+  return claimed;
+}
+
+Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seconds keep) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("inbox retention", {consumer}));
+  if (keep.count() < 0) return InvalidArgumentError("inbox retention: keep must be >= 0");
+  PgParams params;
+  params.Text(std::string(consumer)).Text(std::to_string(keep.count()) + " seconds");
+  auto result = Run(conn, "inbox retention",
+                    "SELECT 1 FROM (SELECT idem.inbox_retention($1::text, $2::interval)) r",
+                    params);
+  return result.ok() ? Status::Ok() : result.status().WithContext("consumer " + std::string(consumer));
+}
+
+Result<int64_t> InboxSweep(PGconn* conn) {
+  auto result = Run(conn, "inbox sweep", "SELECT idem.inbox_sweep()", PgParams());
+  if (!result.ok()) return result.status();
+  return ParseInt("inbox sweep", Value(*result));
+}
+
+Result<bool> LedgerAppend(PGconn* conn, std::string_view account, std::string_view txn_id,
+                          int64_t amount, std::string_view meta_json) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("ledger append", {account, txn_id}));
+  PgParams params;
+  params.Text(std::string(account)).Text(std::string(txn_id)).Int(amount);
+  if (meta_json.empty()) params.Text("{}"); else params.Text(std::string(meta_json));
+  auto appended = RunBool(conn, "ledger append",
+                          "SELECT idem.ledger_append($1::text, $2::text, $3::bigint, $4::jsonb)",
+                          params);
+  if (!appended.ok()) return appended.status().WithContext("txn " + std::string(txn_id));
+  return appended;
+}
+
+Result<int64_t> LedgerBalance(PGconn* conn, std::string_view account) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("ledger balance", {account}));
+  PgParams params;
+  params.Text(std::string(account));
+  auto result = Run(conn, "ledger balance", "SELECT idem.ledger_balance($1::text)", params);
+  if (!result.ok()) return result.status().WithContext("account " + std::string(account));
+  return ParseInt("ledger balance", Value(*result));
+}
+
+Result<TransitionOutcome> Transition(PGconn* conn, std::string_view kind, std::string_view id,
+                                     std::string_view to_state,
+                                     std::span<const std::string_view> allowed_from) {
+  IDEM_RETURN_IF_ERROR(internal::worker::CheckTransition(kind, id, to_state));
+  PgParams params;
+  params.Text(std::string(kind)).Text(std::string(id)).Text(std::string(to_state))
+      .Text(TextArray(allowed_from));
+  auto result = Run(conn, "transition",
+                    "SELECT idem.transition($1::text, $2::text, $3::text, $4::text[])", params);
+  if (!result.ok()) {
+    return result.status().WithContext(std::string(kind) + " " + std::string(id));
+  }
+  return internal::worker::ParseTransitionOutcome(Value(*result));
+}
+
+Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_view id) {
+  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("state of", {kind, id}));
+  PgParams params;
+  params.Text(std::string(kind)).Text(std::string(id));
+  auto result = Run(conn, "state of", "SELECT idem.state_of($1::text, $2::text)", params);
+  if (!result.ok()) {
+    return result.status().WithContext(std::string(kind) + " " + std::string(id));
+  }
+  return std::string(Value(*result));
+}
+
+}  // namespace idem::worker
