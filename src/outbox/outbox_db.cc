@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_url.h"
@@ -55,6 +56,16 @@ Result<std::vector<std::pair<std::string, std::string>>> DecodeHeaders(std::stri
   return headers;
 }
 
+// Server notices (a FATAL as the server goes away, ...) go to the log, not to stderr raw.
+void LogNotice(void*, const char* message) {
+  std::string text = message;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const bool routine = text.rfind("NOTICE", 0) == 0 || text.rfind("DEBUG", 0) == 0 ||
+                       text.rfind("INFO", 0) == 0 || text.rfind("LOG", 0) == 0;
+  spdlog::log(routine ? spdlog::level::debug : spdlog::level::warn, "relay: postgresql says: {}",
+              text);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url) {
@@ -63,6 +74,7 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url) {
   auto conn = internal::pg::PgConnection::Connect(config->keywords, config->values,
                                                   config->timeout + std::chrono::seconds(1));
   if (!conn.ok()) return conn.status().WithContext(config->display);
+  PQsetNoticeProcessor((*conn)->raw(), &LogNotice, nullptr);
   auto version = internal::pg::MigrateSchema(**conn, config->schema);
   if (!version.ok()) return version.status().WithContext(config->display);
   std::unique_ptr<OutboxDb> db(new OutboxDb(std::move(*conn), config->display));

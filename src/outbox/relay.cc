@@ -24,6 +24,19 @@ constexpr auto kSweepEvery = std::chrono::hours(1);
 constexpr milliseconds kSlice{100};
 constexpr int kMaxLoggedPerBatch = 10;
 
+// Log lines stay one line: libpq's messages carry newlines and tabs.
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\t' || c == '\r') c = ' ';
+  }
+  std::string out;
+  for (char c : text) {
+    if (!(c == ' ' && !out.empty() && out.back() == ' ')) out += c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
 std::string Join(const std::vector<std::string>& parts) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
@@ -51,6 +64,7 @@ struct Relay::Conn {
   SteadyClock::time_point stats_read{};
   std::optional<SteadyClock::time_point> swept;
   bool logged_nats_down = false;
+  bool pg_connected_before = false;
 };
 
 Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::make_unique<Conn>()) {
@@ -80,22 +94,26 @@ void Relay::SleepFor(milliseconds d) {
 
 void Relay::Backoff(const std::string& what, const Status& status) {
   backoff_ = std::clamp<milliseconds>(backoff_ * 2, milliseconds(100), options_.max_backoff);
-  spdlog::warn("relay: {} failed: {}; retrying in {} ms", what, status.ToString(), backoff_.count());
+  spdlog::warn("relay: {} failed: {}; retrying in {} ms", what, OneLine(status.ToString()),
+               backoff_.count());
   SleepFor(backoff_);
 }
 
 Status Relay::Connect() {
   Conn& c = *conn_;
   if (c.db == nullptr || !c.db->healthy()) {
-    const bool reconnect = c.db != nullptr;
     c.db.reset();
     metrics_.postgres_up.store(false);
     auto db = OutboxDb::Open(options_.db_url);
-    if (!db.ok()) return db.status();
+    if (!db.ok()) {
+      metrics_.postgres_errors.fetch_add(1);
+      return db.status();
+    }
     c.db = std::move(*db);
     metrics_.postgres_up.store(true);
     spdlog::info("relay: {} postgresql {}; listening for enqueues",
-                 reconnect ? "reconnected to" : "connected to", c.db->display());
+                 c.pg_connected_before ? "reconnected to" : "connected to", c.db->display());
+    c.pg_connected_before = true;
   }
   if (c.nats == nullptr) {
     auto nats = JetStreamPublisher::Connect(options_.nats_url, options_.ack_timeout);
@@ -269,7 +287,7 @@ bool Relay::PublishOneBatch() {
       metrics_.postgres_up.store(c.db->healthy());
       spdlog::warn("relay: {} events published but not marked ({}); they will be republished "
                    "after the claim lease, as duplicates the stream drops",
-                   acked.size(), marked.status().ToString());
+                   acked.size(), OneLine(marked.status().ToString()));
     }
   }
   if (!failed.empty()) {
@@ -328,8 +346,9 @@ Status Relay::Run() {
     while (!stop_.load() && SteadyClock::now() < until) {
       auto notified = conn_->db->WaitForNotify(kSlice);
       if (!notified.ok()) {
+        metrics_.postgres_errors.fetch_add(1);
         metrics_.postgres_up.store(false);
-        spdlog::warn("relay: {}", notified.status().ToString());
+        spdlog::warn("relay: {}", OneLine(notified.status().ToString()));
         break;
       }
       if (*notified) break;
