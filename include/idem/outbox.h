@@ -13,11 +13,14 @@
 // The same call from any language: SELECT idem.outbox_enqueue(event_id, subject, payload,
 // headers, ordering_key). docs/emit.md explains the guarantees.
 //
-// REQUIRES for Enqueue: `conn` is connected, inside a transaction block (BEGIN), at READ
-// COMMITTED isolation (the default), on a database whose schema `idem migrate` (or opening a
-// PostgreSQL store) has brought to the current version. Otherwise kFailedPrecondition.
-// Errors are Statuses as in store.h; after an error the caller's transaction is aborted and
-// must be rolled back.
+// REQUIRES for Enqueue: `conn` is connected, inside a transaction block (BEGIN), on a database
+// whose schema `idem migrate` (or opening a PostgreSQL store, or starting `idem relay`) has
+// brought to the current version. Otherwise kFailedPrecondition. Errors are Statuses as in
+// store.h; after an error the caller's transaction is aborted and must be rolled back. Any
+// isolation level works; above READ COMMITTED a concurrent duplicate is a serialization
+// failure, and a deadlock between two transactions taking ordering keys in opposite orders is
+// possible at any level: both are kUnavailable (SQLSTATE 40001 / 40P01 in the message): retry
+// the whole transaction.
 //
 // Thread safety: as libpq's — one thread at a time per PGconn.
 #pragma once
@@ -45,7 +48,9 @@ struct Event {
   // Extra message headers (name, value); Nats-Msg-Id is added by the relay.
   std::vector<std::pair<std::string, std::string>> headers;
   // Events with the same key are published in enqueue order; enqueues of one key are
-  // serialised until COMMIT. No key: no order guarantee, no serialisation.
+  // serialised until COMMIT (an advisory lock per distinct key, so keep the distinct keys of
+  // one transaction within the server's max_locks_per_transaction budget, and take them in a
+  // consistent order). No key: no order guarantee, no serialisation, no lock.
   std::optional<std::string> ordering_key;
 };
 

@@ -34,7 +34,15 @@ CREATE TABLE IF NOT EXISTS idem.outbox (
   PRIMARY KEY (id, day)
 ) PARTITION BY RANGE (day);
 
-CREATE INDEX IF NOT EXISTS outbox_event_id ON idem.outbox (event_id);
+-- Event-id uniqueness across all day partitions: one small row per event, checked by the primary
+-- key (a unique index on the partitioned table would have to include the day). Row locks, not
+-- advisory locks, so a transaction may enqueue any number of events. Trimmed by the sweep
+-- together with the day partition its events lived in.
+CREATE TABLE IF NOT EXISTS idem.outbox_ids (
+  event_id text    PRIMARY KEY,
+  day      integer NOT NULL
+);
+
 CREATE INDEX IF NOT EXISTS outbox_pending ON idem.outbox (id) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS outbox_key_pending ON idem.outbox (ordering_key, id)
   WHERE state = 0 AND ordering_key IS NOT NULL;
@@ -66,8 +74,10 @@ END $$;
 -- Records an event in the caller's transaction. True when recorded, false when an event with
 -- this id is already in the outbox (pending, published or parked): enqueueing is idempotent.
 -- A concurrent enqueue of the same id waits for this transaction to end, then answers false
--- (after COMMIT) or records it itself (after ROLLBACK). With an ordering key, enqueues of the
--- same key are serialised until COMMIT, so per key the id order is the commit order.
+-- (after COMMIT) or records it itself (after ROLLBACK); under REPEATABLE READ or SERIALIZABLE
+-- it fails with a serialization error instead (retry the transaction: it then answers false).
+-- With an ordering key, enqueues of the same key are serialised until COMMIT (an advisory lock
+-- per distinct key), so per key the id order is the commit order.
 CREATE OR REPLACE FUNCTION idem.outbox_enqueue(event_id text, subject text, payload bytea,
                                                headers jsonb DEFAULT '{}',
                                                ordering_key text DEFAULT NULL)
@@ -76,12 +86,6 @@ RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_day integer;
 BEGIN
-  -- Above READ COMMITTED the lookup below would read a snapshot older than the lock and could
-  -- miss an event a concurrent transaction just committed.
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
-    RAISE EXCEPTION 'idem.outbox_enqueue needs READ COMMITTED isolation, not %',
-      current_setting('transaction_isolation') USING ERRCODE = 'object_not_in_prerequisite_state';
-  END IF;
   IF $1 IS NULL OR length($1) = 0 OR length($1) > 255 THEN
     RAISE EXCEPTION 'idem.outbox_enqueue: event_id must be 1 to 255 characters'
       USING ERRCODE = 'invalid_parameter_value';
@@ -99,12 +103,12 @@ BEGIN
     RAISE EXCEPTION 'idem.outbox_enqueue: headers must be a JSON object of string values with header names (visible ASCII, no colon)'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  PERFORM pg_advisory_xact_lock(hashtextextended('idem.outbox.event:' || $1, 0));
-  IF EXISTS (SELECT 1 FROM idem.outbox o WHERE o.event_id = $1) THEN RETURN false; END IF;
+  v_day := idem.outbox_today();
+  INSERT INTO idem.outbox_ids (event_id, day) VALUES ($1, v_day) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN RETURN false; END IF;
   IF $5 IS NOT NULL THEN
     PERFORM pg_advisory_xact_lock(hashtextextended('idem.outbox.key:' || $5, 0));
   END IF;
-  v_day := idem.outbox_today();
   PERFORM idem.outbox_ensure_partition(v_day);
   INSERT INTO idem.outbox (day, event_id, subject, payload, headers, ordering_key, enqueued_at)
   VALUES (v_day, $1, $2, $3, $4, $5, clock_timestamp());
@@ -193,7 +197,8 @@ CREATE OR REPLACE FUNCTION idem.outbox_unpark(p_event_id text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
   UPDATE idem.outbox o SET state = 0, claim_until = NULL
-   WHERE o.event_id = p_event_id AND o.state = 2;
+    FROM idem.outbox_ids i
+   WHERE i.event_id = p_event_id AND o.day = i.day AND o.event_id = p_event_id AND o.state = 2;
   RETURN FOUND;
 END $$;
 
@@ -209,7 +214,8 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Retention: drops every day partition older than p_keep_days that holds only published
--- rows (a partition still holding a pending or parked row is kept: nothing is lost), then
+-- rows (a partition still holding a pending or parked row is kept: nothing is lost), with its
+-- events' rows in idem.outbox_ids (one bulk delete by primary key per dropped day), then
 -- creates the partitions from today through today + p_ahead_days. Returns the partitions
 -- dropped. lock_timeout keeps DROP's brief ACCESS EXCLUSIVE lock from queueing behind a long
 -- transaction and stalling every enqueue behind it.
@@ -233,6 +239,8 @@ BEGIN
     IF v_part.upper_day IS NOT NULL AND v_part.upper_day <= v_today - p_keep_days THEN
       EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE state <> 1)', v_part.rel) INTO v_busy;
       IF NOT v_busy THEN
+        EXECUTE format('DELETE FROM idem.outbox_ids i USING %s p WHERE i.event_id = p.event_id',
+                       v_part.rel);
         EXECUTE format('DROP TABLE %s', v_part.rel);
         v_dropped := v_dropped + 1;
       END IF;

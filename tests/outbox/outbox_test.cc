@@ -65,6 +65,15 @@ TEST_F(OutboxTest, EnqueueIsIdempotentByEventIdAndKeepsTheRow) {
   EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE event_id = 'evt-2'"), "1");
 }
 
+// A batch job may enqueue many events in one transaction: event-id uniqueness takes row
+// locks, not one lock-table entry per event.
+TEST_F(OutboxTest, OneTransactionEnqueuesTwentyThousandEvents) {
+  EXPECT_EQ(Query("BEGIN; SELECT count(*) FILTER (WHERE idem.outbox_enqueue('bulk-' || g, "
+                  "'orders.created', 'x')) FROM generate_series(1, 20000) g; COMMIT"),
+            "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "20000");
+}
+
 TEST_F(OutboxTest, RollbackLeavesNothing) {
   PgConn conn = Connect();
   ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
@@ -153,11 +162,32 @@ TEST_F(OutboxTest, BadInputAndWrongTransactionStateAreClearErrors) {
     EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status().ToString();
     ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
   }
-  ASSERT_EQ(Exec(conn.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
-  auto rr = outbox::Enqueue(conn.get(), MakeEvent("evt"));
-  EXPECT_EQ(rr.status().code(), StatusCode::kFailedPrecondition) << rr.status().ToString();
-  ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
   EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_ids"), "0");
+}
+
+// Above READ COMMITTED a concurrent duplicate is a serialization failure (the caller retries
+// its transaction and then gets false), never a second row.
+TEST_F(OutboxTest, SerializableDuplicateIsASerializationFailureNotASecondRow) {
+  PgConn a = Connect();
+  PgConn b = Connect();
+  ASSERT_EQ(Exec(a.get(), "BEGIN ISOLATION LEVEL SERIALIZABLE"), "");
+  ASSERT_EQ(Exec(b.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
+  ASSERT_EQ(Exec(b.get(), "SELECT 1"), "1");  // b's snapshot predates a's commit
+  auto first = outbox::Enqueue(a.get(), MakeEvent("ser"));
+  ASSERT_TRUE(first.ok() && *first) << first.status().ToString();
+  ASSERT_EQ(Exec(a.get(), "COMMIT"), "");
+  auto second = outbox::Enqueue(b.get(), MakeEvent("ser"));
+  // 40001 maps to kUnavailable ("retry"), as every driver error of class 40 does.
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("40001"), std::string::npos) << second.status().ToString();
+  ASSERT_EQ(Exec(b.get(), "ROLLBACK"), "");
+  ASSERT_EQ(Exec(b.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
+  auto retried = outbox::Enqueue(b.get(), MakeEvent("ser"));
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_FALSE(*retried);
+  ASSERT_EQ(Exec(b.get(), "COMMIT"), "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "1");
 }
 
 // The claim's ordering-key rule: a relay never takes an event while an earlier pending event
@@ -197,7 +227,9 @@ TEST_F(OutboxTest, SweepDropsOldPublishedDaysOnly) {
     return Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() - " + std::to_string(days_ago) +
                  "); INSERT INTO idem.outbox (day, event_id, subject, payload, enqueued_at, state) "
                  "VALUES (idem.outbox_today() - " + std::to_string(days_ago) + ", '" + id +
-                 "', 'a.b', 'x', now(), " + std::to_string(state) + ")");
+                 "', 'a.b', 'x', now(), " + std::to_string(state) + "); "
+                 "INSERT INTO idem.outbox_ids VALUES ('" + id + "', idem.outbox_today() - " +
+                 std::to_string(days_ago) + ")");
   };
   ASSERT_EQ(old_row(40, "old-published", 1), "");
   ASSERT_EQ(old_row(35, "old-pending", 0), "");
@@ -208,6 +240,8 @@ TEST_F(OutboxTest, SweepDropsOldPublishedDaysOnly) {
             "old-parked,old-pending,recent-published");
   EXPECT_EQ(Query("SELECT idem.outbox_sweep(5, 2)"), "1");
   EXPECT_EQ(Query("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM idem.outbox"),
+            "old-parked,old-pending");
+  EXPECT_EQ(Query("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM idem.outbox_ids"),
             "old-parked,old-pending");
   // Partitions for today and the next two days exist.
   EXPECT_EQ(Query("SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass "
