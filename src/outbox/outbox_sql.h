@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS idem.outbox_ids (
 );
 
 CREATE INDEX IF NOT EXISTS outbox_pending ON idem.outbox (id) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS outbox_parked ON idem.outbox (id) WHERE state = 2;
 CREATE INDEX IF NOT EXISTS outbox_key_pending ON idem.outbox (ordering_key, id)
   WHERE state = 0 AND ordering_key IS NOT NULL;
 
@@ -64,8 +65,9 @@ BEGIN
   IF to_regclass('idem.' || v_name) IS NOT NULL THEN RETURN false; END IF;
   PERFORM pg_advisory_xact_lock(6906989, 20);  -- "idm", the outbox partition lock
   IF to_regclass('idem.' || v_name) IS NOT NULL THEN RETURN false; END IF;
-  EXECUTE format('CREATE TABLE idem.%I (LIKE idem.outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-                 v_name);
+  -- fillfactor 80: room on each page for the claim's update to stay a HOT update.
+  EXECUTE format('CREATE TABLE idem.%I (LIKE idem.outbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS) '
+                 'WITH (fillfactor = 80)', v_name);
   EXECUTE format('ALTER TABLE idem.outbox ATTACH PARTITION idem.%I FOR VALUES FROM (%s) TO (%s)',
                  v_name, p_day, p_day + 1);
   RETURN true;
@@ -124,7 +126,12 @@ END $$;
 CREATE OR REPLACE FUNCTION idem.outbox_claim(p_relay text, p_limit integer, p_lease_ms bigint)
 RETURNS TABLE (id bigint, day integer, event_id text, subject text, payload bytea,
                headers jsonb, first_attempt_age_ms bigint, attempts integer)
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
+-- PL/pgSQL, not SQL: its statement plan is kept for the session, where a SQL function would
+-- plan this query over every partition at each call.
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY
   WITH cand AS (
     SELECT o.id, o.day, o.ordering_key FROM idem.outbox o
      WHERE o.state = 0 AND (o.claim_until IS NULL OR o.claim_until < clock_timestamp())
@@ -148,8 +155,8 @@ LANGUAGE sql VOLATILE AS $$
               (extract(epoch FROM clock_timestamp() - o.first_attempt_at) * 1000)::bigint,
               o.attempts
   )
-  SELECT * FROM claimed ORDER BY 1
-$$;
+  SELECT * FROM claimed ORDER BY 1;
+END $$;
 
 -- Marks claimed rows published with the stream sequence of their PubAck. Only pending rows
 -- change; returns how many did.
