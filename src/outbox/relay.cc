@@ -58,6 +58,7 @@ bool CrashAfterPublish() {
 
 struct Relay::Conn {
   std::unique_ptr<OutboxDb> db;
+  std::unique_ptr<OutboxDb> mark_db;  // used only by the marking task
   std::unique_ptr<JetStreamPublisher> nats;
   std::optional<StreamFacts> facts;
   SteadyClock::time_point stream_read{};
@@ -275,21 +276,7 @@ bool Relay::PublishOneBatch() {
     spdlog::default_logger()->flush();
     raise(SIGKILL);
   }
-  if (!acked.empty()) {
-    auto marked = c.db->MarkPublished(acked);
-    if (marked.ok()) {
-      metrics_.published.fetch_add(acked.size());
-      metrics_.duplicates.fetch_add(duplicates);
-    } else {
-      // Published but not marked: the claims lapse after the lease and the rows go out again;
-      // within the duplicate window the stream drops the copies (PubAck duplicate: true).
-      metrics_.postgres_errors.fetch_add(1);
-      metrics_.postgres_up.store(c.db->healthy());
-      spdlog::warn("relay: {} events published but not marked ({}); they will be republished "
-                   "after the claim lease, as duplicates the stream drops",
-                   acked.size(), OneLine(marked.status().ToString()));
-    }
-  }
+  if (!acked.empty()) MarkInBackground(std::move(acked), duplicates);
   if (!failed.empty()) {
     metrics_.publish_errors.fetch_add(failed.size());
     auto released = c.db->Release(options_.relay_id, failed, first_error);
@@ -306,6 +293,47 @@ bool Relay::PublishOneBatch() {
   return rows.size() == static_cast<size_t>(options_.batch);
 }
 
+// Marks run on their own connection while the loop claims and publishes the next batch: the
+// mark is off the critical path. At most one mark is in flight; rows stay claimed (and a later
+// event of their ordering key stays blocked) until it lands, so order and safety are as if it
+// were inline. A mark that fails leaves the rows to be republished after the claim lease.
+void Relay::MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates) {
+  FinishMarking();
+  marking_ = std::async(std::launch::async, [this, acked = std::move(acked), duplicates] {
+    Conn& c = *conn_;
+    if (c.mark_db == nullptr || !c.mark_db->healthy()) {
+      c.mark_db.reset();
+      auto db = OutboxDb::Open(options_.db_url);
+      if (!db.ok()) {
+        MarkFailed(acked.size(), db.status());
+        return;
+      }
+      c.mark_db = std::move(*db);
+    }
+    auto marked = c.mark_db->MarkPublished(acked);
+    if (!marked.ok()) {
+      MarkFailed(acked.size(), marked.status());
+      return;
+    }
+    metrics_.published.fetch_add(acked.size());
+    metrics_.duplicates.fetch_add(duplicates);
+  });
+}
+
+void Relay::MarkFailed(size_t rows, const Status& status) {
+  // Published but not marked: the claims lapse after the lease and the rows go out again;
+  // within the duplicate window the stream drops the copies (PubAck duplicate: true).
+  metrics_.postgres_errors.fetch_add(1);
+  metrics_.postgres_up.store(false);
+  spdlog::warn("relay: {} events published but not marked ({}); they will be republished "
+               "after the claim lease, as duplicates the stream drops",
+               rows, OneLine(status.ToString()));
+}
+
+void Relay::FinishMarking() {
+  if (marking_.valid()) marking_.get();
+}
+
 Status Relay::Run() {
   spdlog::info("relay {}: batch {}, max pending {}, claim lease {} ms, poll {} ms",
                options_.relay_id, options_.batch, options_.max_pending, options_.claim_lease.count(),
@@ -316,6 +344,7 @@ Status Relay::Run() {
       const StatusCode code = connected.code();
       if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
           code == StatusCode::kFailedPrecondition) {
+        FinishMarking();
         return connected;
       }
       metrics_.postgres_up.store(conn_->db != nullptr && conn_->db->healthy());
@@ -356,6 +385,7 @@ Status Relay::Run() {
       RefreshPeriodic();
     }
   }
+  FinishMarking();
   spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {})",
                options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),
                metrics_.beyond_window.load());

@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "idem/status.h"
 #include "outbox/jetstream_publisher.h"
+#include "outbox/outbox_db.h"
 #include "outbox/relay_metrics.h"
 
 namespace idem::outbox {
@@ -57,12 +59,16 @@ class Relay {
   void RefreshPeriodic();
   void Backoff(const std::string& what, const Status& status);
   void SleepFor(std::chrono::milliseconds d);
+  void MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates);
+  void MarkFailed(size_t rows, const Status& status);
+  void FinishMarking();
 
   RelayOptions options_;
   RelayMetrics metrics_;
   std::atomic<bool> stop_{false};
   std::unique_ptr<Conn> conn_;
   std::chrono::milliseconds backoff_{0};
+  std::future<void> marking_;  // the mark in flight, if any
 };
 
 }  // namespace idem::outbox
