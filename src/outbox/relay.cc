@@ -181,9 +181,27 @@ void Relay::RefreshPeriodic() {
   }
 }
 
+void Relay::GiveBackPrefetched(const std::string& why) {
+  if (!prefetched_ || !prefetched_->ok() || (*prefetched_)->empty()) {
+    prefetched_.reset();
+    return;
+  }
+  std::vector<const ClaimedRow*> rows;
+  for (const ClaimedRow& row : **prefetched_) rows.push_back(&row);
+  auto released = conn_->db->Release(options_.relay_id, rows, why);
+  if (!released.ok()) {
+    spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", rows.size(),
+                 OneLine(released.ToString()));
+  }
+  prefetched_.reset();
+}
+
 bool Relay::PublishOneBatch() {
   Conn& c = *conn_;
-  auto claimed = c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+  Result<std::vector<ClaimedRow>> claimed =
+      prefetched_ ? std::move(*prefetched_)
+                  : c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+  prefetched_.reset();
   if (!claimed.ok()) {
     metrics_.postgres_errors.fetch_add(1);
     metrics_.postgres_up.store(c.db->healthy());
@@ -242,7 +260,18 @@ bool Relay::PublishOneBatch() {
   }
   if (messages.empty()) return rows.size() == static_cast<size_t>(options_.batch);
 
+  // A full batch suggests more are waiting: claim the next one on the main connection while
+  // this one is published (joined below, before the connection is used again). Claiming ahead
+  // cannot break a key's order: the next claim skips every later event of a key this batch
+  // still holds.
+  std::future<Result<std::vector<ClaimedRow>>> prefetch;
+  if (rows.size() == static_cast<size_t>(options_.batch) && !stop_.load()) {
+    prefetch = std::async(std::launch::async, [&c, this] {
+      return c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+    });
+  }
   const std::vector<PublishResult> results = c.nats->PublishBatch(messages, options_.max_pending);
+  if (prefetch.valid()) prefetched_ = prefetch.get();
 
   std::vector<PublishedRow> acked;
   std::vector<const ClaimedRow*> failed;
@@ -278,6 +307,7 @@ bool Relay::PublishOneBatch() {
   }
   if (!acked.empty()) MarkInBackground(std::move(acked), duplicates);
   if (!failed.empty()) {
+    GiveBackPrefetched("not published: an earlier batch failed");
     metrics_.publish_errors.fetch_add(failed.size());
     auto released = c.db->Release(options_.relay_id, failed, first_error);
     if (!released.ok()) {
@@ -290,7 +320,7 @@ bool Relay::PublishOneBatch() {
     return false;
   }
   backoff_ = milliseconds(0);
-  return rows.size() == static_cast<size_t>(options_.batch);
+  return prefetched_.has_value() || rows.size() == static_cast<size_t>(options_.batch);
 }
 
 // Marks run on their own connection while the loop claims and publishes the next batch: the
@@ -355,6 +385,7 @@ Status Relay::Run() {
     const bool nats_up = conn_->nats->connected();
     metrics_.nats_up.store(nats_up);
     if (!nats_up) {
+      GiveBackPrefetched("not published: nats disconnected");
       if (!conn_->logged_nats_down) {
         spdlog::warn("relay: nats {} disconnected; waiting for the reconnect (the outbox keeps "
                      "the backlog)", options_.nats_url);
@@ -385,6 +416,7 @@ Status Relay::Run() {
       RefreshPeriodic();
     }
   }
+  if (conn_->db != nullptr) GiveBackPrefetched("relay stopped");
   FinishMarking();
   spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {})",
                options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),

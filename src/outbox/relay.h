@@ -62,6 +62,7 @@ class Relay {
   void MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates);
   void MarkFailed(size_t rows, const Status& status);
   void FinishMarking();
+  void GiveBackPrefetched(const std::string& why);
 
   RelayOptions options_;
   RelayMetrics metrics_;
@@ -69,6 +70,8 @@ class Relay {
   std::unique_ptr<Conn> conn_;
   std::chrono::milliseconds backoff_{0};
   std::future<void> marking_;  // the mark in flight, if any
+  // The batch claimed ahead while the previous one was being published.
+  std::optional<Result<std::vector<ClaimedRow>>> prefetched_;
 };
 
 }  // namespace idem::outbox
