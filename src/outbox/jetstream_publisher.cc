@@ -107,6 +107,7 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
   jsOptions jo;
   jsOptions_Init(&jo);
   jo.Wait = 5000;
+  jo.PublishAsync.MaxPending = 1'000'000;  // the relay keeps its own, smaller window
   jo.PublishAsync.AckHandler = &State::OnAck;
   jo.PublishAsync.AckHandlerClosure = state.get();
   s = natsConnection_JetStream(&state->js, state->conn, &jo);

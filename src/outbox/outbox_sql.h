@@ -99,10 +99,14 @@ BEGIN
   IF $3 IS NULL THEN
     RAISE EXCEPTION 'idem.outbox_enqueue: payload is NULL' USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  -- Header names: visible ASCII without a colon, not Nats-* (the relay sets Nats-Msg-Id, and
+  -- JetStream's other Nats-* headers would change how the stream treats the message). Values:
+  -- strings without line breaks.
   IF $4 IS NULL OR jsonb_typeof($4) <> 'object'
      OR EXISTS (SELECT 1 FROM jsonb_each($4) h
-                 WHERE jsonb_typeof(h.value) <> 'string' OR h.key !~ '^[!-9;-~]+$') THEN
-    RAISE EXCEPTION 'idem.outbox_enqueue: headers must be a JSON object of string values with header names (visible ASCII, no colon)'
+                 WHERE jsonb_typeof(h.value) <> 'string' OR h.key !~ '^[!-9;-~]+$'
+                    OR lower(h.key) LIKE 'nats-%' OR (h.value #>> '{}') ~ '[\r\n]') THEN
+    RAISE EXCEPTION 'idem.outbox_enqueue: headers must be a JSON object of string values without line breaks, with header names of visible ASCII, no colon, not Nats-*'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   v_day := idem.outbox_today();

@@ -133,6 +133,12 @@ Status Relay::Connect() {
                  c.facts->name, Join(c.facts->subjects), c.facts->duplicate_window.count(),
                  c.facts->max_msg_size > 0 ? std::min(c.facts->max_msg_size, c.facts->max_payload)
                                            : c.facts->max_payload);
+    if (c.facts->duplicate_window.count() > 0 && options_.claim_lease >= c.facts->duplicate_window) {
+      spdlog::warn("relay: the claim lease ({} ms) is not below stream {}'s duplicate window "
+                   "({} ms): a crashed relay's rows will go out again after the broker forgot "
+                   "them; lower --claim-lease", options_.claim_lease.count(), c.facts->name,
+                   c.facts->duplicate_window.count());
+    }
     if (c.facts->duplicate_window.count() == 0) {
       spdlog::warn("relay: stream {} has no duplicate window: the broker will not drop a "
                    "republished event; only consumers' inboxes will", c.facts->name);

@@ -154,6 +154,8 @@ TEST_F(OutboxTest, BadInputAndWrongTransactionStateAreClearErrors) {
       {{"e", "orders.*", "x", {}, {}}, "NATS subject"},
       {{"e", "orders..x", "x", {}, {}}, "NATS subject"},
       {{"e", "orders.x", "x", {{"Bad: name", "v"}}, {}}, "header"},
+      {{"e", "orders.x", "x", {{"Nats-Expected-Stream", "X"}}, {}}, "not Nats-*"},
+      {{"e", "orders.x", "x", {{"X-Multi", "a\r\nInjected: b"}}, {}}, "line breaks"},
   };
   for (const auto& c : cases) {
     ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");

@@ -147,12 +147,6 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
     o.batch = flags->batch;
     o.max_pending = flags->max_pending;
     o.retention_days = flags->retention_days;
-    if (o.create_stream && o.claim_lease >= o.create_stream->duplicate_window) {
-      spdlog::warn("relay: --claim-lease {} ms is not below the duplicate window {} ms: a crashed "
-                   "relay's rows will go out again after the broker forgot them",
-                   o.claim_lease.count(), o.create_stream->duplicate_window.count());
-    }
-
     // SIGTERM and SIGINT go to one waiting thread (blocked before any other thread starts).
     sigset_t signals;
     sigemptyset(&signals);
