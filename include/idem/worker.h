@@ -70,13 +70,15 @@ inline constexpr std::string_view kLedgerConflictSqlstate = "ID001";
 
 // True the first time (consumer, message_id) is claimed, false if it already was (the message
 // is a redelivery: skip its effects). A concurrent claim of the same pair in another
-// transaction waits for this one to end; never do both get true. The claim is kept for the
-// consumer's retention (idem.inbox_retention, default 30 days) and reclaimed by dropping whole
-// day partitions (idem.inbox_sweep). kInvalidArgument for an empty consumer or message id.
+// transaction waits for this one to end; never do both get true. The claim is kept at least the
+// consumer's retention K (idem.inbox_retention, default 30 days) and at most 2K + 1 day, and
+// reclaimed by dropping whole day partitions (idem.inbox_sweep). kInvalidArgument for an empty
+// consumer or message id; kFailedPrecondition under REPEATABLE READ.
 Result<bool> InboxClaim(PGconn* conn, std::string_view consumer, std::string_view message_id);
 
-// Keeps `consumer`'s claims at least `keep` from each claim on (idem.inbox_retention; the
-// default is 30 days). Earlier claims keep the retention they were given. REQUIRES: keep >= 0.
+// Keeps `consumer`'s claims at least `keep` (whole days, at least one) from each claim on
+// (idem.inbox_retention; the default is 30 days). Earlier claims keep the day they were given
+// and are still recognised. REQUIRES: keep >= 0.
 Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seconds keep);
 
 // Drops the inbox's day partitions whose day has ended before today's (every claim in them is

@@ -260,6 +260,29 @@ TEST_F(PgWorkerTest, DuplicateIsFoundAcrossDayPartitions) {
   EXPECT_EQ(Sql("SELECT count(DISTINCT tableoid) FROM idem.inbox"), "2");
 }
 
+// The expiry day of a claim is fixed by the message id and the day: a redelivery up to K days
+// later probes the partitions where the original can be, and finds it.
+TEST_F(PgWorkerTest, ExpiryDaySlotsBoundTheProbeAndCoverTheRetention) {
+  for (const std::string k : {"1", "7", "30"}) {
+    // Every day of a K-day window after the claim maps to a day equal to, or K after, the
+    // original's; and the original's day is K to 2K - 1 days after the claim.
+    EXPECT_EQ(Sql("SELECT count(*) FROM generate_series(1, 200) m, generate_series(0, " + k +
+                  ") late WHERE NOT ("
+                  "idem.inbox_expiry_day('m' || m, interval '" + k + " days', "
+                  "  now() + late * interval '1 day') - "
+                  "idem.inbox_expiry_day('m' || m, interval '" + k + " days', now()) IN (0, " +
+                  k + ")) OR idem.inbox_expiry_day('m' || m, interval '" + k + " days', now()) "
+                  "- (now() AT TIME ZONE 'UTC')::date NOT BETWEEN " + k + " AND 2 * " + k + " - 1"),
+              "0")
+        << "K = " << k;
+  }
+  // Claims made long before still collide with a same-day redelivery only.
+  EXPECT_EQ(Sql("SELECT idem.inbox_claim('billing', 'late')"), "t");
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE expires_on = idem.inbox_expiry_day("
+                "'late', interval '30 days', now())"),
+            "1");
+}
+
 TEST_F(PgWorkerTest, InboxRefusesRepeatableRead) {
   auto c = Connect();
   ASSERT_EQ(c->Exec("BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
@@ -294,14 +317,16 @@ TEST_F(PgWorkerTest, SweepDropsTheDayPartitionsPastRetention) {
   EXPECT_EQ(Sql("SELECT idem.inbox_sweep(now() + interval '2 days')"), "5");
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE consumer = 'short'"), "0");
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "10");
-  // Nine days on, the week's claims go too; 32 days on, the default 30 days'.
-  EXPECT_EQ(Sql("SELECT idem.inbox_sweep(now() + interval '9 days')"), "5");
-  EXPECT_EQ(Sql("SELECT idem.inbox_sweep(now() + interval '32 days')"), "5");
+  // A claim is kept between K and 2K + 1 days: fifteen days on, the week's claims are gone
+  // (and none of the 30-day ones); sixty-one days on, the default 30 days' too.
+  EXPECT_EQ(Sql("SELECT idem.inbox_sweep(now() + interval '15 days')"), "5");
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE consumer = 'default'"), "5");
+  EXPECT_EQ(Sql("SELECT idem.inbox_sweep(now() + interval '61 days')"), "5");
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "0");
   // No partition older than the sweep's "today" is left, and none was emptied row by row.
   EXPECT_EQ(Sql("SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                 "WHERE i.inhparent = 'idem.inbox'::regclass AND to_date(substring(c.relname "
-                "FROM 8), 'YYYYMMDD') < (now() + interval '32 days')::date"),
+                "FROM 8), 'YYYYMMDD') < (now() + interval '61 days')::date"),
             "0");
   // After the sweep, a claim still works (its partition exists or is created on demand).
   EXPECT_EQ(Sql("SELECT idem.inbox_claim('default', 'new')"), "t");
@@ -599,6 +624,25 @@ TEST_F(PgWorkerTest, IntentScopeIdMatchesTheStoresEncoding) {
   ASSERT_TRUE(record.ok()) << record.status().ToString();
   ASSERT_TRUE(record->has_value());
   EXPECT_EQ((*record)->state, RecordState::kInFlight);
+}
+
+}  // namespace
+}  // namespace idem
+
+namespace idem {
+namespace {
+
+// A gateway's periodic store Sweep reclaims the inbox too, so a deployment running the gateway
+// needs no separate schedule.
+TEST_F(PgWorkerTest, StoreSweepAlsoDropsExpiredInboxPartitions) {
+  auto store = OpenStore(server_.Url(database_));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_EQ(Sql("SELECT idem.inbox_retention('short', interval '0')"), "");
+  ASSERT_EQ(Sql("SELECT idem.inbox_claim('short', 'a')"), "t");
+  ASSERT_EQ(Sql("SELECT idem.inbox_claim('long', 'b')"), "t");
+  auto swept = (*store)->Sweep(SystemClock()->Now() + std::chrono::hours(48));
+  ASSERT_TRUE(swept.ok()) << swept.status().ToString();
+  EXPECT_EQ(Sql("SELECT string_agg(consumer, ',') FROM idem.inbox"), "long");
 }
 
 }  // namespace

@@ -38,6 +38,9 @@ inline constexpr const char* kGetSql =
     "FROM idem_records WHERE scope_id = $1::bytea AND expires_ms > idem_now($2::bigint) "
     "ORDER BY expires_ms DESC LIMIT 1";
 inline constexpr const char* kSweepSql = "SELECT idem_sweep($1::bigint, $2::bigint)";
+// The worker layer's inbox sweep (pg_worker_sql.h), run by Sweep too: now in ms, horizon days.
+inline constexpr const char* kInboxSweepSql =
+    "SELECT idem.inbox_sweep(to_timestamp($1::bigint / 1000.0), $2::integer)";
 inline constexpr const char* kEnsurePartitionsSql =
     "SELECT idem_ensure_partitions($1::bigint, $2::bigint)";
 

@@ -23,9 +23,14 @@ CREATE SCHEMA IF NOT EXISTS idem;
 -- ---- inbox: handler-level dedupe -----------------------------------------------------------
 
 -- One row per claimed (consumer, message id), in the partition of the UTC day it may be
--- dropped (claim time + the consumer's retention). Uniqueness across partitions comes from
--- idem.inbox_claim (an advisory lock on the pair, then a probe of every partition); the primary
--- key makes it hold within a day even for a writer that bypasses the function.
+-- dropped. That day is derived from the message id, so that any redelivery can find the claim
+-- by probing two known partitions rather than all of them: with a retention of K whole days,
+-- the message hashes to a slot h in [0, K), and a claim made on day d expires on the first day
+-- >= d + K that is congruent to h modulo K (idem.inbox_expiry_day). A redelivery on a day d'
+-- with d' - d <= K computes e' in [d' + K, d' + 2K) with e' = e (mod K), so e is e' or e' - K.
+-- A claim is therefore kept between K and 2K + 1 days. Uniqueness across partitions comes from
+-- idem.inbox_claim (an advisory lock on the pair, then that probe); the primary key makes it
+-- hold within a day even for a writer that bypasses the function.
 CREATE TABLE IF NOT EXISTS idem.inbox (
   consumer    text        NOT NULL,
   message_id  text        NOT NULL,
@@ -34,11 +39,31 @@ CREATE TABLE IF NOT EXISTS idem.inbox (
   PRIMARY KEY (consumer, message_id, expires_on)
 ) PARTITION BY RANGE (expires_on);
 
--- Per-consumer retention; consumers without a row keep their claims 30 days.
+-- Per-consumer retention; consumers without a row keep their claims 30 days. The previous
+-- retention is remembered so that claims made under it are still found for 2 x its length.
 CREATE TABLE IF NOT EXISTS idem.inbox_consumers (
-  consumer text     PRIMARY KEY,
-  keep     interval NOT NULL CHECK (keep >= interval '0')
+  consumer      text        PRIMARY KEY,
+  keep          interval    NOT NULL CHECK (keep >= interval '0'),
+  previous_keep interval    NOT NULL,
+  changed_at    timestamptz NOT NULL
 );
+
+-- A retention in whole days, at least 1.
+CREATE OR REPLACE FUNCTION idem.inbox_days(keep interval) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT greatest(1, ceil(extract(epoch FROM $1) / 86400.0))::integer
+$$;
+
+-- The UTC day a claim of message_id made at `at` expires on, for retention `keep` (see above).
+-- The slot comes from md5, which, unlike hashtext, is the same on every PostgreSQL version.
+CREATE OR REPLACE FUNCTION idem.inbox_expiry_day(message_id text, keep interval, at timestamptz)
+RETURNS date LANGUAGE sql IMMUTABLE AS $$
+  SELECT date '1970-01-01' + (base + ((slot - base) % k + k) % k)
+    FROM (SELECT idem.inbox_days($2) AS k,
+                 floor(extract(epoch FROM $3) / 86400)::integer + idem.inbox_days($2) AS base,
+                 ((('x' || substr(md5($1), 1, 8))::bit(32)::integer % idem.inbox_days($2))
+                  + idem.inbox_days($2)) % idem.inbox_days($2) AS slot) v
+$$;
 
 -- Creates the partition for UTC day p_day unless it exists; returns whether it created it.
 -- CREATE + ATTACH (a SHARE UPDATE EXCLUSIVE lock on idem.inbox: claims carry on meanwhile),
@@ -71,8 +96,13 @@ CREATE OR REPLACE FUNCTION idem.inbox_claim(consumer text, message_id text) RETU
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 DECLARE
-  v_keep interval;
-  v_day  date;
+  v_keep    interval := interval '30 days';
+  v_prev    interval;
+  v_changed timestamptz;
+  v_day     date;
+  v_old     date;
+  v_prev1   date;
+  v_prev0   date;
 BEGIN
   IF coalesce(inbox_claim.consumer, '') = '' OR coalesce(inbox_claim.message_id, '') = '' THEN
     RAISE EXCEPTION 'idem.inbox_claim: consumer and message_id must be non-empty'
@@ -84,12 +114,25 @@ BEGIN
   END IF;
   PERFORM pg_advisory_xact_lock(hashtextextended(
     length(inbox_claim.consumer) || ':' || inbox_claim.consumer || inbox_claim.message_id, 6906989));
+  SELECT c.keep, c.previous_keep, c.changed_at INTO v_keep, v_prev, v_changed
+    FROM idem.inbox_consumers c WHERE c.consumer = inbox_claim.consumer;
+  IF NOT FOUND THEN v_keep := interval '30 days'; END IF;
+  v_day := idem.inbox_expiry_day(inbox_claim.message_id, v_keep, now());
+  v_old := v_day - idem.inbox_days(v_keep);
+  -- Claims made under the previous retention sit in its slots until they expire.
+  IF v_prev IS NOT NULL AND now() < v_changed + 2 * v_prev + interval '2 days' THEN
+    v_prev1 := idem.inbox_expiry_day(inbox_claim.message_id, v_prev, now());
+    v_prev0 := v_prev1 - idem.inbox_days(v_prev);
+  ELSE
+    v_prev1 := v_day;
+    v_prev0 := v_old;
+  END IF;
+  -- IN with separate values (not = ANY(array)) lets the executor prune to these partitions.
   IF EXISTS (SELECT 1 FROM idem.inbox i
-              WHERE i.consumer = inbox_claim.consumer AND i.message_id = inbox_claim.message_id) THEN
+              WHERE i.consumer = inbox_claim.consumer AND i.message_id = inbox_claim.message_id
+                AND i.expires_on IN (v_day, v_old, v_prev1, v_prev0)) THEN
     RETURN false;
   END IF;
-  SELECT c.keep INTO v_keep FROM idem.inbox_consumers c WHERE c.consumer = inbox_claim.consumer;
-  v_day := ((now() AT TIME ZONE 'UTC') + coalesce(v_keep, interval '30 days'))::date;
   IF to_regclass('idem.inbox_p' || to_char(v_day, 'YYYYMMDD')) IS NULL THEN
     PERFORM idem.inbox_ensure_partition(v_day);
   END IF;
@@ -99,8 +142,10 @@ BEGIN
   RETURN FOUND;
 END $$;
 
--- Sets how long a consumer's claims are kept (from each claim on; earlier claims keep the day
--- they were given). A redelivery older than that is no longer recognised.
+-- Sets how long a consumer's claims are kept: at least `keep` (rounded up to whole days, at
+-- least one) and at most twice that plus a day. Earlier claims keep the day they were given and
+-- are still found; after two changes within 2 x the older retention, claims made before the
+-- first change may be missed by a redelivery.
 CREATE OR REPLACE FUNCTION idem.inbox_retention(consumer text, keep interval) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
@@ -110,9 +155,11 @@ BEGIN
     RAISE EXCEPTION 'idem.inbox_retention: consumer must be non-empty and keep a non-negative interval'
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  INSERT INTO idem.inbox_consumers AS c (consumer, keep)
-  VALUES (inbox_retention.consumer, inbox_retention.keep)
-  ON CONFLICT (consumer) DO UPDATE SET keep = EXCLUDED.keep;
+  INSERT INTO idem.inbox_consumers AS c (consumer, keep, previous_keep, changed_at)
+  VALUES (inbox_retention.consumer, inbox_retention.keep, interval '30 days', now())
+  ON CONFLICT (consumer) DO UPDATE
+    SET keep = EXCLUDED.keep, previous_keep = c.keep, changed_at = now()
+    WHERE c.keep IS DISTINCT FROM EXCLUDED.keep;
 END $$;
 
 -- Drops every inbox partition whose day ended at or before p_now (all its claims are past
@@ -129,7 +176,6 @@ DECLARE
   v_rows bigint;
   v_dropped bigint := 0;
   v_keep interval;
-  v_day date;
 BEGIN
   PERFORM set_config('lock_timeout', '2000', true);
   FOR v_part IN
@@ -142,10 +188,11 @@ BEGIN
       v_dropped := v_dropped + v_rows;
     END IF;
   END LOOP;
+  -- New claims over the horizon expire on days in [today + K, today + 2K + horizon).
   FOR v_keep IN SELECT interval '30 days' UNION SELECT keep FROM idem.inbox_consumers LOOP
-    FOR i IN 0 .. greatest(p_horizon_days, 0) LOOP
-      v_day := ((p_now AT TIME ZONE 'UTC') + v_keep)::date + i;
-      PERFORM idem.inbox_ensure_partition(v_day);
+    FOR i IN idem.inbox_days(v_keep) .. 2 * idem.inbox_days(v_keep) + greatest(p_horizon_days, 0)
+    LOOP
+      PERFORM idem.inbox_ensure_partition(v_today + i);
     END LOOP;
   END LOOP;
   RETURN v_dropped;

@@ -31,6 +31,7 @@ constexpr Prepared kStatements[] = {
     {"idem_get", internal::pg::kGetSql},
     {"idem_sweep", internal::pg::kSweepSql},
     {"idem_ensure_partitions", internal::pg::kEnsurePartitionsSql},
+    {"idem_inbox_sweep", internal::pg::kInboxSweepSql},
 };
 
 Status PrepareAll(PgConnection& conn) {
@@ -102,6 +103,12 @@ class PostgresStore final : public Store {
     if (!result.ok()) return result.status();
     auto dropped = internal::pg::DecodeInt(result->get());
     if (!dropped.ok()) return dropped.status().WithContext("sweep");
+    // The worker layer's inbox shares the database and the schedule: its expired day
+    // partitions go too. Its claims are not counted in the records swept.
+    PgParams inbox;
+    inbox.Int(ToMillis(now)).Int(pool_.config().partition_horizon_days);
+    auto inbox_swept = Call("inbox sweep", "idem_inbox_sweep", inbox);
+    if (!inbox_swept.ok()) return inbox_swept.status();
     return static_cast<uint64_t>(std::max<int64_t>(0, *dropped));
   }
 

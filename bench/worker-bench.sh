@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The worker layer's SQL building blocks against the bare statement they replace, through
+# pgbench on one throwaway server (fsync off).
+#
+#   bench/worker-bench.sh                 build, then 10 s per run at 1, 2 and 8 clients
+#   BENCH_SECONDS=5 CLIENTS="1 4" bench/worker-bench.sh
+#
+# Per concurrency, four pgbench runs (prepared mode, one statement per transaction, a fresh
+# message / txn id each time):
+#   raw inbox   INSERT INTO raw_inbox ... ON CONFLICT DO NOTHING   (one unique index)
+#   claim       SELECT idem.inbox_claim('bench', id)                (lock, probe, insert)
+#   raw ledger  INSERT INTO raw_ledger ... ON CONFLICT DO NOTHING
+#   append      SELECT idem.ledger_append(account, id, 1)           (entry + balance upsert)
+# and the ratios claim/raw inbox and append/raw ledger (1.00x = as fast as the bare insert).
+# Both inboxes start with 310,000 claims; idem.inbox's are spread over the 60 day partitions a
+# 30-day retention keeps in steady state (BENCH_DAYS=K: a K-day retention's 2K), of which
+# idem.inbox_claim probes two. Not part of the test command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${BENCH_SECONDS:-10}
+clients_list=${CLIENTS:-1 2 8}
+
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  scripts/install-deps.sh
+  cmake --preset release >/dev/null
+  cmake --build build/release --target idem -j2 >/dev/null
+fi
+
+source bench/lib/postgres-server.sh
+dir=$(mktemp -d)
+chmod 711 "$dir"
+cleanup() {
+  stop_postgres
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+start_postgres "$dir/pg"
+port=$pg_port
+bin=$pg_bin
+url="postgresql://postgres@127.0.0.1:$port/bench"
+psql=("$bin/psql" -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench)
+
+build/release/idem migrate --store "$url" >/dev/null
+days=${BENCH_DAYS:-30}
+"${psql[@]}" -v days="$days" <<'SQL'
+CREATE TABLE raw_inbox (consumer text NOT NULL, message_id text NOT NULL,
+                        claimed_at timestamptz NOT NULL DEFAULT now(),
+                        PRIMARY KEY (consumer, message_id));
+CREATE TABLE raw_ledger (txn_id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL,
+                         created_at timestamptz NOT NULL DEFAULT now());
+SELECT idem.inbox_ensure_partition(((now() AT TIME ZONE 'UTC')::date) + d)
+  FROM generate_series(0, 2 * :days + 1) d;
+INSERT INTO idem.inbox (consumer, message_id, expires_on)
+SELECT 'bench', 'old-' || g, ((now() AT TIME ZONE 'UTC')::date) + (g % (2 * :days))
+  FROM generate_series(1, 310000) g;
+INSERT INTO raw_inbox (consumer, message_id) SELECT 'bench', 'old-' || g
+  FROM generate_series(1, 310000) g;
+VACUUM ANALYZE;
+SQL
+
+cat >"$dir/raw_inbox.sql" <<'SQL'
+\set k random(1, 1000000000000000)
+INSERT INTO raw_inbox (consumer, message_id) VALUES ('bench', :client_id || '-' || :k) ON CONFLICT DO NOTHING;
+SQL
+cat >"$dir/claim.sql" <<'SQL'
+\set k random(1, 1000000000000000)
+SELECT idem.inbox_claim('bench', :client_id || '-' || :k);
+SQL
+cat >"$dir/raw_ledger.sql" <<'SQL'
+\set k random(1, 1000000000000000)
+\set a random(1, 1000)
+INSERT INTO raw_ledger (txn_id, account, amount) VALUES (:client_id || '-' || :k, 'acct-' || :a, 1) ON CONFLICT DO NOTHING;
+SQL
+cat >"$dir/append.sql" <<'SQL'
+\set k random(1, 1000000000000000)
+\set a random(1, 1000)
+SELECT idem.ledger_append('acct-' || :a, :client_id || '-' || :k, 1);
+SQL
+
+tps() {  # script clients
+  "$bin/pgbench" -n -M prepared -h 127.0.0.1 -p "$port" -U postgres -c "$2" -j "$2" \
+    -T "$seconds" -f "$dir/$1.sql" bench 2>/dev/null | awk '/^tps = / {print int($3)}'
+}
+
+printf '%-8s %12s %12s %7s   %12s %12s %7s\n' clients raw_inbox/s claim/s ratio \
+  raw_ledger/s append/s ratio
+for clients in $clients_list; do
+  ri=$(tps raw_inbox "$clients")
+  cl=$(tps claim "$clients")
+  rl=$(tps raw_ledger "$clients")
+  ap=$(tps append "$clients")
+  printf '%-8s %12s %12s %7s   %12s %12s %7s\n' "$clients" "$ri" "$cl" \
+    "$(python3 -c "print(f'{$cl/$ri:.2f}x')")" "$rl" "$ap" \
+    "$(python3 -c "print(f'{$ap/$rl:.2f}x')")"
+done
