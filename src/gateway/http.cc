@@ -126,4 +126,25 @@ std::string NormalizePathForRouting(std::string_view path) {
   return out;
 }
 
+Result<tcp::endpoint> ParseListenAddress(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgumentError("listen address '" + text + "' must be HOST:PORT");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) return InvalidArgumentError("listen address '" + text + "': " + ec.message());
+  int port = -1;
+  try {
+    port = std::stoi(text.substr(colon + 1));
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) {
+    return InvalidArgumentError("listen address '" + text + "' has no valid port");
+  }
+  return tcp::endpoint(address, static_cast<unsigned short>(port));
+}
+
 }  // namespace idem::gateway

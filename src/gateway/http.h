@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "idem/status.h"
+
 namespace idem::gateway {
 
 namespace asio = boost::asio;
@@ -23,6 +25,10 @@ using Response = http::response<http::string_body>;
 
 template <typename T>
 using Task = asio::awaitable<T>;
+
+// "HOST:PORT" (HOST an IP address, "[::1]" or empty for all interfaces; port 0: any free port)
+// -> an endpoint to listen on; kInvalidArgument saying what is wrong.
+Result<tcp::endpoint> ParseListenAddress(const std::string& text);
 
 // Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names.
 template <bool kIsRequest>

@@ -25,34 +25,13 @@ namespace {
 
 using namespace idem::gateway;
 
-Result<tcp::endpoint> ParseListen(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgumentError("listen address '" + text + "' must be HOST:PORT");
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
-  if (ec) return InvalidArgumentError("listen address '" + text + "': " + ec.message());
-  int port = -1;
-  try {
-    port = std::stoi(text.substr(colon + 1));
-  } catch (...) {
-  }
-  if (port < 0 || port > 65535) {
-    return InvalidArgumentError("listen address '" + text + "' has no valid port");
-  }
-  return tcp::endpoint(address, static_cast<unsigned short>(port));
-}
-
 class Server {
  public:
   Server(const GatewayOptions& options, asio::io_context& io, Services& services)
       : options_(options), io_(io), services_(services) {}
 
   Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
-    auto endpoint = ParseListen(address);
+    auto endpoint = ParseListenAddress(address);
     if (!endpoint.ok()) return endpoint.status();
     // Each acceptor lives on a strand of its own: the accept loop and BeginShutdown's close
     // (which runs on whichever thread took the signal) must never touch it at once.

@@ -1,0 +1,121 @@
+// idem::worker::JetStreamConsumer: the worker layer's consume loop in-process, for C++
+// services whose effects live in PostgreSQL. For every message of a durable JetStream pull
+// consumer:
+//
+//   BEGIN; claimed = idem.inbox_claim(inbox_consumer, message key);   -- one round trip
+//                                        (the SQL function worker.h's InboxClaim calls)
+//   if claimed: handler(conn, message);  -- the business statements, on the same connection
+//   COMMIT;
+//   ack                                   -- only after the COMMIT succeeded
+//
+// so a message's effects and the record that it was applied commit together. A crash at any
+// point is safe: before the COMMIT nothing remains and NATS redelivers; after the COMMIT and
+// before the ack, the redelivery's claim returns false and it is acked without running the
+// handler; after the ack there is nothing left to do.
+//
+// The message key is the producer's Nats-Msg-Id, else "<stream>:<stream sequence>" (the same
+// key `idem consume` sends as Idempotency-Key, so the two can be swapped).
+//
+//   idem::worker::JetStreamConsumer::Options o;
+//   o.nats_url = "nats://127.0.0.1:4222"; o.stream = "PAYMENTS"; o.consumer = "ledger";
+//   auto consumer = idem::worker::JetStreamConsumer::Create(o, "host=... dbname=...");
+//   (*consumer)->Run([](PGconn* conn, const idem::worker::ConsumedMessage& m) -> idem::Status {
+//     auto appended = idem::worker::LedgerAppend(conn, account, txn, amount);
+//     return appended.status();
+//   });
+//
+// Handler contract: run statements on `conn` only inside the open transaction (never COMMIT or
+// ROLLBACK it); return OK to commit. A non-OK status rolls the transaction back and settles the
+// message: kInvalidArgument means "this message can never succeed" and terminates it (logged,
+// never redelivered); any other code naks it for redelivery after a backoff.
+//
+// Thread safety: Run on one thread; Stop and stats from any. One consumer owns one NATS
+// connection and one PostgreSQL connection and handles one message at a time; for more
+// throughput run several on the same durable consumer (threads or processes): NATS spreads
+// the messages, the inbox keeps concurrent redeliveries apart.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "idem/status.h"
+
+typedef struct pg_conn PGconn;  // libpq-fe.h
+
+namespace idem::worker {
+
+// One message, as the handler sees it. Views are valid during the handler call only.
+struct ConsumedMessage {
+  std::string_view key;      // the idempotency key (see above)
+  std::string_view subject;
+  std::string_view data;
+  std::span<const std::pair<std::string, std::string>> headers;
+  std::string_view stream;
+  uint64_t stream_sequence = 0;
+  uint64_t delivery_count = 0;  // 1 on the first delivery
+
+  // The first header named `name` (case-insensitive), or "".
+  std::string_view Header(std::string_view name) const;
+};
+
+using MessageHandler = std::function<Status(PGconn* conn, const ConsumedMessage& message)>;
+
+class JetStreamConsumer {
+ public:
+  struct Options {
+    std::string nats_url = "nats://127.0.0.1:4222";
+    std::string stream;
+    std::string consumer;        // durable pull consumer, created (explicit ack) when missing
+    std::string filter_subject;  // only when the consumer is created
+    // The inbox's consumer name: claims are unique per (inbox_consumer, key). Default: the
+    // durable consumer's name. Consumers applying different effects need different names.
+    std::string inbox_consumer;
+    // false skips the inbox claim (for measuring its cost; effects are then at-least-once).
+    bool inbox = true;
+    int batch = 64;                                  // messages per fetch
+    std::chrono::milliseconds fetch_wait{1000};      // a fetch's wait for the first message
+    std::chrono::milliseconds ack_wait{30000};       // only when the consumer is created
+    int64_t max_ack_pending = 1000;                  // only when the consumer is created
+    std::chrono::milliseconds nak_delay{1000};       // first redelivery delay, then doubled
+    std::chrono::milliseconds max_nak_delay{60000};
+    // Where log lines go (level is "info", "warn" or "error"). Default: standard error.
+    std::function<void(std::string_view level, std::string_view line)> log;
+  };
+
+  struct Stats {
+    uint64_t fetched = 0;
+    uint64_t applied = 0;     // handler ran, committed, acked
+    uint64_t duplicates = 0;  // claim returned false: acked without running the handler
+    uint64_t naked = 0;
+    uint64_t termed = 0;
+    uint64_t errors = 0;      // database or NATS calls that failed
+  };
+
+  // Checks the options and starts connecting to NATS (a server not up yet is retried).
+  // `pg_conninfo` is a libpq connection string or URI; the connection is made (and remade
+  // after a failure) by Run. kInvalidArgument for bad options or a malformed conninfo.
+  static Result<std::unique_ptr<JetStreamConsumer>> Create(Options options,
+                                                           std::string pg_conninfo);
+  ~JetStreamConsumer();
+
+  // Pulls and applies messages until Stop(); finishes the batch in hand, then returns OK.
+  // NATS or PostgreSQL being down is logged and retried, never returned.
+  Status Run(const MessageHandler& handler);
+  void Stop();
+
+  Stats stats() const;
+
+ private:
+  class Impl;
+  explicit JetStreamConsumer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::worker

@@ -1,0 +1,544 @@
+// The sidecar's process: a fetch loop (this thread) that keeps at most max_in_flight messages
+// out, an event loop that delivers them over HTTP and settles each with NATS, and the admin
+// listener. Shutdown: stop fetching, let the deliveries in flight finish and settle, flush.
+#include "worker/consume.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/text.h"
+#include "gateway/access_log.h"
+#include "gateway/http.h"
+#include "gateway/upstream_pool.h"
+#include "worker/consume_metrics.h"
+#include "worker/crash_point.h"
+#include "worker/delivery_policy.h"
+#include "worker/jetstream.h"
+
+namespace idem::worker {
+namespace {
+
+using gateway::asio::use_awaitable;
+namespace asio = gateway::asio;
+namespace http = gateway::http;
+using gateway::Request;
+using gateway::Response;
+using gateway::Task;
+using gateway::tcp;
+using gateway::UpstreamResult;
+
+// Headers a message may not set on the request: framing, hop-by-hop, and idem's own.
+bool ForwardableHeader(std::string_view name, std::string_view value) {
+  if (name.empty() || name.size() > 256) return false;
+  for (char c : name) {
+    const bool token = std::isalnum(static_cast<unsigned char>(c)) ||
+                       std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    if (!token) return false;
+  }
+  for (char c : value) {
+    if (c == '\r' || c == '\n' || c == '\0') return false;
+  }
+  static constexpr std::string_view kReserved[] = {
+      "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te",
+      "trailer", "upgrade", "proxy-connection", "expect", "idempotency-key"};
+  for (std::string_view r : kReserved) {
+    if (internal::EqualsIgnoreCase(name, r)) return false;
+  }
+  return !(name.size() >= 5 && internal::EqualsIgnoreCase(name.substr(0, 5), "idem-"));
+}
+
+std::optional<Duration> RetryAfter(const Response& res) {
+  const auto it = res.find(http::field::retry_after);
+  if (it == res.end()) return std::nullopt;
+  const std::string_view v = it->value();
+  if (v.empty() || v.size() > 6) return std::nullopt;
+  int64_t secs = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    secs = secs * 10 + (c - '0');
+  }
+  return Duration(secs * 1000);
+}
+
+std::string Ms(Duration d) { return std::to_string(d.count()) + " ms"; }
+
+class Sidecar {
+ public:
+  Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_context& io)
+      : options_(options), log_(log), io_(io) {}
+
+  Status Init() {
+    const std::string_view kScheme = "http://";
+    if (options_.deliver.substr(0, kScheme.size()) != kScheme) {
+      return InvalidArgumentError("--deliver '" + options_.deliver +
+                                  "' must be http://HOST:PORT/PATH");
+    }
+    const size_t slash = options_.deliver.find('/', kScheme.size());
+    const std::string base = options_.deliver.substr(0, slash);
+    path_ = slash == std::string::npos ? "/" : options_.deliver.substr(slash);
+    gateway::UpstreamOptions uo;
+    uo.connect_timeout = std::min(options_.timeout, Duration(5000));
+    uo.response_timeout = options_.timeout;
+    uo.max_idle = static_cast<size_t>(options_.max_in_flight);
+    uo.max_response_body = 16 << 20;
+    auto pool = gateway::UpstreamPool::Create(io_.get_executor(), base, uo);
+    if (!pool.ok()) return pool.status().WithContext("--deliver");
+    upstream_ = std::move(*pool);
+
+    auto conn = NatsConnection::Connect(
+        options_.nats_url, "idem consume " + options_.stream + "/" + options_.consumer,
+        [this](bool connected, const std::string& detail) { OnNats(connected, detail); });
+    if (!conn.ok()) return conn.status().WithContext("--nats");
+    nats_ = std::move(*conn);
+    nats_connected_ = nats_->connected();
+    if (!nats_connected_) {
+      log_.Warn("nats", "cannot reach " + options_.nats_url + " yet; retrying every 250 ms");
+    }
+    return Status::Ok();
+  }
+
+  Status ListenAdmin(tcp::endpoint* bound) {
+    auto endpoint = gateway::ParseListenAddress(options_.admin_listen);
+    if (!endpoint.ok()) return endpoint.status().WithContext("--admin-listen");
+    admin_ = std::make_unique<tcp::acceptor>(io_);
+    boost::system::error_code ec;
+    admin_->open(endpoint->protocol(), ec);
+    if (!ec) admin_->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) admin_->bind(*endpoint, ec);
+    if (!ec) admin_->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return UnavailableError("cannot listen on " + options_.admin_listen + ": " + ec.message());
+    *bound = admin_->local_endpoint();
+    asio::co_spawn(io_, AcceptAdmin(), asio::detached);
+    return Status::Ok();
+  }
+
+  // The fetch loop; returns once stopping and no longer fetching.
+  void FetchLoop() {
+    PullConsumerConfig config{options_.stream, options_.consumer, options_.filter_subject,
+                              options_.ack_wait, options_.max_ack_pending};
+    std::string last_bind_error;
+    std::string last_fetch_error;
+    while (!stopping_) {
+      if (!sub_) {
+        std::string note;
+        auto bound = PullSubscription::Bind(*nats_, config, &note);
+        if (!bound.ok()) {
+          const std::string e = bound.status().ToString();
+          if (e != last_bind_error) {
+            log_.Warn("consumer", "cannot bind to " + options_.stream + "/" + options_.consumer +
+                                      ": " + e + "; retrying every second");
+            last_bind_error = e;
+          }
+          WaitStopping(Duration(1000));
+          continue;
+        }
+        sub_ = std::move(*bound);
+        bound_ = true;
+        last_bind_error.clear();
+        if (!note.empty()) log_.Info("consumer", note);
+        log_.Info("consumer", "pulling from " + options_.stream + "/" + options_.consumer +
+                                  ", delivering to " + options_.deliver);
+      }
+      int room = 0;
+      {
+        std::unique_lock lock(mu_);
+        // Fetch once half the window is free: one pull request per half window rather than one
+        // per settled message keeps the broker round trips off the delivery path.
+        cv_.wait(lock, [&] { return stopping_ || in_flight_ <= options_.max_in_flight / 2; });
+        if (stopping_) break;
+        room = options_.max_in_flight - in_flight_;
+      }
+      auto fetched = sub_->Fetch(std::min(room, 256), Duration(1000));
+      if (!fetched.ok()) {
+        const Status& s = fetched.status();
+        if (s.code() == StatusCode::kDeadlineExceeded) continue;
+        metrics_.CountError(ConsumeMetrics::kNatsFetch);
+        if (s.code() == StatusCode::kNotFound) {
+          log_.Warn("consumer", "the consumer is gone (" + s.message() + "); binding again");
+          sub_.reset();
+          bound_ = false;
+          continue;
+        }
+        if (s.ToString() != last_fetch_error) {
+          log_.Warn("fetch", s.ToString() + "; retrying");
+          last_fetch_error = s.ToString();
+        }
+        WaitStopping(Duration(200));
+        continue;
+      }
+      last_fetch_error.clear();
+      for (JsMessage& m : *fetched) {
+        {
+          std::lock_guard lock(mu_);
+          ++in_flight_;
+        }
+        metrics_.Count(ConsumeMetrics::kDelivered);
+        asio::co_spawn(io_, Deliver(std::make_shared<JsMessage>(std::move(m))), asio::detached);
+      }
+    }
+  }
+
+  void BeginShutdown(std::string_view why) {
+    if (stopping_.exchange(true)) return;
+    int n;
+    {
+      std::lock_guard lock(mu_);
+      n = in_flight_;
+    }
+    log_.Info("shutdown", std::string(why) + ": no more fetching; finishing " +
+                              std::to_string(n) + " message(s) in flight");
+    cv_.notify_all();
+  }
+
+  // Waits (at most the grace period) for the deliveries in flight; returns how many remain.
+  int Drain() {
+    const Duration grace = options_.shutdown_grace.count() > 0
+                               ? options_.shutdown_grace
+                               : options_.timeout + Duration(5000);
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, grace, [&] { return in_flight_ == 0; });
+    return in_flight_;
+  }
+
+  Status FlushNats() { return nats_->Flush(Duration(2000)); }
+  void CloseNats() {
+    sub_.reset();
+    nats_.reset();
+  }
+  const ConsumeMetrics& metrics() const { return metrics_; }
+
+ private:
+  void WaitStopping(Duration d) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, d, [&] { return stopping_.load(); });
+  }
+
+  void OnNats(bool connected, const std::string& detail) {
+    nats_connected_ = connected;
+    if (connected) {
+      log_.Info("nats", "connected to " + detail);
+    } else {
+      log_.Warn("nats", "disconnected from " + options_.nats_url +
+                            (detail.empty() ? "" : " (" + detail + ")") +
+                            "; reconnecting; unsettled messages come back after ack_wait");
+    }
+  }
+
+  Task<void> Deliver(std::shared_ptr<JsMessage> m) {
+    Request req{http::verb::post, path_, 11};
+    bool content_type = false;
+    for (const auto& [name, value] : m->headers()) {
+      if (!ForwardableHeader(name, value)) continue;
+      if (internal::EqualsIgnoreCase(name, "content-type")) content_type = true;
+      req.insert(name, value);
+    }
+    if (!content_type) req.set(http::field::content_type, "application/octet-stream");
+    req.set("Idempotency-Key", m->key());
+    req.set("Idem-Subject", m->subject());
+    req.set("Idem-Delivery-Count", std::to_string(m->delivery_count()));
+    req.set("Idem-Stream", m->stream());
+    req.set("Idem-Stream-Sequence", std::to_string(m->stream_sequence()));
+    req.body() = std::string(m->data());
+    const auto start = std::chrono::steady_clock::now();
+    UpstreamResult r = co_await upstream_->Exchange(req, options_.timeout);
+    metrics_.delivery_seconds().Observe(std::chrono::duration<double>(
+        std::chrono::steady_clock::now() - start).count());
+
+    Disposition d = Disposition::kNak;
+    std::string why;
+    std::optional<Duration> retry_after;
+    int status = 0;
+    if (r.failure == UpstreamResult::Failure::kNone) {
+      status = r.response.result_int();
+      d = ClassifyHttpStatus(status);
+      why = "HTTP " + std::to_string(status);
+      if (d == Disposition::kNak) retry_after = RetryAfter(r.response);
+      if (d != Disposition::kAck && !r.response.body().empty()) {
+        why += ": " + r.response.body().substr(0, 200);
+      }
+    } else {
+      switch (r.failure) {
+        case UpstreamResult::Failure::kTimeout:
+          metrics_.CountError(ConsumeMetrics::kTimeout);
+          why = "no answer within " + Ms(options_.timeout) + " (" + r.detail + ")";
+          break;
+        case UpstreamResult::Failure::kConnect:
+          metrics_.CountError(ConsumeMetrics::kConnect);
+          why = r.detail;
+          break;
+        case UpstreamResult::Failure::kTooLarge:
+          metrics_.CountError(ConsumeMetrics::kTooLarge);
+          why = "answer larger than 16 MiB (" + r.detail + ")";
+          break;
+        default:
+          metrics_.CountError(ConsumeMetrics::kBroken);
+          why = r.detail;
+          break;
+      }
+    }
+
+    if (d == Disposition::kTerm && !options_.dead_letter.empty()) {
+      // js_Publish waits for the stream's answer: off the event loop.
+      co_await asio::post(blocking_, use_awaitable);
+      Status dl = PublishDeadLetter(*m, status, why);
+      co_await asio::post(io_.get_executor(), use_awaitable);
+      if (!dl.ok()) {
+        metrics_.CountError(ConsumeMetrics::kDeadLetterFailed);
+        log_.Error("dead_letter", "key " + m->key() + ": cannot publish to " +
+                                      options_.dead_letter + ": " + dl.ToString() +
+                                      "; keeping the message for redelivery");
+        d = Disposition::kNak;
+      } else {
+        metrics_.Count(ConsumeMetrics::kDeadLettered);
+      }
+    }
+    Settle(*m, d, why, retry_after);
+    {
+      std::lock_guard lock(mu_);
+      --in_flight_;
+    }
+    cv_.notify_all();
+  }
+
+  void Settle(JsMessage& m, Disposition d, const std::string& why,
+              std::optional<Duration> retry_after) {
+    const std::string what = "key " + m.key() + " (" + m.stream() + " #" +
+                             std::to_string(m.stream_sequence()) + ", delivery " +
+                             std::to_string(m.delivery_count()) + ")";
+    Status s;
+    switch (d) {
+      case Disposition::kAck:
+        CrashPoint("consume.after_response");
+        s = m.Ack();
+        if (s.ok()) metrics_.Count(ConsumeMetrics::kAcked);
+        CrashPoint("consume.after_ack");
+        break;
+      case Disposition::kNak: {
+        uint64_t random;
+        {
+          std::lock_guard lock(mu_);
+          random = rng_();
+        }
+        Duration delay = retry_after ? std::min(*retry_after, options_.max_nak_delay)
+                                     : NakDelay(m.delivery_count(), options_.nak_delay,
+                                                options_.max_nak_delay, random);
+        s = m.Nak(delay);
+        if (s.ok()) metrics_.Count(ConsumeMetrics::kNaked);
+        log_.Warn("nak", what + ": " + why + "; redelivery in " + Ms(delay));
+        break;
+      }
+      case Disposition::kTerm:
+        s = m.Term();
+        if (s.ok()) metrics_.Count(ConsumeMetrics::kTermed);
+        log_.Error("term", what + " refused by the service, never redelivered" +
+                               (options_.dead_letter.empty()
+                                    ? std::string(" (no --dead-letter subject)")
+                                    : " (published to " + options_.dead_letter + ")") +
+                               ": " + why);
+        break;
+    }
+    if (!s.ok()) {
+      metrics_.CountError(ConsumeMetrics::kAckFailed);
+      log_.Warn("settle", what + ": " + std::string(DispositionName(d)) + " failed: " +
+                              s.ToString() + "; the message will be redelivered after ack_wait");
+    }
+  }
+
+  Status PublishDeadLetter(JsMessage& m, int status, const std::string& why) {
+    natsMsg* msg = nullptr;
+    const std::string_view data = m.data();
+    natsStatus s = natsMsg_Create(&msg, options_.dead_letter.c_str(), nullptr, data.data(),
+                                  static_cast<int>(data.size()));
+    if (s != NATS_OK) return FromNats(s, "dead-letter message");
+    for (const auto& [name, value] : m.headers()) {
+      if (name == "Nats-Msg-Id") continue;
+      natsMsgHeader_Add(msg, name.c_str(), value.c_str());
+    }
+    natsMsgHeader_Set(msg, "Nats-Msg-Id", ("dead:" + m.key()).c_str());
+    natsMsgHeader_Set(msg, "Idem-Key", m.key().c_str());
+    natsMsgHeader_Set(msg, "Idem-Subject", m.subject().c_str());
+    natsMsgHeader_Set(msg, "Idem-Stream", m.stream().c_str());
+    natsMsgHeader_Set(msg, "Idem-Stream-Sequence", std::to_string(m.stream_sequence()).c_str());
+    natsMsgHeader_Set(msg, "Idem-Status", std::to_string(status).c_str());
+    std::string reason = why.substr(0, 500);
+    for (char& c : reason) {
+      if (c == '\r' || c == '\n') c = ' ';
+    }
+    natsMsgHeader_Set(msg, "Idem-Reason", reason.c_str());
+    jsPubAck* ack = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    s = js_PublishMsg(&ack, nats_->js(), msg, nullptr, &jerr);
+    natsMsg_Destroy(msg);
+    if (ack != nullptr) jsPubAck_Destroy(ack);
+    return FromNats(s, "publish to " + options_.dead_letter, jerr);
+  }
+
+  Task<void> AcceptAdmin() {
+    for (;;) {
+      boost::system::error_code ec;
+      tcp::socket socket =
+          co_await admin_->async_accept(asio::redirect_error(use_awaitable, ec));
+      if (ec) {
+        if (!admin_->is_open()) co_return;
+        continue;
+      }
+      asio::co_spawn(io_, AdminSession(std::move(socket)), asio::detached);
+    }
+  }
+
+  Task<void> AdminSession(tcp::socket socket) {
+    gateway::beast::tcp_stream stream(std::move(socket));
+    gateway::beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    for (;;) {
+      Request req;
+      stream.expires_after(std::chrono::seconds(30));
+      co_await http::async_read(stream, buffer, req, asio::redirect_error(use_awaitable, ec));
+      if (ec) break;
+      Response res = Admin(req);
+      co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
+      if (ec || !res.keep_alive()) break;
+    }
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  }
+
+  Response Admin(const Request& req) {
+    const std::string_view path = gateway::TargetPath(req.target());
+    Response res{http::status::ok, req.version()};
+    res.keep_alive(req.keep_alive());
+    res.set(http::field::content_type, "text/plain");
+    const bool connected = nats_connected_.load();
+    const bool bound = bound_.load();
+    if (req.method() != http::verb::get) {
+      res.result(http::status::method_not_allowed);
+      res.body() = "GET /healthz /readyz /metrics\n";
+    } else if (path == "/healthz") {
+      res.body() = "ok\n";
+    } else if (path == "/readyz") {
+      if (connected && bound && !stopping_) {
+        res.body() = "ready\n";
+      } else {
+        res.result(http::status::service_unavailable);
+        res.body() = stopping_ ? "shutting down\n"
+                     : !connected ? "nats unreachable: " + options_.nats_url + "\n"
+                                  : "not bound to " + options_.stream + "/" + options_.consumer + "\n";
+      }
+    } else if (path == "/metrics") {
+      int64_t in_flight;
+      {
+        std::lock_guard lock(mu_);
+        in_flight = in_flight_;
+      }
+      res.set(http::field::content_type, "text/plain; version=0.0.4");
+      res.body() = metrics_.Render(in_flight, connected, bound);
+    } else {
+      res.result(http::status::not_found);
+      res.body() = "admin endpoints: /healthz /readyz /metrics\n";
+    }
+    res.prepare_payload();
+    return res;
+  }
+
+  const ConsumeOptions& options_;
+  gateway::Log& log_;
+  asio::io_context& io_;
+  asio::thread_pool blocking_{1};
+  std::string path_;
+  std::unique_ptr<gateway::UpstreamPool> upstream_;
+  std::unique_ptr<NatsConnection> nats_;
+  std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
+  std::unique_ptr<tcp::acceptor> admin_;
+  ConsumeMetrics metrics_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> nats_connected_{false};
+  std::atomic<bool> bound_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;       // guarded by mu_
+  std::mt19937_64 rng_{std::random_device{}()};  // guarded by mu_
+};
+
+}  // namespace
+
+int RunConsume(const ConsumeOptions& in) {
+  gateway::Log log(in.log_json);
+  ConsumeOptions options = in;
+  auto fail = [&](const std::string& message) {
+    log.Error("config", message);
+    log.Flush();
+    return 2;
+  };
+  if (options.stream.empty() || options.consumer.empty() || options.deliver.empty()) {
+    return fail("--stream, --consumer and --deliver are required");
+  }
+  if (options.max_in_flight < 1) return fail("--max-in-flight must be at least 1");
+  if (options.max_ack_pending < 1) return fail("--max-ack-pending must be at least 1");
+  if (options.timeout.count() < 1) return fail("--timeout must be positive");
+  if (options.ack_wait.count() == 0) {
+    options.ack_wait = std::max(Duration(30000), options.timeout * 2);
+  }
+  if (options.ack_wait <= options.timeout) {
+    return fail("--ack-wait (" + Ms(options.ack_wait) + ") must exceed --timeout (" +
+                Ms(options.timeout) + "), or NATS redelivers messages still being delivered");
+  }
+  if (options.max_ack_pending < options.max_in_flight) {
+    log.Warn("config", "--max-ack-pending " + std::to_string(options.max_ack_pending) +
+                           " is below --max-in-flight; at most that many are in flight");
+  }
+
+  // One event-loop thread runs every delivery and the admin listener: an exchange is a few
+  // microseconds of work between waits, and the upstream pool's streams need no strand.
+  asio::io_context io(1);
+  auto work = asio::make_work_guard(io);
+  Sidecar sidecar(options, log, io);
+  if (Status s = sidecar.Init(); !s.ok()) return fail(s.ToString());
+  std::string admin_text = "no admin listener";
+  if (!options.admin_listen.empty()) {
+    tcp::endpoint bound;
+    if (Status s = sidecar.ListenAdmin(&bound); !s.ok()) return fail(s.ToString());
+    admin_text = "admin on " + bound.address().to_string() + ":" + std::to_string(bound.port());
+  }
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (!ec) sidecar.BeginShutdown(signal == SIGTERM ? "SIGTERM received" : "SIGINT received");
+  });
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { io.run(); });
+  log.Info("listening", "consume " + options.stream + "/" + options.consumer + " from " +
+                            options.nats_url + " to " + options.deliver + ", " + admin_text +
+                            ", max in flight " + std::to_string(options.max_in_flight) +
+                            ", timeout " + Ms(options.timeout) + ", ack wait " +
+                            Ms(options.ack_wait));
+
+  sidecar.FetchLoop();
+  const int left = sidecar.Drain();
+  Status flushed = sidecar.FlushNats();
+  if (left > 0) {
+    log.Warn("shutdown", std::to_string(left) + " delivery(ies) still running after the grace "
+                             "period; NATS redelivers them after ack_wait");
+  }
+  if (!flushed.ok()) log.Warn("shutdown", "acks may not have reached NATS: " + flushed.ToString());
+  work.reset();
+  io.stop();
+  for (auto& t : threads) t.join();
+  sidecar.CloseNats();
+  const ConsumeMetrics& m = sidecar.metrics();
+  log.Info("stopped", std::to_string(m.count(ConsumeMetrics::kDelivered)) + " delivered, " +
+                          std::to_string(m.count(ConsumeMetrics::kAcked)) + " acked, " +
+                          std::to_string(m.count(ConsumeMetrics::kNaked)) + " naked, " +
+                          std::to_string(m.count(ConsumeMetrics::kTermed)) + " terminated");
+  log.Flush();
+  return 0;
+}
+
+}  // namespace idem::worker

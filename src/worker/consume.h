@@ -1,0 +1,35 @@
+// `idem consume`: a sidecar that pulls from a durable JetStream consumer and POSTs each message
+// to an HTTP service with the message's idempotency key, acking only what the service
+// accepted. docs/worker.md describes the behaviour; consume.cc has the loop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "idem/clock.h"
+
+namespace idem::worker {
+
+struct ConsumeOptions {
+  std::string nats_url = "nats://127.0.0.1:4222";
+  std::string stream;
+  std::string consumer;        // durable pull consumer, created (explicit ack) when missing
+  std::string filter_subject;  // only when the consumer is created
+  std::string deliver;         // http://HOST:PORT/PATH
+  std::string dead_letter;     // subject; empty: terminated messages are only logged
+  std::string admin_listen;    // HOST:PORT for /healthz /readyz /metrics; empty: none
+  int64_t max_ack_pending = 1000;  // only when the consumer is created
+  int max_in_flight = 64;          // messages fetched and not yet settled, at most
+  Duration timeout{30000};         // one delivery, connect to answer; then nak
+  Duration ack_wait{0};            // 0: max(30 s, 2 x timeout); only when the consumer is created
+  Duration nak_delay{1000};        // first redelivery delay, doubled per delivery
+  Duration max_nak_delay{60000};
+  Duration shutdown_grace{0};  // 0: timeout + 5 s
+  bool log_json = false;
+};
+
+// Runs until SIGTERM or SIGINT, then finishes the deliveries in flight, settles them with NATS
+// and returns 0. Returns 2 on a configuration error (reported on standard output).
+int RunConsume(const ConsumeOptions& options);
+
+}  // namespace idem::worker

@@ -1,0 +1,39 @@
+// `idem consume` metrics in Prometheus text format (counters, the in-flight gauge, the NATS
+// connection state, a delivery latency histogram). Reuses the gateway's Histogram.
+//
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "gateway/metrics.h"
+
+namespace idem::worker {
+
+class ConsumeMetrics {
+ public:
+  // What became of one delivery attempt. Names are the `outcome` label values.
+  enum Outcome { kDelivered, kAcked, kNaked, kTermed, kDeadLettered, kOutcomeCount };
+  // Why an attempt failed or a broker call did. Names are the `kind` label values.
+  enum Error { kTimeout, kConnect, kBroken, kTooLarge, kAckFailed, kNatsFetch, kDeadLetterFailed,
+               kErrorCount };
+
+  void Count(Outcome o) { outcomes_[o].fetch_add(1, std::memory_order_relaxed); }
+  void CountError(Error e) { errors_[e].fetch_add(1, std::memory_order_relaxed); }
+  uint64_t count(Outcome o) const { return outcomes_[o].load(std::memory_order_relaxed); }
+  uint64_t errors(Error e) const { return errors_[e].load(std::memory_order_relaxed); }
+  gateway::Histogram& delivery_seconds() { return delivery_seconds_; }
+
+  std::string Render(int64_t in_flight, bool nats_connected, bool consumer_bound) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
+  std::array<std::atomic<uint64_t>, kErrorCount> errors_{};
+  gateway::Histogram delivery_seconds_;
+};
+
+}  // namespace idem::worker

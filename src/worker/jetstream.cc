@@ -1,0 +1,253 @@
+#include "worker/jetstream.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "worker/delivery_policy.h"
+
+namespace idem::worker {
+namespace {
+
+constexpr int64_t kNanosPerMilli = 1'000'000;
+
+struct OptionsDeleter {
+  void operator()(natsOptions* o) const { natsOptions_Destroy(o); }
+};
+
+}  // namespace
+
+Status FromNats(natsStatus s, std::string_view what, jsErrCode js_error) {
+  if (s == NATS_OK) return Status::Ok();
+  std::string message = std::string(what) + ": " + natsStatus_GetText(s);
+  natsStatus last = NATS_OK;
+  const char* detail = nats_GetLastError(&last);
+  if (detail != nullptr && *detail != '\0' && last == s) message += std::string(" (") + detail + ")";
+  if (js_error != 0) message += " [JetStream error " + std::to_string(js_error) + "]";
+  if (js_error == JSStreamNotFoundErr || js_error == JSConsumerNotFoundErr) {
+    return NotFoundError(std::move(message));
+  }
+  switch (s) {
+    case NATS_TIMEOUT: return DeadlineExceededError(std::move(message));
+    case NATS_NOT_FOUND: return NotFoundError(std::move(message));
+    case NATS_INVALID_ARG:
+    case NATS_INVALID_SUBJECT:
+    case NATS_INVALID_SUBSCRIPTION: return InvalidArgumentError(std::move(message));
+    default: return UnavailableError(std::move(message));
+  }
+}
+
+// --- NatsConnection ----------------------------------------------------------------------------
+
+Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::string& url,
+                                                                const std::string& name,
+                                                                Listener listener) {
+  natsOptions* raw = nullptr;
+  if (natsStatus s = natsOptions_Create(&raw); s != NATS_OK) return FromNats(s, "nats options");
+  std::unique_ptr<natsOptions, OptionsDeleter> opts(raw);
+  std::unique_ptr<NatsConnection> c(new NatsConnection());
+  c->listener_ = std::move(listener);
+  natsStatus s = natsOptions_SetURL(opts.get(), url.c_str());
+  if (s == NATS_OK) s = natsOptions_SetName(opts.get(), name.c_str());
+  if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts.get(), -1);
+  if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts.get(), 250);
+  if (s == NATS_OK) s = natsOptions_SetTimeout(opts.get(), 2000);
+  if (s == NATS_OK) {
+    s = natsOptions_SetRetryOnFailedConnect(opts.get(), true, &NatsConnection::OnReconnected,
+                                            c.get());
+  }
+  if (s == NATS_OK) {
+    s = natsOptions_SetDisconnectedCB(opts.get(), &NatsConnection::OnDisconnected, c.get());
+  }
+  if (s == NATS_OK) {
+    s = natsOptions_SetReconnectedCB(opts.get(), &NatsConnection::OnReconnected, c.get());
+  }
+  if (s != NATS_OK) return FromNats(s, "nats options for '" + url + "'");
+  s = natsConnection_Connect(&c->conn_, opts.get());
+  if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
+    return FromNats(s, "connect to " + url).WithContext("nats");
+  }
+  jsOptions js_opts;
+  jsOptions_Init(&js_opts);
+  js_opts.Wait = 5000;
+  if (natsStatus js = natsConnection_JetStream(&c->js_, c->conn_, &js_opts); js != NATS_OK) {
+    return FromNats(js, "jetstream context");
+  }
+  return c;
+}
+
+NatsConnection::~NatsConnection() {
+  if (js_ != nullptr) jsCtx_Destroy(js_);
+  if (conn_ != nullptr) {
+    if (connected()) natsConnection_FlushTimeout(conn_, 2000);
+    natsConnection_Close(conn_);
+    natsConnection_Destroy(conn_);
+  }
+}
+
+bool NatsConnection::connected() const {
+  return conn_ != nullptr && natsConnection_Status(conn_) == NATS_CONN_STATUS_CONNECTED;
+}
+
+Status NatsConnection::Flush(Duration timeout) {
+  return FromNats(natsConnection_FlushTimeout(conn_, timeout.count()), "nats flush");
+}
+
+void NatsConnection::OnDisconnected(natsConnection* nc, void* closure) {
+  auto* self = static_cast<NatsConnection*>(closure);
+  if (!self->listener_) return;
+  natsStatus last = NATS_OK;
+  const char* err = nats_GetLastError(&last);
+  self->listener_(false, err != nullptr ? err : "");
+}
+
+void NatsConnection::OnReconnected(natsConnection* nc, void* closure) {
+  auto* self = static_cast<NatsConnection*>(closure);
+  if (!self->listener_) return;
+  char url[256] = {0};
+  natsConnection_GetConnectedUrl(nc, url, sizeof url);
+  self->listener_(true, url);
+}
+
+// --- JsMessage ---------------------------------------------------------------------------------
+
+Result<JsMessage> JsMessage::Read(natsMsg* msg) {
+  JsMessage m;
+  m.msg_.reset(msg);
+  jsMsgMetaData* meta = nullptr;
+  if (natsStatus s = natsMsg_GetMetaData(&meta, msg); s != NATS_OK) {
+    return FromNats(s, "message metadata").WithContext("not a JetStream message");
+  }
+  m.stream_ = meta->Stream != nullptr ? meta->Stream : "";
+  m.stream_sequence_ = meta->Sequence.Stream;
+  m.delivery_count_ = meta->NumDelivered;
+  jsMsgMetaData_Destroy(meta);
+  const char* subject = natsMsg_GetSubject(msg);
+  m.subject_ = subject != nullptr ? subject : "";
+
+  const char** keys = nullptr;
+  int nkeys = 0;
+  if (natsMsgHeader_Keys(msg, &keys, &nkeys) == NATS_OK) {
+    for (int i = 0; i < nkeys; ++i) {
+      const char** values = nullptr;
+      int nvalues = 0;
+      if (natsMsgHeader_Values(msg, keys[i], &values, &nvalues) == NATS_OK) {
+        for (int j = 0; j < nvalues; ++j) {
+          m.headers_.emplace_back(keys[i], values[j] != nullptr ? values[j] : "");
+        }
+        free(static_cast<void*>(values));
+      }
+    }
+    free(static_cast<void*>(keys));
+  }
+  std::optional<std::string_view> msg_id;
+  const char* id = nullptr;
+  if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr && *id != '\0') {
+    msg_id = id;
+    m.has_msg_id_ = true;
+  }
+  m.key_ = MessageKey(msg_id, m.stream_, m.stream_sequence_);
+  return m;
+}
+
+std::string_view JsMessage::data() const {
+  if (!msg_) return {};
+  const char* d = natsMsg_GetData(msg_.get());
+  return d == nullptr ? std::string_view() : std::string_view(d, natsMsg_GetDataLength(msg_.get()));
+}
+
+Status JsMessage::Ack() { return FromNats(natsMsg_Ack(msg_.get(), nullptr), "ack " + key_); }
+
+Status JsMessage::Nak(Duration delay) {
+  return FromNats(natsMsg_NakWithDelay(msg_.get(), delay.count(), nullptr), "nak " + key_);
+}
+
+Status JsMessage::Term() { return FromNats(natsMsg_Term(msg_.get(), nullptr), "term " + key_); }
+
+// --- PullSubscription --------------------------------------------------------------------------
+
+Result<std::unique_ptr<PullSubscription>> PullSubscription::Bind(NatsConnection& conn,
+                                                                const PullConsumerConfig& config,
+                                                                std::string* warning) {
+  if (config.stream.empty() || config.consumer.empty()) {
+    return InvalidArgumentError("a stream and a consumer name are required");
+  }
+  if (config.consumer.find_first_of(". *>") != std::string::npos) {
+    return InvalidArgumentError("consumer name '" + config.consumer +
+                                "' must not contain '.', ' ', '*' or '>'");
+  }
+  const std::string where = "consumer " + config.stream + "/" + config.consumer;
+  jsConsumerInfo* info = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  natsStatus s = js_GetConsumerInfo(&info, conn.js(), config.stream.c_str(),
+                                    config.consumer.c_str(), nullptr, &jerr);
+  if (s == NATS_NOT_FOUND && jerr != JSStreamNotFoundErr) {
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = config.consumer.c_str();
+    cc.AckPolicy = js_AckExplicit;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckWait = config.ack_wait.count() * kNanosPerMilli;
+    cc.MaxAckPending = config.max_ack_pending;
+    cc.MaxDeliver = -1;
+    if (!config.filter_subject.empty()) cc.FilterSubject = config.filter_subject.c_str();
+    jerr = static_cast<jsErrCode>(0);
+    s = js_AddConsumer(&info, conn.js(), config.stream.c_str(), &cc, nullptr, &jerr);
+    if (s != NATS_OK) return FromNats(s, "create " + where, jerr);
+    if (warning != nullptr) *warning = "created " + where;
+  } else if (s != NATS_OK) {
+    return FromNats(s, "look up " + where, jerr);
+  } else if (warning != nullptr && info->Config != nullptr) {
+    const int64_t ack_wait_ms = info->Config->AckWait / kNanosPerMilli;
+    if (ack_wait_ms != config.ack_wait.count() ||
+        info->Config->MaxAckPending != config.max_ack_pending) {
+      *warning = "using existing " + where + " with ack_wait " + std::to_string(ack_wait_ms) +
+                 " ms and max_ack_pending " + std::to_string(info->Config->MaxAckPending) +
+                 " (its settings win over the flags; delete the consumer to change them)";
+    }
+  }
+  if (info != nullptr && info->Config != nullptr && info->Config->AckPolicy != js_AckExplicit) {
+    jsConsumerInfo_Destroy(info);
+    return FailedPreconditionError(where + " exists without explicit acks; idem needs them");
+  }
+  if (info != nullptr) jsConsumerInfo_Destroy(info);
+
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = config.stream.c_str();
+  so.Consumer = config.consumer.c_str();
+  so.ManualAck = true;
+  std::unique_ptr<PullSubscription> sub(new PullSubscription());
+  jerr = static_cast<jsErrCode>(0);
+  s = js_PullSubscribe(&sub->sub_, conn.js(), "", config.consumer.c_str(), nullptr, &so, &jerr);
+  if (s != NATS_OK) return FromNats(s, "bind to " + where, jerr);
+  return sub;
+}
+
+PullSubscription::~PullSubscription() {
+  if (sub_ != nullptr) natsSubscription_Destroy(sub_);
+}
+
+Result<std::vector<JsMessage>> PullSubscription::Fetch(int batch, Duration wait) {
+  natsMsgList list{};
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  const natsStatus s = natsSubscription_Fetch(&list, sub_, batch, wait.count(), &jerr);
+  std::vector<JsMessage> out;
+  out.reserve(list.Count > 0 ? list.Count : 0);
+  Status first_error;
+  for (int i = 0; i < list.Count; ++i) {
+    natsMsg* m = list.Msgs[i];
+    list.Msgs[i] = nullptr;  // ours now, whatever Read says
+    auto read = JsMessage::Read(m);
+    if (read.ok()) out.push_back(std::move(*read));
+    else if (first_error.ok()) first_error = read.status();
+  }
+  natsMsgList_Destroy(&list);
+  if (!out.empty()) return out;
+  if (s == NATS_OK || s == NATS_TIMEOUT) {
+    if (!first_error.ok()) return first_error;
+    return out;
+  }
+  return FromNats(s, "fetch", jerr);
+}
+
+}  // namespace idem::worker

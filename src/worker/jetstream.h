@@ -1,0 +1,123 @@
+// nats.c underneath idem's consumers: a reconnecting connection, a durable pull consumer bound
+// (and created when missing), messages read into plain values, and the one place a nats.c
+// error becomes a Status (FromNats).
+//
+// Thread safety: a NatsConnection and a PullSubscription may be used from several threads
+// (nats.c locks internally); a JsMessage belongs to one thread at a time.
+#pragma once
+
+#include <nats/nats.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "idem/clock.h"
+#include "idem/status.h"
+
+namespace idem::worker {
+
+// The one conversion of nats.c errors: timeouts -> kDeadlineExceeded, lost or not yet made
+// connections -> kUnavailable, a missing stream or consumer -> kNotFound, bad arguments ->
+// kInvalidArgument, everything else kUnavailable. The message names `what` and nats.c's text
+// (and the JetStream error code when there is one).
+Status FromNats(natsStatus s, std::string_view what, jsErrCode js_error = static_cast<jsErrCode>(0));
+
+class NatsConnection {
+ public:
+  // Called from a nats.c thread when the connection is lost (false) or made again (true).
+  using Listener = std::function<void(bool connected, const std::string& detail)>;
+
+  // Connects to `url` ("nats://HOST:PORT", several separated by commas). A server that is not
+  // up yet is not an error: the connection keeps trying (forever, every 250 ms) and so does it
+  // after every later disconnect. kInvalidArgument for a malformed URL.
+  static Result<std::unique_ptr<NatsConnection>> Connect(const std::string& url,
+                                                         const std::string& name,
+                                                         Listener listener = nullptr);
+  ~NatsConnection();  // flushes (up to 2 s: pending acks reach the server), then closes
+
+  bool connected() const;
+  natsConnection* get() { return conn_; }
+  jsCtx* js() { return js_; }
+  // Sends what is buffered (acks) and waits for the server's answer, up to `timeout`.
+  Status Flush(Duration timeout);
+
+ private:
+  NatsConnection() = default;
+  static void OnDisconnected(natsConnection* nc, void* closure);
+  static void OnReconnected(natsConnection* nc, void* closure);
+
+  natsConnection* conn_ = nullptr;
+  jsCtx* js_ = nullptr;
+  Listener listener_;
+};
+
+// A durable, explicitly acked pull consumer on a stream.
+struct PullConsumerConfig {
+  std::string stream;
+  std::string consumer;          // the durable name (no '.')
+  std::string filter_subject;    // only when the consumer is created; empty: the whole stream
+  Duration ack_wait{30000};      // only when created: unacked messages come back after this
+  int64_t max_ack_pending = 1000;  // only when created
+};
+
+// One message as the consume loop needs it. Owns the natsMsg until acked or destroyed.
+class JsMessage {
+ public:
+  JsMessage() = default;
+  // Takes ownership of `msg`. Fails (kInvalidArgument) when it carries no JetStream metadata.
+  static Result<JsMessage> Read(natsMsg* msg);
+
+  const std::string& key() const { return key_; }  // see MessageKey
+  const std::string& subject() const { return subject_; }
+  std::string_view data() const;
+  const std::vector<std::pair<std::string, std::string>>& headers() const { return headers_; }
+  bool has_msg_id() const { return has_msg_id_; }
+  const std::string& stream() const { return stream_; }
+  uint64_t stream_sequence() const { return stream_sequence_; }
+  uint64_t delivery_count() const { return delivery_count_; }
+
+  Status Ack();
+  Status Nak(Duration delay);
+  Status Term();
+
+ private:
+  struct Destroy {
+    void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
+  };
+  std::unique_ptr<natsMsg, Destroy> msg_;
+  std::string key_;
+  std::string subject_;
+  std::vector<std::pair<std::string, std::string>> headers_;
+  bool has_msg_id_ = false;
+  std::string stream_;
+  uint64_t stream_sequence_ = 0;
+  uint64_t delivery_count_ = 0;
+};
+
+class PullSubscription {
+ public:
+  // Binds to the durable consumer `config.consumer` on `config.stream`, creating it (explicit
+  // ack, deliver all) when it does not exist. kNotFound when the stream does not exist;
+  // kUnavailable while NATS cannot be reached. An existing consumer keeps its settings; a
+  // difference from `config` is reported in `*warning`.
+  static Result<std::unique_ptr<PullSubscription>> Bind(NatsConnection& conn,
+                                                        const PullConsumerConfig& config,
+                                                        std::string* warning = nullptr);
+  ~PullSubscription();
+
+  // Up to `batch` messages, waiting up to `wait` for the first. An empty vector when none came
+  // in time; kUnavailable while disconnected; kNotFound when the consumer has gone.
+  Result<std::vector<JsMessage>> Fetch(int batch, Duration wait);
+
+ private:
+  PullSubscription() = default;
+  natsSubscription* sub_ = nullptr;
+};
+
+}  // namespace idem::worker

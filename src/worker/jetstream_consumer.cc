@@ -1,0 +1,312 @@
+// The in-process consume loop (include/idem/worker_consumer.h): fetch a batch, and for each
+// message BEGIN, claim, handler, COMMIT, then ack. The crash points name the places a SIGKILL
+// is tested at.
+#include "idem/worker_consumer.h"
+
+#include <libpq-fe.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <random>
+
+#include "core/text.h"
+#include "worker/crash_point.h"
+#include "worker/delivery_policy.h"
+#include "worker/jetstream.h"
+
+namespace idem::worker {
+
+std::string_view ConsumedMessage::Header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (internal::EqualsIgnoreCase(n, name)) return v;
+  }
+  return {};
+}
+
+class JetStreamConsumer::Impl {
+ public:
+  Impl(Options options, std::string conninfo)
+      : options_(std::move(options)), conninfo_(std::move(conninfo)) {
+    if (options_.inbox_consumer.empty()) options_.inbox_consumer = options_.consumer;
+  }
+
+  ~Impl() {
+    sub_.reset();
+    nats_.reset();
+    if (pg_ != nullptr) PQfinish(pg_);
+  }
+
+  Status Connect() {
+    auto conn = NatsConnection::Connect(
+        options_.nats_url, "idem consumer " + options_.stream + "/" + options_.consumer,
+        [this](bool connected, const std::string& detail) {
+          if (connected) Log("info", "nats: connected to " + detail);
+          else if (!stop_) Log("warn", "nats: disconnected (" + detail + "); reconnecting");
+        });
+    if (!conn.ok()) return conn.status();
+    nats_ = std::move(*conn);
+    return Status::Ok();
+  }
+
+  Status Run(const MessageHandler& handler) {
+    const PullConsumerConfig config{options_.stream, options_.consumer, options_.filter_subject,
+                                    options_.ack_wait, options_.max_ack_pending};
+    std::string last_error;
+    auto report = [&](const std::string& e) {
+      if (e != last_error) Log("warn", e);
+      last_error = e;
+    };
+    while (!stop_) {
+      if (!sub_) {
+        std::string note;
+        auto bound = PullSubscription::Bind(*nats_, config, &note);
+        if (!bound.ok()) {
+          report("cannot bind to " + options_.stream + "/" + options_.consumer + ": " +
+                 bound.status().ToString() + "; retrying every second");
+          Pause(std::chrono::milliseconds(1000));
+          continue;
+        }
+        sub_ = std::move(*bound);
+        if (!note.empty()) Log("info", note);
+        Log("info", "pulling from " + options_.stream + "/" + options_.consumer +
+                        (options_.inbox ? ", inbox '" + options_.inbox_consumer + "'" : ", no inbox"));
+      }
+      if (Status s = EnsureDatabase(); !s.ok()) {
+        report("database unavailable: " + s.ToString() + "; retrying");
+        Pause(std::chrono::milliseconds(500));
+        continue;
+      }
+      auto fetched = sub_->Fetch(options_.batch, options_.fetch_wait);
+      if (!fetched.ok()) {
+        const Status& s = fetched.status();
+        if (s.code() == StatusCode::kDeadlineExceeded) continue;
+        ++errors_;
+        if (s.code() == StatusCode::kNotFound) {
+          Log("warn", "the consumer is gone (" + s.message() + "); binding again");
+          sub_.reset();
+          continue;
+        }
+        report("fetch: " + s.ToString() + "; retrying");
+        Pause(std::chrono::milliseconds(200));
+        continue;
+      }
+      last_error.clear();
+      fetched_ += fetched->size();
+      for (JsMessage& m : *fetched) Apply(m, handler);
+    }
+    if (nats_ != nullptr && nats_->connected()) (void)nats_->Flush(std::chrono::milliseconds(2000));
+    return Status::Ok();
+  }
+
+  void Stop() {
+    stop_ = true;
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  }
+
+  Stats stats() const {
+    return Stats{fetched_.load(), applied_.load(), duplicates_.load(),
+                 naked_.load(),   termed_.load(),  errors_.load()};
+  }
+
+ private:
+  void Log(std::string_view level, const std::string& line) {
+    if (options_.log) {
+      options_.log(level, line);
+    } else {
+      std::cerr << "idem consumer " << level << ": " << line << std::endl;
+    }
+  }
+
+  void Pause(std::chrono::milliseconds d) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, d, [&] { return stop_.load(); });
+  }
+
+  Status EnsureDatabase() {
+    if (pg_ == nullptr) pg_ = PQconnectdb(conninfo_.c_str());
+    else if (PQstatus(pg_) == CONNECTION_BAD) PQreset(pg_);
+    if (PQstatus(pg_) != CONNECTION_OK) {
+      std::string e = PQerrorMessage(pg_);
+      while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
+      return UnavailableError("connect to PostgreSQL: " + e);
+    }
+    return Status::Ok();
+  }
+
+  // Runs a transaction-control statement; true if the server answered with `expect` as the
+  // command tag (a COMMIT of an aborted transaction answers ROLLBACK).
+  bool Control(const char* sql, std::string_view expect, std::string* error) {
+    PGresult* r = PQexec(pg_, sql);
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK && expect == PQcmdStatus(r);
+    if (!ok) {
+      *error = std::string(sql) + ": " +
+               (PQresultStatus(r) == PGRES_COMMAND_OK ? std::string("answered ") + PQcmdStatus(r)
+                                                      : std::string(PQerrorMessage(pg_)));
+      while (!error->empty() && error->back() == '\n') error->pop_back();
+    }
+    PQclear(r);
+    return ok;
+  }
+
+  void Rollback() {
+    if (PQstatus(pg_) == CONNECTION_OK && PQtransactionStatus(pg_) != PQTRANS_IDLE) {
+      PQclear(PQexec(pg_, "ROLLBACK"));
+    }
+  }
+
+  void Nak(JsMessage& m, const std::string& why) {
+    uint64_t random = rng_();
+    const auto delay = NakDelay(m.delivery_count(), options_.nak_delay, options_.max_nak_delay, random);
+    if (Status s = m.Nak(delay); !s.ok()) {
+      ++errors_;
+      Log("warn", s.ToString() + "; NATS redelivers after ack_wait");
+    } else {
+      ++naked_;
+    }
+    Log("warn", "nak " + Describe(m) + ": " + why + "; redelivery in " +
+                    std::to_string(delay.count()) + " ms");
+  }
+
+  void Settle(JsMessage& m, bool ack) {
+    Status s = ack ? m.Ack() : m.Term();
+    if (!s.ok()) {
+      ++errors_;
+      Log("warn", s.ToString() + "; NATS redelivers after ack_wait, and the inbox skips it");
+    }
+  }
+
+  static std::string Describe(const JsMessage& m) {
+    return "key " + m.key() + " (" + m.stream() + " #" + std::to_string(m.stream_sequence()) +
+           ", delivery " + std::to_string(m.delivery_count()) + ")";
+  }
+
+  // BEGIN, and with the inbox the claim, in one round trip: the simple-query protocol runs
+  // "BEGIN; SELECT idem.inbox_claim(...)" as one message and answers with the claim (the same
+  // SQL function worker.h's InboxClaim calls). True when the handler should run.
+  Result<bool> BeginAndClaim(const std::string& key) {
+    std::string sql = "BEGIN";
+    if (options_.inbox) {
+      char* consumer = PQescapeLiteral(pg_, options_.inbox_consumer.data(),
+                                       options_.inbox_consumer.size());
+      char* id = PQescapeLiteral(pg_, key.data(), key.size());
+      if (consumer == nullptr || id == nullptr) {
+        PQfreemem(consumer);
+        PQfreemem(id);
+        return UnavailableError(std::string("escape: ") + PQerrorMessage(pg_));
+      }
+      sql += std::string("; SELECT idem.inbox_claim(") + consumer + ", " + id + ")";
+      PQfreemem(consumer);
+      PQfreemem(id);
+    }
+    PGresult* r = PQexec(pg_, sql.c_str());
+    const ExecStatusType st = PQresultStatus(r);
+    Result<bool> out = true;
+    if (options_.inbox && st == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+      out = PQgetvalue(r, 0, 0)[0] == 't';
+    } else if (options_.inbox || st != PGRES_COMMAND_OK) {
+      std::string e = PQerrorMessage(pg_);
+      while (!e.empty() && e.back() == '\n') e.pop_back();
+      const char* sqlstate = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      out = (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
+                ? FailedPreconditionError("inbox claim: " + e +
+                                          " (is the worker schema installed? idem migrate)")
+                : UnavailableError((options_.inbox ? "BEGIN and inbox claim: " : "BEGIN: ") + e);
+    }
+    PQclear(r);
+    return out;
+  }
+
+  void Apply(JsMessage& m, const MessageHandler& handler) {
+    std::string error;
+    Result<bool> claimed = BeginAndClaim(m.key());
+    if (!claimed.ok()) {
+      ++errors_;
+      Rollback();
+      Nak(m, claimed.status().ToString());
+      return;
+    }
+    if (!*claimed) {
+      Rollback();  // the claim inserted nothing
+      Settle(m, true);
+      ++duplicates_;
+      return;
+    }
+    const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
+                               m.stream(), m.stream_sequence(), m.delivery_count()};
+    Status handled = handler(pg_, view);
+    if (handled.ok() && PQtransactionStatus(pg_) != PQTRANS_INTRANS) {
+      handled = InternalError(PQtransactionStatus(pg_) == PQTRANS_INERROR
+                                  ? "a statement failed in the handler's transaction"
+                                  : "the handler ended the transaction itself");
+    }
+    if (!handled.ok()) {
+      Rollback();
+      if (handled.code() == StatusCode::kInvalidArgument) {
+        Settle(m, false);
+        ++termed_;
+        Log("error", "term " + Describe(m) + ": the handler refused it (" + handled.ToString() +
+                         "); never redelivered");
+      } else {
+        Nak(m, "handler: " + handled.ToString());
+      }
+      return;
+    }
+    CrashPoint("runtime.before_commit");
+    if (!Control("COMMIT", "COMMIT", &error)) {
+      // Committed or not, a redelivery is safe: the claim decides.
+      ++errors_;
+      Rollback();
+      Nak(m, error);
+      return;
+    }
+    CrashPoint("runtime.after_commit");
+    Settle(m, true);
+    ++applied_;
+    CrashPoint("runtime.after_ack");
+  }
+
+  Options options_;
+  std::string conninfo_;
+  std::unique_ptr<NatsConnection> nats_;
+  std::unique_ptr<PullSubscription> sub_;
+  PGconn* pg_ = nullptr;
+  std::mt19937_64 rng_{std::random_device{}()};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> fetched_{0}, applied_{0}, duplicates_{0}, naked_{0}, termed_{0},
+      errors_{0};
+};
+
+Result<std::unique_ptr<JetStreamConsumer>> JetStreamConsumer::Create(Options options,
+                                                                     std::string pg_conninfo) {
+  if (options.stream.empty() || options.consumer.empty()) {
+    return InvalidArgumentError("JetStreamConsumer needs a stream and a consumer name");
+  }
+  if (options.batch < 1 || options.fetch_wait.count() < 1 || options.ack_wait.count() < 1 ||
+      options.max_ack_pending < 1) {
+    return InvalidArgumentError(
+        "JetStreamConsumer: batch, fetch_wait, ack_wait and max_ack_pending must be positive");
+  }
+  char* err = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(pg_conninfo.c_str(), &err);
+  if (parsed == nullptr) {
+    std::string why = err != nullptr ? err : "malformed";
+    PQfreemem(err);
+    return InvalidArgumentError("JetStreamConsumer: PostgreSQL conninfo: " + why);
+  }
+  PQconninfoFree(parsed);
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(pg_conninfo));
+  IDEM_RETURN_IF_ERROR(impl->Connect());
+  return std::unique_ptr<JetStreamConsumer>(new JetStreamConsumer(std::move(impl)));
+}
+
+JetStreamConsumer::JetStreamConsumer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JetStreamConsumer::~JetStreamConsumer() = default;
+Status JetStreamConsumer::Run(const MessageHandler& handler) { return impl_->Run(handler); }
+void JetStreamConsumer::Stop() { impl_->Stop(); }
+JetStreamConsumer::Stats JetStreamConsumer::stats() const { return impl_->stats(); }
+
+}  // namespace idem::worker

@@ -1,0 +1,102 @@
+#include "consume_command.h"
+
+#include <iostream>
+#include <memory>
+
+#include "idem/gateway_options.h"
+#include "worker/consume.h"
+
+namespace idem::cli {
+
+std::function<int()> AddConsumeCommand(CLI::App& app) {
+  struct Flags {
+    worker::ConsumeOptions options;
+    std::string timeout = "30s";
+    std::string ack_wait;
+    std::string nak_delay = "1s";
+    std::string max_nak_delay = "60s";
+    std::string log_format = "text";
+  };
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "consume",
+      "Deliver a NATS JetStream stream to an HTTP service, one POST per message, acking only\n"
+      "what the service accepted. JetStream redelivers (a lost ack, a restart, a timeout);\n"
+      "every delivery of a message carries the same Idempotency-Key, so a service that claims\n"
+      "the key in its own transaction (idem.inbox_claim, see docs/worker.md) or sits behind\n"
+      "idem gateway applies each message once.\n\n"
+      "Each POST carries the message body and headers, plus:\n"
+      "  Idempotency-Key      the producer's Nats-Msg-Id, else STREAM:SEQUENCE\n"
+      "  Idem-Subject         the message's subject\n"
+      "  Idem-Delivery-Count  1 on the first delivery, 2 on the first redelivery, ...\n"
+      "  Idem-Stream, Idem-Stream-Sequence\n"
+      "The service's answer decides: 2xx ack; 5xx, 408, 425, 429, a timeout or a broken\n"
+      "connection nak with exponential backoff (or Retry-After), so the message comes back;\n"
+      "any other 4xx terminates it after logging it (publishing it to --dead-letter first).\n"
+      "SIGTERM stops fetching, finishes and settles the messages in flight, and exits 0.\n\n"
+      "Example:\n"
+      "  idem consume --nats nats://127.0.0.1:4222 --stream PAYMENTS --consumer ledger \\\n"
+      "               --deliver http://127.0.0.1:9000/v1/apply --dead-letter payments.dead \\\n"
+      "               --admin-listen 127.0.0.1:9091");
+  worker::ConsumeOptions& o = flags->options;
+  cmd->add_option("--nats", o.nats_url, "NATS server URL(s), comma-separated")
+      ->capture_default_str();
+  cmd->add_option("--stream", o.stream, "The JetStream stream to consume")->required();
+  cmd->add_option("--consumer", o.consumer,
+                  "Durable pull consumer name; created (explicit ack, deliver all) if missing")
+      ->required();
+  cmd->add_option("--deliver", o.deliver, "Where each message is POSTed: http://HOST:PORT/PATH")
+      ->required();
+  cmd->add_option("--dead-letter", o.dead_letter,
+                  "Subject that refused messages (4xx other than 408/425/429) are published to\n"
+                  "before they are terminated; it must belong to a stream. Default: log only");
+  cmd->add_option("--filter-subject", o.filter_subject,
+                  "Only this subject (wildcards allowed), when the consumer is created");
+  cmd->add_option("--max-ack-pending", o.max_ack_pending,
+                  "Unacked messages NATS lets out to this consumer (all its instances), when\n"
+                  "the consumer is created")
+      ->capture_default_str();
+  cmd->add_option("--max-in-flight", o.max_in_flight,
+                  "Deliveries this process runs at once (its bounded window)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", flags->timeout,
+                  "One delivery, connect to answer (250ms, 30s, 2m); then nak and redeliver")
+      ->capture_default_str();
+  cmd->add_option("--ack-wait", flags->ack_wait,
+                  "How long NATS waits for a settlement before redelivering, when the consumer\n"
+                  "is created; must exceed --timeout (default: the larger of 30s and 2x --timeout)");
+  cmd->add_option("--nak-delay", flags->nak_delay,
+                  "Redelivery delay after the first failure, doubled for each further one")
+      ->capture_default_str();
+  cmd->add_option("--max-nak-delay", flags->max_nak_delay, "Cap of the redelivery delay")
+      ->capture_default_str();
+  cmd->add_option("--admin-listen", o.admin_listen,
+                  "HOST:PORT for /healthz, /readyz (503 while NATS is unreachable) and\n"
+                  "/metrics (default: none)");
+  cmd->add_option("--log-format", flags->log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  return [flags]() -> int {
+    worker::ConsumeOptions options = flags->options;
+    auto duration = [](const std::string& flag, const std::string& text, Duration* out) {
+      auto d = ParseDuration(text);
+      if (!d.ok()) {
+        std::cerr << "idem consume: " << flag << ": " << d.status().message() << "\n";
+        return false;
+      }
+      *out = *d;
+      return true;
+    };
+    if (!duration("--timeout", flags->timeout, &options.timeout) ||
+        !duration("--nak-delay", flags->nak_delay, &options.nak_delay) ||
+        !duration("--max-nak-delay", flags->max_nak_delay, &options.max_nak_delay) ||
+        (!flags->ack_wait.empty() && !duration("--ack-wait", flags->ack_wait, &options.ack_wait))) {
+      return 2;
+    }
+    options.log_json = flags->log_format == "json";
+    return worker::RunConsume(options);
+  };
+}
+
+}  // namespace idem::cli
