@@ -16,6 +16,7 @@
 
 #include "idem/store.h"
 #include "idem/worker.h"
+#include "store/postgres/pg_schema.h"
 #include "store/postgres/postgres_store.h"
 #include "util/postgres_server.h"
 
@@ -109,7 +110,8 @@ TEST_F(PgWorkerTest, MigrationInstallsTheWorkerSchemaOnceAndIsRerunnable) {
   EXPECT_EQ(Sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'idem'::regnamespace AND "
                 "proname = 'inbox_claim'"),
             "1");
-  EXPECT_EQ(Sql("SELECT max(version) FROM other.idem_schema"), "2");
+  EXPECT_EQ(Sql("SELECT max(version) FROM other.idem_schema"),
+            std::to_string(internal::pg::kSchemaVersion));
 }
 
 TEST_F(PgWorkerTest, CallsNeedATransactionAndTheSchema) {

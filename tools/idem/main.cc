@@ -11,6 +11,7 @@
 #include "idem/version.h"
 #include "key_command.h"
 #include "migrate_command.h"
+#include "relay_command.h"
 #include "selfcheck.h"
 
 int main(int argc, char** argv) {
@@ -19,8 +20,9 @@ int main(int argc, char** argv) {
       "Retries are safe to run again when a duplicate has to escape three independent layers:\n"
       "the ingest gateway (Idempotency-Key dedup), the worker inbox, and the emit outbox.\n"
       "This build ships the gateway (ingest layer), the core engine and its stores, and the\n"
-      "client side: key generators (idem key) and a retrying client (idem call), and the\n"
-      "worker side's JetStream-to-HTTP sidecar (idem consume); relay arrives with its layer.",
+      "client side: key generators (idem key) and a retrying client (idem call); the worker\n"
+      "layer's JetStream-to-HTTP sidecar (idem consume); and the emit layer's outbox relay to\n"
+      "NATS JetStream (idem relay).",
       "idem"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(idem::kVersion));
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   auto run_key = idem::cli::AddKeyCommand(app);
   auto run_call = idem::cli::AddCallCommand(app);
   auto run_consume = idem::cli::AddConsumeCommand(app);
+  auto run_relay = idem::cli::AddRelayCommand(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -66,5 +69,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("key")) return run_key();
   if (app.got_subcommand("call")) return run_call();
   if (app.got_subcommand("consume")) return run_consume();
+  if (app.got_subcommand("relay")) return run_relay();
   return 0;
 }

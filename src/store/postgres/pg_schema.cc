@@ -1,5 +1,6 @@
 #include "store/postgres/pg_schema.h"
 
+#include "outbox/outbox_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
@@ -16,6 +17,7 @@ struct Migration {
 constexpr Migration kMigrations[] = {
     {"record store", kSchemaV1},
     {"worker layer (schema idem)", kSchemaV2Worker},
+    {"emit layer: the outbox (schema idem)", outbox::internal::kOutboxSchemaSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -1,0 +1,237 @@
+#include "outbox/jetstream_publisher.h"
+
+#include <nats/nats.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <unordered_map>
+
+namespace idem::outbox {
+namespace {
+
+std::string NatsError(natsStatus s, jsErrCode code = static_cast<jsErrCode>(0)) {
+  std::string text = natsStatus_GetText(s);
+  const char* last = nats_GetLastError(nullptr);
+  if (last != nullptr && *last != '\0' && text != last) text += std::string(" (") + last + ")";
+  if (code != 0) text += " [JetStream error " + std::to_string(static_cast<int>(code)) + "]";
+  return text;
+}
+
+// JetStream errors that say this message will never be stored as it is.
+bool IsPermanent(natsStatus s, jsErrCode code) {
+  return s == NATS_MAX_PAYLOAD || code == JSStreamMessageExceedsMaximumErr ||
+         code == JSStreamMismatchErr;
+}
+
+}  // namespace
+
+int64_t EncodedSize(const OutMessage& message) {
+  // "NATS/1.0\r\n", each "Name: value\r\n", the final "\r\n", Nats-Msg-Id among them.
+  int64_t size = static_cast<int64_t>(message.payload.size()) + 12 +
+                 static_cast<int64_t>(std::string("Nats-Msg-Id: \r\n").size() + message.msg_id.size());
+  for (const auto& [name, value] : message.headers) {
+    size += static_cast<int64_t>(name.size() + value.size() + 4);
+  }
+  return size;
+}
+
+struct JetStreamPublisher::State {
+  natsConnection* conn = nullptr;
+  jsCtx* js = nullptr;
+  std::chrono::milliseconds ack_timeout{5000};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  // The batch in flight: message pointer -> its index in `results`.
+  std::unordered_map<const natsMsg*, size_t> in_flight;  // guarded by mu
+  std::vector<PublishResult>* results = nullptr;         // guarded by mu
+
+  ~State() {
+    if (js != nullptr) jsCtx_Destroy(js);
+    if (conn != nullptr) {
+      natsConnection_Close(conn);
+      natsConnection_Destroy(conn);
+    }
+  }
+
+  static void OnAck(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* err, void* closure) {
+    auto* self = static_cast<State*>(closure);
+    {
+      std::lock_guard lock(self->mu);
+      auto it = self->in_flight.find(msg);
+      if (it != self->in_flight.end() && self->results != nullptr) {
+        PublishResult& r = (*self->results)[it->second];
+        if (ack != nullptr) {
+          r.kind = PublishResult::Kind::kAcked;
+          r.stream_seq = ack->Sequence;
+          r.duplicate = ack->Duplicate;
+        } else if (err != nullptr) {
+          r.kind = IsPermanent(err->Err, err->ErrCode) ? PublishResult::Kind::kRejected
+                                                       : PublishResult::Kind::kFailed;
+          r.error = std::string(natsStatus_GetText(err->Err)) +
+                    (err->ErrText != nullptr ? std::string(": ") + err->ErrText : "") +
+                    (err->ErrCode != 0 ? " [JetStream error " +
+                                             std::to_string(static_cast<int>(err->ErrCode)) + "]"
+                                       : "");
+        }
+        self->in_flight.erase(it);
+      }
+    }
+    self->cv.notify_all();
+    natsMsg_Destroy(msg);
+  }
+};
+
+JetStreamPublisher::JetStreamPublisher(std::unique_ptr<State> state) : state_(std::move(state)) {}
+JetStreamPublisher::~JetStreamPublisher() = default;
+
+Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
+    const std::string& url, std::chrono::milliseconds ack_timeout) {
+  auto state = std::make_unique<State>();
+  state->ack_timeout = ack_timeout;
+  natsOptions* opts = nullptr;
+  natsStatus s = natsOptions_Create(&opts);
+  if (s == NATS_OK) s = natsOptions_SetURL(opts, url.c_str());
+  if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
+  if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
+  if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
+  if (s == NATS_OK) s = natsOptions_SetName(opts, "idem relay");
+  if (s == NATS_OK) s = natsConnection_Connect(&state->conn, opts);
+  natsOptions_Destroy(opts);
+  if (s != NATS_OK) {
+    if (s == NATS_INVALID_ARG || s == NATS_ERR) {
+      return InvalidArgumentError("nats connect to " + url + ": " + NatsError(s));
+    }
+    return UnavailableError("nats connect to " + url + ": " + NatsError(s));
+  }
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = 5000;
+  jo.PublishAsync.MaxPending = 1'000'000;  // the relay keeps its own, smaller window
+  jo.PublishAsync.AckHandler = &State::OnAck;
+  jo.PublishAsync.AckHandlerClosure = state.get();
+  s = natsConnection_JetStream(&state->js, state->conn, &jo);
+  if (s != NATS_OK) return UnavailableError("nats jetstream context: " + NatsError(s));
+  return std::unique_ptr<JetStreamPublisher>(new JetStreamPublisher(std::move(state)));
+}
+
+bool JetStreamPublisher::connected() const {
+  return natsConnection_Status(state_->conn) == NATS_CONN_STATUS_CONNECTED;
+}
+
+Result<StreamFacts> JetStreamPublisher::ReadStream(const std::string& name) {
+  jsStreamInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s = js_GetStreamInfo(&info, state_->js, name.c_str(), nullptr, &code);
+  if (s == NATS_NOT_FOUND || code == JSStreamNotFoundErr) {
+    return NotFoundError("stream '" + name +
+                         "' does not exist on the NATS server; create it (nats stream add, or "
+                         "idem relay --create-stream " + name +
+                         " --subjects 'SUBJECT.>' --duplicate-window 10m)");
+  }
+  if (s == NATS_NO_RESPONDERS) {
+    return UnavailableError("stream '" + name +
+                            "': JetStream does not answer; is the server started with JetStream "
+                            "(nats-server -js)?");
+  }
+  if (s != NATS_OK) return UnavailableError("stream '" + name + "' info: " + NatsError(s, code));
+  StreamFacts facts;
+  facts.name = name;
+  for (int i = 0; i < info->Config->SubjectsLen; ++i) facts.subjects.emplace_back(info->Config->Subjects[i]);
+  if (facts.subjects.empty()) facts.subjects.push_back(name);  // a stream without subjects takes its name
+  facts.duplicate_window =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::nanoseconds(info->Config->Duplicates));
+  facts.max_msg_size = info->Config->MaxMsgSize > 0 ? info->Config->MaxMsgSize : -1;
+  facts.max_payload = natsConnection_GetMaxPayload(state_->conn);
+  jsStreamInfo_Destroy(info);
+  return facts;
+}
+
+Result<StreamFacts> JetStreamPublisher::EnsureStream(const StreamSpec& spec) {
+  auto existing = ReadStream(spec.name);
+  if (existing.ok() || existing.status().code() != StatusCode::kNotFound) return existing;
+  std::vector<const char*> subjects;
+  for (const auto& s : spec.subjects) subjects.push_back(s.c_str());
+  jsStreamConfig config;
+  jsStreamConfig_Init(&config);
+  config.Name = spec.name.c_str();
+  config.Subjects = subjects.data();
+  config.SubjectsLen = static_cast<int>(subjects.size());
+  config.Storage = js_FileStorage;
+  config.Duplicates =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(spec.duplicate_window).count();
+  jsStreamInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s = js_AddStream(&info, state_->js, &config, nullptr, &code);
+  if (info != nullptr) jsStreamInfo_Destroy(info);
+  if (s != NATS_OK && code != JSStreamNameExistErr) {
+    if (code == JSStreamSubjectOverlapErr || code == JSStreamInvalidConfig) {
+      return InvalidArgumentError("create stream '" + spec.name + "': " + NatsError(s, code));
+    }
+    return UnavailableError("create stream '" + spec.name + "': " + NatsError(s, code));
+  }
+  return ReadStream(spec.name);
+}
+
+std::vector<PublishResult> JetStreamPublisher::PublishBatch(const std::vector<OutMessage>& messages,
+                                                            int max_pending) {
+  State& st = *state_;
+  std::vector<PublishResult> results(messages.size());
+  for (auto& r : results) r.error = "no PubAck";
+  {
+    std::lock_guard lock(st.mu);
+    st.results = &results;
+  }
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = st.ack_timeout.count();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const OutMessage& m = messages[i];
+    {  // the window: wait for a free slot, at most the ack timeout (acks or errors free them)
+      std::unique_lock lock(st.mu);
+      st.cv.wait_for(lock, st.ack_timeout, [&] {
+        return static_cast<int>(st.in_flight.size()) < max_pending;
+      });
+    }
+    natsMsg* msg = nullptr;
+    natsStatus s = natsMsg_Create(&msg, m.subject.c_str(), nullptr, m.payload.data(),
+                                  static_cast<int>(m.payload.size()));
+    for (const auto& [name, value] : m.headers) {
+      if (s == NATS_OK) s = natsMsgHeader_Add(msg, name.c_str(), value.c_str());
+    }
+    po.MsgId = m.msg_id.c_str();
+    if (s == NATS_OK) {
+      std::lock_guard lock(st.mu);
+      st.in_flight.emplace(msg, i);
+    }
+    natsMsg* sent = msg;
+    if (s == NATS_OK) s = js_PublishMsgAsync(st.js, &msg, &po);
+    if (s != NATS_OK) {
+      std::lock_guard lock(st.mu);
+      st.in_flight.erase(sent);
+      results[i].kind =
+          IsPermanent(s, static_cast<jsErrCode>(0)) ? PublishResult::Kind::kRejected : PublishResult::Kind::kFailed;
+      results[i].error = NatsError(s);
+    }
+    natsMsg_Destroy(msg);  // no-op when the library took it
+  }
+  {
+    std::unique_lock lock(st.mu);
+    st.cv.wait_for(lock, st.ack_timeout + std::chrono::seconds(1), [&] { return st.in_flight.empty(); });
+  }
+  // Whatever is still unanswered: take it back from the library (late acks are then dropped).
+  natsMsgList pending{};
+  if (js_PublishAsyncGetPendingList(&pending, st.js) == NATS_OK) natsMsgList_Destroy(&pending);
+  {
+    std::lock_guard lock(st.mu);
+    for (const auto& [msg, i] : st.in_flight) {
+      results[i].kind = PublishResult::Kind::kFailed;
+      results[i].error = "no PubAck within " + std::to_string(st.ack_timeout.count()) + " ms";
+    }
+    st.in_flight.clear();
+    st.results = nullptr;
+  }
+  return results;
+}
+
+}  // namespace idem::outbox

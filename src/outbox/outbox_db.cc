@@ -1,0 +1,213 @@
+#include "outbox/outbox_db.h"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "store/postgres/pg_schema.h"
+#include "store/postgres/pg_url.h"
+
+namespace idem::outbox {
+namespace {
+
+using internal::pg::ColumnBytes;
+using internal::pg::ColumnInt;
+using internal::pg::PgParams;
+
+constexpr const char* kClaim = "idem_relay_claim";
+constexpr const char* kMark = "idem_relay_mark";
+constexpr const char* kPark = "idem_relay_park";
+constexpr const char* kRelease = "idem_relay_release";
+constexpr const char* kStats = "idem_relay_stats";
+
+template <typename T, typename F>
+std::string ArrayLiteral(const std::vector<T>& rows, F field) {
+  std::string out = "{";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i > 0) out += ',';
+    out += field(rows[i]);
+  }
+  return out + "}";
+}
+
+double ColumnDouble(const PGresult* result, int row, int column) {
+  const std::string_view bytes = ColumnBytes(result, row, column);
+  if (bytes.size() != 8) return 0;
+  uint64_t bits = 0;
+  for (unsigned char c : bytes) bits = (bits << 8) | c;
+  double value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+// jsonb in binary format: a version byte (1), then the JSON text.
+Result<std::vector<std::pair<std::string, std::string>>> DecodeHeaders(std::string_view bytes) {
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (bytes.empty() || bytes[0] != 1) return DataLossError("outbox claim: headers not jsonb v1");
+  auto json = nlohmann::json::parse(bytes.substr(1), nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) return DataLossError("outbox claim: headers are not a JSON object");
+  for (const auto& [name, value] : json.items()) {
+    if (value.is_string()) headers.emplace_back(name, value.get<std::string>());
+  }
+  return headers;
+}
+
+// Server notices (a FATAL as the server goes away, ...) go to the log, not to stderr raw.
+void LogNotice(void*, const char* message) {
+  std::string text = message;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const bool routine = text.rfind("NOTICE", 0) == 0 || text.rfind("DEBUG", 0) == 0 ||
+                       text.rfind("INFO", 0) == 0 || text.rfind("LOG", 0) == 0;
+  spdlog::log(routine ? spdlog::level::debug : spdlog::level::warn, "relay: postgresql says: {}",
+              text);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url) {
+  auto config = internal::pg::ParsePostgresUrl(url);
+  if (!config.ok()) return config.status();
+  auto conn = internal::pg::PgConnection::Connect(config->keywords, config->values,
+                                                  config->timeout + std::chrono::seconds(1));
+  if (!conn.ok()) return conn.status().WithContext(config->display);
+  PQsetNoticeProcessor((*conn)->raw(), &LogNotice, nullptr);
+  auto version = internal::pg::MigrateSchema(**conn, config->schema);
+  if (!version.ok()) return version.status().WithContext(config->display);
+  std::unique_ptr<OutboxDb> db(new OutboxDb(std::move(*conn), config->display));
+  auto& c = *db->conn_;
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare claim", kClaim,
+                                 "SELECT id, day, event_id, subject, payload, headers, "
+                                 "first_attempt_age_ms, attempts "
+                                 "FROM idem.outbox_claim($1, $2::integer, $3::bigint)"));
+  IDEM_RETURN_IF_ERROR(c.Prepare(
+      "prepare mark", kMark,
+      "SELECT idem.outbox_mark_published($1::bigint[], $2::integer[], $3::bigint[], "
+      "$4::boolean[])::bigint"));
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare park", kPark,
+                                 "SELECT idem.outbox_park($1::bigint, $2::integer, $3)"));
+  IDEM_RETURN_IF_ERROR(c.Prepare(
+      "prepare release", kRelease,
+      "SELECT idem.outbox_release($1, $2::bigint[], $3::integer[], $4)::bigint"));
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare stats", kStats,
+                                 "SELECT lag_seconds, pending, parked FROM idem.outbox_stats()"));
+  auto listened = c.Exec("listen", "LISTEN idem_outbox");
+  if (!listened.ok()) return listened.status();
+  return db;
+}
+
+Result<std::vector<ClaimedRow>> OutboxDb::Claim(const std::string& relay, int limit,
+                                                std::chrono::milliseconds lease) {
+  PgParams params;
+  params.Text(relay).Int(limit).Int(lease.count());
+  auto result = conn_->ExecPrepared("outbox claim", kClaim, params);
+  if (!result.ok()) return result.status();
+  const PGresult* r = result->get();
+  std::vector<ClaimedRow> rows(PQntuples(r));
+  for (int i = 0; i < PQntuples(r); ++i) {
+    ClaimedRow& row = rows[i];
+    auto id = ColumnInt(r, i, 0);
+    auto day = ColumnInt(r, i, 1);
+    auto age = ColumnInt(r, i, 6);
+    auto attempts = ColumnInt(r, i, 7);
+    if (!id.ok() || !day.ok() || !age.ok() || !attempts.ok()) {
+      return DataLossError("outbox claim: a row's id, day or attempt columns are unreadable");
+    }
+    row.id = *id;
+    row.day = static_cast<int32_t>(*day);
+    row.event_id = std::string(ColumnBytes(r, i, 2));
+    row.subject = std::string(ColumnBytes(r, i, 3));
+    row.payload = std::string(ColumnBytes(r, i, 4));
+    auto headers = DecodeHeaders(ColumnBytes(r, i, 5));
+    if (!headers.ok()) return headers.status().WithContext("event " + row.event_id);
+    row.headers = std::move(*headers);
+    row.first_attempt_age_ms = *age;
+    row.attempts = static_cast<int32_t>(*attempts);
+  }
+  return rows;
+}
+
+Result<int64_t> OutboxDb::MarkPublished(const std::vector<PublishedRow>& rows) {
+  PgParams params;
+  params.Text(ArrayLiteral(rows, [](const PublishedRow& r) { return std::to_string(r.id); }))
+      .Text(ArrayLiteral(rows, [](const PublishedRow& r) { return std::to_string(r.day); }))
+      .Text(ArrayLiteral(rows, [](const PublishedRow& r) { return std::to_string(r.stream_seq); }))
+      .Text(ArrayLiteral(rows, [](const PublishedRow& r) {
+        return std::string(r.duplicate ? "t" : "f");
+      }));
+  auto result = conn_->ExecPrepared("outbox mark published", kMark, params);
+  if (!result.ok()) return result.status();
+  return ColumnInt(result->get(), 0, 0);
+}
+
+Status OutboxDb::Park(const ClaimedRow& row, const std::string& reason) {
+  PgParams params;
+  params.Int(row.id).Int(row.day).Text(reason);
+  auto result = conn_->ExecPrepared("outbox park", kPark, params);
+  return result.ok() ? Status::Ok() : result.status().WithContext("event " + row.event_id);
+}
+
+Status OutboxDb::Release(const std::string& relay, const std::vector<const ClaimedRow*>& rows,
+                         const std::string& error) {
+  PgParams params;
+  params.Text(relay)
+      .Text(ArrayLiteral(rows, [](const ClaimedRow* r) { return std::to_string(r->id); }))
+      .Text(ArrayLiteral(rows, [](const ClaimedRow* r) { return std::to_string(r->day); }))
+      .Text(error);
+  auto result = conn_->ExecPrepared("outbox release", kRelease, params);
+  return result.ok() ? Status::Ok() : result.status();
+}
+
+Result<OutboxStats> OutboxDb::Stats() {
+  auto result = conn_->ExecPrepared("outbox stats", kStats, PgParams());
+  if (!result.ok()) return result.status();
+  const PGresult* r = result->get();
+  if (PQntuples(r) != 1) return DataLossError("outbox stats: no row");
+  OutboxStats stats;
+  stats.lag_seconds = ColumnDouble(r, 0, 0);
+  auto pending = ColumnInt(r, 0, 1);
+  auto parked = ColumnInt(r, 0, 2);
+  if (!pending.ok() || !parked.ok()) return DataLossError("outbox stats: unreadable counts");
+  stats.pending = *pending;
+  stats.parked = *parked;
+  return stats;
+}
+
+Result<int64_t> OutboxDb::Sweep(int keep_days) {
+  auto result = conn_->Exec("outbox sweep", "SELECT idem.outbox_sweep(" +
+                                                std::to_string(keep_days) + ", 2)");
+  if (!result.ok()) return result.status();
+  return std::atoll(PQgetvalue(result->get(), 0, 0));
+}
+
+bool OutboxDb::DrainNotifies() {
+  bool any = false;
+  while (PGnotify* n = PQnotifies(conn_->raw())) {
+    any = true;
+    PQfreemem(n);
+  }
+  return any;
+}
+
+Result<bool> OutboxDb::WaitForNotify(std::chrono::milliseconds timeout) {
+  PGconn* raw = conn_->raw();
+  if (PQconsumeInput(raw) == 0) {
+    return UnavailableError(std::string("postgresql listen: ") + PQerrorMessage(raw));
+  }
+  if (DrainNotifies()) return true;
+  pollfd p{PQsocket(raw), POLLIN, 0};
+  const int n = poll(&p, 1, static_cast<int>(timeout.count()));
+  if (n < 0 && errno != EINTR) {
+    return UnavailableError(std::string("postgresql listen: poll: ") + std::strerror(errno));
+  }
+  if (n <= 0) return false;
+  if (PQconsumeInput(raw) == 0 || PQstatus(raw) != CONNECTION_OK) {
+    return UnavailableError(std::string("postgresql listen: ") + PQerrorMessage(raw));
+  }
+  return DrainNotifies();
+}
+
+}  // namespace idem::outbox

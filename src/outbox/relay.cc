@@ -1,0 +1,433 @@
+#include "outbox/relay.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "outbox/outbox_db.h"
+#include "outbox/subject_match.h"
+
+namespace idem::outbox {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr auto kStatsEvery = std::chrono::seconds(1);
+constexpr auto kStreamEvery = std::chrono::seconds(30);
+constexpr auto kSweepEvery = std::chrono::hours(1);
+constexpr milliseconds kSlice{100};
+constexpr int kMaxLoggedPerBatch = 10;
+
+// Log lines stay one line: libpq's messages carry newlines and tabs.
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\t' || c == '\r') c = ' ';
+  }
+  std::string out;
+  for (char c : text) {
+    if (!(c == ' ' && !out.empty() && out.back() == ' ')) out += c;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+// The test-only crash point: IDEM_RELAY_TEST_CRASH_POINT=after_publish makes the relay kill
+// itself with SIGKILL after a batch's PubAcks arrive and before it marks the rows, so the
+// tests can reproduce "published, never marked" without timing luck.
+bool CrashAfterPublish() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("IDEM_RELAY_TEST_CRASH_POINT");
+    return v != nullptr && std::string_view(v) == "after_publish";
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+struct Relay::Conn {
+  std::unique_ptr<OutboxDb> db;
+  std::unique_ptr<OutboxDb> mark_db;  // used only by the marking task
+  std::unique_ptr<JetStreamPublisher> nats;
+  std::optional<StreamFacts> facts;
+  SteadyClock::time_point stream_read{};
+  SteadyClock::time_point stats_read{};
+  std::optional<SteadyClock::time_point> swept;
+  bool logged_nats_down = false;
+  bool pg_connected_before = false;
+};
+
+Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::make_unique<Conn>()) {
+  if (options_.relay_id.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    options_.relay_id = std::string(host) + ":" + std::to_string(getpid());
+  }
+}
+
+Relay::~Relay() = default;
+
+std::string Relay::NotReadyReason() const {
+  std::string reason;
+  if (!metrics_.postgres_up.load()) reason += "postgresql unreachable";
+  if (!metrics_.nats_up.load()) reason += std::string(reason.empty() ? "" : "; ") + "nats unreachable";
+  return reason;
+}
+
+void Relay::SleepFor(milliseconds d) {
+  const auto until = SteadyClock::now() + d;
+  while (!stop_.load() && SteadyClock::now() < until) {
+    std::this_thread::sleep_for(std::min<milliseconds>(
+        kSlice, std::chrono::duration_cast<milliseconds>(until - SteadyClock::now()) + milliseconds(1)));
+  }
+}
+
+void Relay::Backoff(const std::string& what, const Status& status) {
+  backoff_ = std::clamp<milliseconds>(backoff_ * 2, milliseconds(100), options_.max_backoff);
+  spdlog::warn("relay: {} failed: {}; retrying in {} ms", what, OneLine(status.ToString()),
+               backoff_.count());
+  SleepFor(backoff_);
+}
+
+Status Relay::Connect() {
+  Conn& c = *conn_;
+  if (c.db == nullptr || !c.db->healthy()) {
+    c.db.reset();
+    metrics_.postgres_up.store(false);
+    auto db = OutboxDb::Open(options_.db_url);
+    if (!db.ok()) {
+      metrics_.postgres_errors.fetch_add(1);
+      return db.status();
+    }
+    c.db = std::move(*db);
+    metrics_.postgres_up.store(true);
+    spdlog::info("relay: {} postgresql {}; listening for enqueues",
+                 c.pg_connected_before ? "reconnected to" : "connected to", c.db->display());
+    c.pg_connected_before = true;
+  }
+  if (c.nats == nullptr) {
+    auto nats = JetStreamPublisher::Connect(options_.nats_url, options_.ack_timeout);
+    if (!nats.ok()) return nats.status();
+    c.nats = std::move(*nats);
+    spdlog::info("relay: connected to nats {}", options_.nats_url);
+  }
+  if (!c.facts) {
+    auto facts = options_.create_stream ? c.nats->EnsureStream(*options_.create_stream)
+                                        : c.nats->ReadStream(options_.stream);
+    if (!facts.ok()) return facts.status();
+    c.facts = std::move(*facts);
+    c.stream_read = SteadyClock::now();
+    metrics_.duplicate_window_seconds.store(c.facts->duplicate_window.count() / 1000.0);
+    spdlog::info("relay: stream {} (subjects {}), duplicate window {} ms, max message {} bytes",
+                 c.facts->name, Join(c.facts->subjects), c.facts->duplicate_window.count(),
+                 c.facts->max_msg_size > 0 ? std::min(c.facts->max_msg_size, c.facts->max_payload)
+                                           : c.facts->max_payload);
+    if (c.facts->duplicate_window.count() > 0 && options_.claim_lease >= c.facts->duplicate_window) {
+      spdlog::warn("relay: the claim lease ({} ms) is not below stream {}'s duplicate window "
+                   "({} ms): a crashed relay's rows will go out again after the broker forgot "
+                   "them; lower --claim-lease", options_.claim_lease.count(), c.facts->name,
+                   c.facts->duplicate_window.count());
+    }
+    if (c.facts->duplicate_window.count() == 0) {
+      spdlog::warn("relay: stream {} has no duplicate window: the broker will not drop a "
+                   "republished event; only consumers' inboxes will", c.facts->name);
+    }
+  }
+  return Status::Ok();
+}
+
+void Relay::RefreshPeriodic() {
+  Conn& c = *conn_;
+  const auto now = SteadyClock::now();
+  if (now - c.stats_read >= kStatsEvery) {
+    c.stats_read = now;
+    auto stats = c.db->Stats();
+    if (stats.ok()) {
+      metrics_.lag_seconds.store(stats->lag_seconds);
+      metrics_.pending_rows.store(stats->pending);
+      metrics_.parked_rows.store(stats->parked);
+    }
+  }
+  if (now - c.stream_read >= kStreamEvery) {
+    c.stream_read = now;
+    auto facts = c.nats->ReadStream(c.facts->name);
+    if (facts.ok()) {
+      if (facts->duplicate_window != c.facts->duplicate_window) {
+        spdlog::info("relay: stream {} duplicate window is now {} ms", facts->name,
+                     facts->duplicate_window.count());
+      }
+      c.facts = std::move(*facts);
+      metrics_.duplicate_window_seconds.store(c.facts->duplicate_window.count() / 1000.0);
+    } else {
+      spdlog::warn("relay: re-reading stream {}: {}", c.facts->name, facts.status().ToString());
+    }
+  }
+  if (options_.retention_days > 0 && (!c.swept || now - *c.swept >= kSweepEvery)) {
+    c.swept = now;
+    auto dropped = c.db->Sweep(options_.retention_days);
+    if (dropped.ok()) {
+      if (*dropped > 0) {
+        spdlog::info("relay: retention dropped {} outbox day partition(s) older than {} days",
+                     *dropped, options_.retention_days);
+      }
+    } else {
+      spdlog::warn("relay: outbox retention sweep: {}", dropped.status().ToString());
+    }
+  }
+}
+
+void Relay::GiveBackPrefetched(const std::string& why) {
+  if (!prefetched_ || !prefetched_->ok() || (*prefetched_)->empty()) {
+    prefetched_.reset();
+    return;
+  }
+  std::vector<const ClaimedRow*> rows;
+  for (const ClaimedRow& row : **prefetched_) rows.push_back(&row);
+  auto released = conn_->db->Release(options_.relay_id, rows, why);
+  if (!released.ok()) {
+    spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", rows.size(),
+                 OneLine(released.ToString()));
+  }
+  prefetched_.reset();
+}
+
+bool Relay::PublishOneBatch() {
+  Conn& c = *conn_;
+  Result<std::vector<ClaimedRow>> claimed =
+      prefetched_ ? std::move(*prefetched_)
+                  : c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+  prefetched_.reset();
+  if (!claimed.ok()) {
+    metrics_.postgres_errors.fetch_add(1);
+    metrics_.postgres_up.store(c.db->healthy());
+    Backoff("claiming outbox rows", claimed.status());
+    return false;
+  }
+  metrics_.postgres_up.store(true);
+  std::vector<ClaimedRow>& rows = *claimed;
+  if (rows.empty()) return false;
+  metrics_.ObserveBatch(rows.size());
+  const StreamFacts& facts = *c.facts;
+  const int64_t limit =
+      facts.max_msg_size > 0 ? std::min(facts.max_msg_size, facts.max_payload) : facts.max_payload;
+
+  std::vector<OutMessage> messages;
+  std::vector<const ClaimedRow*> sent;
+  messages.reserve(rows.size());
+  int beyond_logged = 0;
+  for (const ClaimedRow& row : rows) {
+    if (row.attempts > 1) metrics_.reclaimed.fetch_add(1);
+    OutMessage m{row.event_id, row.subject, row.payload, row.headers};
+    std::string park;
+    ParkReason reason = ParkReason::kRejected;
+    if (!AnySubjectMatches(facts.subjects, row.subject)) {
+      reason = ParkReason::kSubjectNotCovered;
+      park = "subject '" + row.subject + "' is not covered by stream " + facts.name +
+             " (subjects " + Join(facts.subjects) + ")";
+    } else if (const int64_t size = EncodedSize(m); limit > 0 && size > limit) {
+      reason = ParkReason::kTooLarge;
+      park = "message of " + std::to_string(size) + " bytes exceeds the largest stream " +
+             facts.name + " accepts (" + std::to_string(limit) + " bytes)";
+    }
+    if (!park.empty()) {
+      metrics_.CountParked(reason);
+      spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, park);
+      auto parked = c.db->Park(row, park);
+      if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
+      continue;
+    }
+    if (row.attempts > 1 && facts.duplicate_window.count() > 0 &&
+        row.first_attempt_age_ms > facts.duplicate_window.count()) {
+      metrics_.beyond_window.fetch_add(1);
+      if (beyond_logged++ < kMaxLoggedPerBatch) {
+        spdlog::warn("relay: event {} is published again {} ms after its first attempt, beyond "
+                     "stream {}'s duplicate window of {} ms: the broker cannot drop a copy it "
+                     "may already hold; consumers' inboxes must",
+                     row.event_id, row.first_attempt_age_ms, facts.name,
+                     facts.duplicate_window.count());
+      }
+    }
+    messages.push_back(std::move(m));
+    sent.push_back(&row);
+  }
+  if (beyond_logged > kMaxLoggedPerBatch) {
+    spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
+  }
+  if (messages.empty()) return rows.size() == static_cast<size_t>(options_.batch);
+
+  // A full batch suggests more are waiting: claim the next one on the main connection while
+  // this one is published (joined below, before the connection is used again). Claiming ahead
+  // cannot break a key's order: the next claim skips every later event of a key this batch
+  // still holds.
+  std::future<Result<std::vector<ClaimedRow>>> prefetch;
+  if (rows.size() == static_cast<size_t>(options_.batch) && !stop_.load()) {
+    prefetch = std::async(std::launch::async, [&c, this] {
+      return c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+    });
+  }
+  const std::vector<PublishResult> results = c.nats->PublishBatch(messages, options_.max_pending);
+  if (prefetch.valid()) prefetched_ = prefetch.get();
+
+  std::vector<PublishedRow> acked;
+  std::vector<const ClaimedRow*> failed;
+  std::string first_error;
+  uint64_t duplicates = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const PublishResult& r = results[i];
+    const ClaimedRow& row = *sent[i];
+    switch (r.kind) {
+      case PublishResult::Kind::kAcked:
+        acked.push_back({row.id, row.day, r.stream_seq, r.duplicate});
+        if (r.duplicate) ++duplicates;
+        break;
+      case PublishResult::Kind::kRejected: {
+        metrics_.CountParked(ParkReason::kRejected);
+        const std::string why = "rejected by stream " + facts.name + ": " + r.error;
+        spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, why);
+        auto parked = c.db->Park(row, why);
+        if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
+        break;
+      }
+      case PublishResult::Kind::kFailed:
+        failed.push_back(&row);
+        if (first_error.empty()) first_error = r.error;
+        break;
+    }
+  }
+  if (CrashAfterPublish() && !acked.empty()) {
+    spdlog::warn("relay: test crash point after_publish: SIGKILL with {} rows published, unmarked",
+                 acked.size());
+    spdlog::default_logger()->flush();
+    raise(SIGKILL);
+  }
+  if (!acked.empty()) MarkInBackground(std::move(acked), duplicates);
+  if (!failed.empty()) {
+    GiveBackPrefetched("not published: an earlier batch failed");
+    metrics_.publish_errors.fetch_add(failed.size());
+    auto released = c.db->Release(options_.relay_id, failed, first_error);
+    if (!released.ok()) {
+      spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", failed.size(),
+                   released.ToString());
+    }
+    Backoff("publishing " + std::to_string(failed.size()) + " of " +
+                std::to_string(messages.size()) + " events",
+            UnavailableError(first_error));
+    return false;
+  }
+  backoff_ = milliseconds(0);
+  return prefetched_.has_value() || rows.size() == static_cast<size_t>(options_.batch);
+}
+
+// Marks run on their own connection while the loop claims and publishes the next batch: the
+// mark is off the critical path. At most one mark is in flight; rows stay claimed (and a later
+// event of their ordering key stays blocked) until it lands, so order and safety are as if it
+// were inline. A mark that fails leaves the rows to be republished after the claim lease.
+void Relay::MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates) {
+  FinishMarking();
+  marking_ = std::async(std::launch::async, [this, acked = std::move(acked), duplicates] {
+    Conn& c = *conn_;
+    if (c.mark_db == nullptr || !c.mark_db->healthy()) {
+      c.mark_db.reset();
+      auto db = OutboxDb::Open(options_.db_url);
+      if (!db.ok()) {
+        MarkFailed(acked.size(), db.status());
+        return;
+      }
+      c.mark_db = std::move(*db);
+    }
+    auto marked = c.mark_db->MarkPublished(acked);
+    if (!marked.ok()) {
+      MarkFailed(acked.size(), marked.status());
+      return;
+    }
+    metrics_.published.fetch_add(acked.size());
+    metrics_.duplicates.fetch_add(duplicates);
+  });
+}
+
+void Relay::MarkFailed(size_t rows, const Status& status) {
+  // Published but not marked: the claims lapse after the lease and the rows go out again;
+  // within the duplicate window the stream drops the copies (PubAck duplicate: true).
+  metrics_.postgres_errors.fetch_add(1);
+  metrics_.postgres_up.store(false);
+  spdlog::warn("relay: {} events published but not marked ({}); they will be republished "
+               "after the claim lease, as duplicates the stream drops",
+               rows, OneLine(status.ToString()));
+}
+
+void Relay::FinishMarking() {
+  if (marking_.valid()) marking_.get();
+}
+
+Status Relay::Run() {
+  spdlog::info("relay {}: batch {}, max pending {}, claim lease {} ms, poll {} ms",
+               options_.relay_id, options_.batch, options_.max_pending, options_.claim_lease.count(),
+               options_.poll_interval.count());
+  while (!stop_.load()) {
+    Status connected = Connect();
+    if (!connected.ok()) {
+      const StatusCode code = connected.code();
+      if (code == StatusCode::kInvalidArgument || code == StatusCode::kNotFound ||
+          code == StatusCode::kFailedPrecondition) {
+        FinishMarking();
+        return connected;
+      }
+      metrics_.postgres_up.store(conn_->db != nullptr && conn_->db->healthy());
+      metrics_.nats_up.store(conn_->nats != nullptr && conn_->nats->connected());
+      Backoff("connecting", connected);
+      continue;
+    }
+    const bool nats_up = conn_->nats->connected();
+    metrics_.nats_up.store(nats_up);
+    if (!nats_up) {
+      GiveBackPrefetched("not published: nats disconnected");
+      if (!conn_->logged_nats_down) {
+        spdlog::warn("relay: nats {} disconnected; waiting for the reconnect (the outbox keeps "
+                     "the backlog)", options_.nats_url);
+        conn_->logged_nats_down = true;
+      }
+      SleepFor(milliseconds(250));
+      continue;
+    }
+    if (conn_->logged_nats_down) {
+      spdlog::info("relay: nats {} reconnected", options_.nats_url);
+      conn_->logged_nats_down = false;
+    }
+    RefreshPeriodic();
+    if (PublishOneBatch() || stop_.load()) continue;
+    if (!conn_->db->healthy()) continue;
+    // Caught up: wait for an enqueue notification, or the poll interval.
+    const auto until = SteadyClock::now() + options_.poll_interval;
+    while (!stop_.load() && SteadyClock::now() < until) {
+      auto notified = conn_->db->WaitForNotify(kSlice);
+      if (!notified.ok()) {
+        metrics_.postgres_errors.fetch_add(1);
+        metrics_.postgres_up.store(false);
+        spdlog::warn("relay: {}", OneLine(notified.status().ToString()));
+        break;
+      }
+      if (*notified) break;
+      metrics_.nats_up.store(conn_->nats->connected());
+      RefreshPeriodic();
+    }
+  }
+  if (conn_->db != nullptr) GiveBackPrefetched("relay stopped");
+  FinishMarking();
+  spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {})",
+               options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),
+               metrics_.beyond_window.load());
+  return Status::Ok();
+}
+
+}  // namespace idem::outbox

@@ -1,0 +1,80 @@
+#include "outbox/relay_metrics.h"
+
+#include <fmt/format.h>
+
+namespace idem::outbox {
+namespace {
+
+void Write(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+           double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
+std::string_view ParkReasonLabel(ParkReason reason) {
+  static constexpr std::string_view kLabels[] = {"too_large", "subject_not_covered", "rejected"};
+  return kLabels[static_cast<size_t>(reason)];
+}
+
+void RelayMetrics::ObserveBatch(size_t rows) {
+  size_t i = 0;
+  while (i < kBatchBounds.size() && rows > kBatchBounds[i]) ++i;
+  batch_buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  batch_count_.fetch_add(1, std::memory_order_relaxed);
+  batch_sum_.fetch_add(rows, std::memory_order_relaxed);
+}
+
+std::string RelayMetrics::Render() const {
+  std::string out;
+  Write(out, "idem_relay_lag_seconds", "gauge", "Age of the oldest unpublished outbox row.",
+        lag_seconds.load());
+  Write(out, "idem_relay_pending_rows", "gauge", "Outbox rows waiting to be published.",
+        static_cast<double>(pending_rows.load()));
+  Write(out, "idem_relay_parked_rows", "gauge", "Outbox rows parked (not publishable as they are).",
+        static_cast<double>(parked_rows.load()));
+  Write(out, "idem_relay_published_total", "counter",
+        "Rows published and marked after the stream's PubAck.",
+        static_cast<double>(published.load()));
+  Write(out, "idem_relay_duplicates_total", "counter",
+        "PubAcks saying the stream already had the message (dropped as a duplicate).",
+        static_cast<double>(duplicates.load()));
+  Write(out, "idem_relay_beyond_window_total", "counter",
+        "Rows published again after the stream's duplicate window had passed since their first "
+        "attempt (the broker can no longer drop the copy; the consumer's inbox must).",
+        static_cast<double>(beyond_window.load()));
+  Write(out, "idem_relay_publish_errors_total", "counter",
+        "Publishes that failed for a transient reason (retried).",
+        static_cast<double>(publish_errors.load()));
+  Write(out, "idem_relay_postgres_errors_total", "counter", "Failed outbox calls to PostgreSQL.",
+        static_cast<double>(postgres_errors.load()));
+  Write(out, "idem_relay_reclaimed_total", "counter",
+        "Rows claimed again after an earlier claim was given back or lapsed.",
+        static_cast<double>(reclaimed.load()));
+  out += "# HELP idem_relay_parked_total Rows parked, by reason.\n";
+  out += "# TYPE idem_relay_parked_total counter\n";
+  for (size_t i = 0; i < parked_.size(); ++i) {
+    out += fmt::format("idem_relay_parked_total{{reason=\"{}\"}} {}\n",
+                       ParkReasonLabel(static_cast<ParkReason>(i)), parked_[i].load());
+  }
+  Write(out, "idem_relay_duplicate_window_seconds", "gauge",
+        "The stream's duplicate window, as the relay last read it.",
+        duplicate_window_seconds.load());
+  Write(out, "idem_relay_postgres_up", "gauge", "1 when PostgreSQL answered the last call.",
+        postgres_up.load() ? 1 : 0);
+  Write(out, "idem_relay_nats_up", "gauge", "1 while connected to NATS.", nats_up.load() ? 1 : 0);
+  out += "# HELP idem_relay_batch_rows Rows per claimed batch.\n";
+  out += "# TYPE idem_relay_batch_rows histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kBatchBounds.size(); ++i) {
+    cumulative += batch_buckets_[i].load();
+    out += fmt::format("idem_relay_batch_rows_bucket{{le=\"{}\"}} {}\n", kBatchBounds[i], cumulative);
+  }
+  cumulative += batch_buckets_[kBatchBounds.size()].load();
+  out += fmt::format("idem_relay_batch_rows_bucket{{le=\"+Inf\"}} {}\n", cumulative);
+  out += fmt::format("idem_relay_batch_rows_sum {}\nidem_relay_batch_rows_count {}\n",
+                     batch_sum_.load(), batch_count_.load());
+  return out;
+}
+
+}  // namespace idem::outbox

@@ -1,0 +1,51 @@
+// The relay's Prometheus metrics (text format written by hand, as the gateway's).
+//
+// Thread safety: all methods may be called from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace idem::outbox {
+
+// Why a row was parked; the `reason` label.
+enum class ParkReason { kTooLarge, kSubjectNotCovered, kRejected, kCount };
+std::string_view ParkReasonLabel(ParkReason reason);
+
+class RelayMetrics {
+ public:
+  std::atomic<uint64_t> published{0};        // rows marked published after a PubAck
+  std::atomic<uint64_t> duplicates{0};       // PubAcks with duplicate: true
+  std::atomic<uint64_t> beyond_window{0};    // republished after the dedup window had passed
+  std::atomic<uint64_t> publish_errors{0};   // publishes that failed for a transient reason
+  std::atomic<uint64_t> postgres_errors{0};  // failed outbox calls (claim, mark, ...)
+  std::atomic<uint64_t> reclaimed{0};        // rows claimed again (an earlier claim lapsed)
+  std::atomic<double> lag_seconds{0};        // age of the oldest pending row
+  std::atomic<int64_t> pending_rows{0};
+  std::atomic<int64_t> parked_rows{0};
+  std::atomic<double> duplicate_window_seconds{0};
+  std::atomic<bool> postgres_up{false};
+  std::atomic<bool> nats_up{false};
+
+  void CountParked(ParkReason reason) {
+    parked_[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t parked(ParkReason reason) const {
+    return parked_[static_cast<size_t>(reason)].load(std::memory_order_relaxed);
+  }
+  void ObserveBatch(size_t rows);
+
+  std::string Render() const;
+
+ private:
+  static constexpr std::array<size_t, 10> kBatchBounds = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(ParkReason::kCount)> parked_{};
+  std::array<std::atomic<uint64_t>, kBatchBounds.size() + 1> batch_buckets_{};
+  std::atomic<uint64_t> batch_count_{0};
+  std::atomic<uint64_t> batch_sum_{0};
+};
+
+}  // namespace idem::outbox

@@ -1,0 +1,272 @@
+// The outbox in PostgreSQL: idem.outbox_enqueue / idem::outbox::Enqueue in the caller's
+// transaction, the claim's ordering-key rule, retention by day partitions; and the relay's
+// subject matching. Against a real PostgreSQL started by the fixture.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "idem/outbox.h"
+#include "outbox/emit_test_util.h"
+#include "outbox/subject_match.h"
+#include "store/postgres/postgres_store.h"
+
+namespace idem {
+namespace {
+
+using testing::ConnectPg;
+using testing::Exec;
+using testing::PgConn;
+using testing::SharedPostgresServer;
+
+class OutboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(server().error(), "");
+    database_ = server().CreateDatabase();
+    auto migrated = MigratePostgresSchema(server().Url(database_));
+    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
+  }
+  static testing::PostgresServer& server() { return SharedPostgresServer(); }
+  PgConn Connect() { return ConnectPg(server(), database_); }
+  std::string Query(const std::string& sql) { return server().Query(database_, sql); }
+
+  std::string database_;
+};
+
+outbox::Event MakeEvent(const std::string& id, std::optional<std::string> key = std::nullopt) {
+  return {id, "orders.created", std::string("payload\0bytes", 13), {{"Content-Type", "application/json"}},
+          std::move(key)};
+}
+
+TEST_F(OutboxTest, EnqueueIsIdempotentByEventIdAndKeepsTheRow) {
+  PgConn conn = Connect();
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  auto first = outbox::Enqueue(conn.get(), MakeEvent("evt-1"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(*first);
+  auto again = outbox::Enqueue(conn.get(), MakeEvent("evt-1"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again);
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+  // A later re-run of the producer, in another transaction, finds it too.
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  auto rerun = outbox::Enqueue(conn.get(), MakeEvent("evt-1"));
+  ASSERT_TRUE(rerun.ok());
+  EXPECT_FALSE(*rerun);
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "1");
+  EXPECT_EQ(Query("SELECT length(payload) || ' ' || headers::text || ' ' || state FROM idem.outbox"),
+            "13 {\"Content-Type\": \"application/json\"} 0");
+  // The SQL function from any language, with named arguments and defaults.
+  EXPECT_EQ(Query("BEGIN; SELECT idem.outbox_enqueue(event_id => 'evt-2', subject => 'a.b', "
+                  "payload => 'x'); COMMIT"),
+            "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE event_id = 'evt-2'"), "1");
+}
+
+// A batch job may enqueue many events in one transaction: event-id uniqueness takes row
+// locks, not one lock-table entry per event.
+TEST_F(OutboxTest, OneTransactionEnqueuesTwentyThousandEvents) {
+  EXPECT_EQ(Query("BEGIN; SELECT count(*) FILTER (WHERE idem.outbox_enqueue('bulk-' || g, "
+                  "'orders.created', 'x')) FROM generate_series(1, 20000) g; COMMIT"),
+            "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "20000");
+}
+
+TEST_F(OutboxTest, RollbackLeavesNothing) {
+  PgConn conn = Connect();
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  auto queued = outbox::Enqueue(conn.get(), MakeEvent("evt-rolled-back"));
+  ASSERT_TRUE(queued.ok() && *queued);
+  ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "0");
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  auto again = outbox::Enqueue(conn.get(), MakeEvent("evt-rolled-back"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again) << "after a rollback the event id is free again";
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+}
+
+// Two connections enqueue the same event id at once: the second waits for the first's
+// transaction, then answers false after a COMMIT, or records it itself after a ROLLBACK.
+TEST_F(OutboxTest, ConcurrentDuplicateWaitsForTheFirstTransaction) {
+  for (const bool commit_first : {true, false}) {
+    SCOPED_TRACE(commit_first ? "first commits" : "first rolls back");
+    const std::string id = commit_first ? "race-commit" : "race-rollback";
+    PgConn a = Connect();
+    PgConn b = Connect();
+    ASSERT_EQ(Exec(a.get(), "BEGIN"), "");
+    auto first = outbox::Enqueue(a.get(), MakeEvent(id));
+    ASSERT_TRUE(first.ok() && *first);
+    auto second = std::async(std::launch::async, [&] {
+      EXPECT_EQ(Exec(b.get(), "BEGIN"), "");
+      auto r = outbox::Enqueue(b.get(), MakeEvent(id));
+      EXPECT_EQ(Exec(b.get(), "COMMIT"), "");
+      return r;
+    });
+    EXPECT_EQ(second.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+        << "the duplicate must wait for the first transaction";
+    ASSERT_EQ(Exec(a.get(), commit_first ? "COMMIT" : "ROLLBACK"), "");
+    auto r = second.get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, !commit_first);
+    EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE event_id = '" + id + "'"), "1");
+  }
+}
+
+// Many threads race to enqueue the same ids: each id is recorded exactly once.
+TEST_F(OutboxTest, RacingEnqueuesRecordEachIdOnce) {
+  constexpr int kThreads = 8;
+  constexpr int kIds = 50;
+  std::atomic<int> recorded{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      PgConn conn = Connect();
+      for (int i = 0; i < kIds; ++i) {
+        EXPECT_EQ(Exec(conn.get(), "BEGIN"), "");
+        auto r = outbox::Enqueue(conn.get(), MakeEvent("id-" + std::to_string(i), "key-" + std::to_string(i % 3)));
+        EXPECT_TRUE(r.ok()) << r.status().ToString();
+        if (r.ok() && *r) recorded.fetch_add(1);
+        EXPECT_EQ(Exec(conn.get(), "COMMIT"), "");
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(recorded.load(), kIds);
+  EXPECT_EQ(Query("SELECT count(DISTINCT event_id) || ' ' || count(*) FROM idem.outbox"), "50 50");
+}
+
+TEST_F(OutboxTest, BadInputAndWrongTransactionStateAreClearErrors) {
+  PgConn conn = Connect();
+  auto outside = outbox::Enqueue(conn.get(), MakeEvent("evt"));
+  EXPECT_EQ(outside.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(outbox::Enqueue(nullptr, MakeEvent("evt")).status().code(), StatusCode::kInvalidArgument);
+
+  struct Case {
+    outbox::Event event;
+    std::string message;
+  } cases[] = {
+      {{"", "orders.created", "x", {}, {}}, "event_id"},
+      {{std::string(256, 'a'), "orders.created", "x", {}, {}}, "event_id"},
+      {{"e", "orders created", "x", {}, {}}, "NATS subject"},
+      {{"e", "orders.*", "x", {}, {}}, "NATS subject"},
+      {{"e", "orders..x", "x", {}, {}}, "NATS subject"},
+      {{"e", "orders.x", "x", {{"Bad: name", "v"}}, {}}, "header"},
+      {{"e", "orders.x", "x", {{"Nats-Expected-Stream", "X"}}, {}}, "not Nats-*"},
+      {{"e", "orders.x", "x", {{"X-Multi", "a\r\nInjected: b"}}, {}}, "line breaks"},
+  };
+  for (const auto& c : cases) {
+    ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+    auto r = outbox::Enqueue(conn.get(), c.event);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status().ToString();
+    ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
+  }
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_ids"), "0");
+}
+
+// Above READ COMMITTED a concurrent duplicate is a serialization failure (the caller retries
+// its transaction and then gets false), never a second row.
+TEST_F(OutboxTest, SerializableDuplicateIsASerializationFailureNotASecondRow) {
+  PgConn a = Connect();
+  PgConn b = Connect();
+  ASSERT_EQ(Exec(a.get(), "BEGIN ISOLATION LEVEL SERIALIZABLE"), "");
+  ASSERT_EQ(Exec(b.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
+  ASSERT_EQ(Exec(b.get(), "SELECT 1"), "1");  // b's snapshot predates a's commit
+  auto first = outbox::Enqueue(a.get(), MakeEvent("ser"));
+  ASSERT_TRUE(first.ok() && *first) << first.status().ToString();
+  ASSERT_EQ(Exec(a.get(), "COMMIT"), "");
+  auto second = outbox::Enqueue(b.get(), MakeEvent("ser"));
+  // 40001 maps to kUnavailable ("retry"), as every driver error of class 40 does.
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("40001"), std::string::npos) << second.status().ToString();
+  ASSERT_EQ(Exec(b.get(), "ROLLBACK"), "");
+  ASSERT_EQ(Exec(b.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
+  auto retried = outbox::Enqueue(b.get(), MakeEvent("ser"));
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_FALSE(*retried);
+  ASSERT_EQ(Exec(b.get(), "COMMIT"), "");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox"), "1");
+}
+
+// The claim's ordering-key rule: a relay never takes an event while an earlier pending event
+// of its key is held by another relay; events without a key are taken freely.
+TEST_F(OutboxTest, ClaimKeepsAKeyWithOneRelayAndInOrder) {
+  PgConn conn = Connect();
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  for (const auto& [id, key] : std::vector<std::pair<std::string, std::optional<std::string>>>{
+           {"k1-a", "k1"}, {"k1-b", "k1"}, {"free-1", std::nullopt}, {"k1-c", "k1"}, {"k2-a", "k2"}}) {
+    ASSERT_TRUE(outbox::Enqueue(conn.get(), MakeEvent(id, key)).ok());
+  }
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+  auto claim = [&](const std::string& relay, int limit) {
+    return Query("SELECT coalesce(string_agg(event_id, ',' ORDER BY id), '') FROM "
+                 "idem.outbox_claim('" + relay + "', " + std::to_string(limit) + ", 60000)");
+  };
+  EXPECT_EQ(claim("r1", 1), "k1-a");
+  // r2 skips k1-b and k1-c (k1-a, earlier, is r1's) but takes the rest.
+  EXPECT_EQ(claim("r2", 10), "free-1,k2-a");
+  EXPECT_EQ(claim("r3", 10), "");
+  // Once k1-a is published, the rest of k1 is free, in order.
+  EXPECT_EQ(Query("SELECT idem.outbox_mark_published(ARRAY[id], ARRAY[day], ARRAY[7::bigint], "
+                  "ARRAY[false]) FROM idem.outbox WHERE event_id = 'k1-a'"),
+            "1");
+  EXPECT_EQ(claim("r3", 10), "k1-b,k1-c");
+  // A lapsed lease makes rows claimable again, first attempt kept.
+  EXPECT_EQ(Query("UPDATE idem.outbox SET claim_until = now() - interval '1 s' WHERE event_id = 'k2-a'"), "");
+  EXPECT_EQ(Query("SELECT event_id || ' ' || attempts FROM idem.outbox_claim('r4', 10, 60000)"),
+            "k2-a 2");
+  EXPECT_EQ(Query("SELECT state || ' ' || stream_seq FROM idem.outbox WHERE event_id = 'k1-a'"), "1 7");
+}
+
+// Retention drops whole day partitions past the horizon, but never one holding a pending or
+// parked row.
+TEST_F(OutboxTest, SweepDropsOldPublishedDaysOnly) {
+  auto old_row = [&](int days_ago, const std::string& id, int state) {
+    return Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() - " + std::to_string(days_ago) +
+                 "); INSERT INTO idem.outbox (day, event_id, subject, payload, enqueued_at, state) "
+                 "VALUES (idem.outbox_today() - " + std::to_string(days_ago) + ", '" + id +
+                 "', 'a.b', 'x', now(), " + std::to_string(state) + "); "
+                 "INSERT INTO idem.outbox_ids VALUES ('" + id + "', idem.outbox_today() - " +
+                 std::to_string(days_ago) + ")");
+  };
+  ASSERT_EQ(old_row(40, "old-published", 1), "");
+  ASSERT_EQ(old_row(35, "old-pending", 0), "");
+  ASSERT_EQ(old_row(33, "old-parked", 2), "");
+  ASSERT_EQ(old_row(10, "recent-published", 1), "");
+  EXPECT_EQ(Query("SELECT idem.outbox_sweep(30, 2)"), "1");
+  EXPECT_EQ(Query("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM idem.outbox"),
+            "old-parked,old-pending,recent-published");
+  EXPECT_EQ(Query("SELECT idem.outbox_sweep(5, 2)"), "1");
+  EXPECT_EQ(Query("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM idem.outbox"),
+            "old-parked,old-pending");
+  EXPECT_EQ(Query("SELECT string_agg(event_id, ',' ORDER BY event_id) FROM idem.outbox_ids"),
+            "old-parked,old-pending");
+  // Partitions for today and the next two days exist.
+  EXPECT_EQ(Query("SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass "
+                  "AND inhrelid::regclass::text >= 'idem.outbox_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"),
+            "3");
+}
+
+TEST(SubjectMatchTest, WildcardsAsNatsDefinesThem) {
+  using outbox::SubjectMatches;
+  EXPECT_TRUE(SubjectMatches("orders.>", "orders.created"));
+  EXPECT_TRUE(SubjectMatches("orders.>", "orders.eu.created"));
+  EXPECT_FALSE(SubjectMatches("orders.>", "orders"));
+  EXPECT_TRUE(SubjectMatches("orders.*", "orders.created"));
+  EXPECT_FALSE(SubjectMatches("orders.*", "orders.eu.created"));
+  EXPECT_TRUE(SubjectMatches("*.created", "orders.created"));
+  EXPECT_TRUE(SubjectMatches("orders.created", "orders.created"));
+  EXPECT_FALSE(SubjectMatches("orders.created", "orders.created.x"));
+  EXPECT_FALSE(SubjectMatches("orders.created", "orders"));
+  EXPECT_FALSE(SubjectMatches("payments.>", "orders.created"));
+  EXPECT_TRUE(SubjectMatches(">", "a.b.c"));
+  EXPECT_TRUE(outbox::AnySubjectMatches({"a.>", "b.*"}, "b.x"));
+  EXPECT_FALSE(outbox::AnySubjectMatches({}, "b.x"));
+}
+
+}  // namespace
+}  // namespace idem

@@ -1,0 +1,193 @@
+#include "relay_command.h"
+
+#include <nats/nats.h>
+#include <signal.h>
+
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "idem/gateway_options.h"
+#include "outbox/admin_server.h"
+#include "outbox/relay.h"
+
+namespace idem::cli {
+namespace {
+
+std::vector<std::string> SplitSubjects(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string s = text.substr(start, comma - start);
+    s.erase(0, s.find_first_not_of(' '));
+    s.erase(s.find_last_not_of(' ') + 1);
+    if (!s.empty()) out.push_back(s);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::function<int()> AddRelayCommand(CLI::App& app) {
+  struct Flags {
+    std::string db, nats, admin_listen, stream, create_stream, subjects;
+    std::string duplicate_window = "2m", claim_lease = "30s", ack_timeout = "5s",
+                poll_interval = "2s";
+    int batch = 256, max_pending = 256, retention_days = 30;
+    std::string relay_id;
+  };
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "relay",
+      "Publish the transactional outbox (idem.outbox_enqueue, written in the producer's own\n"
+      "transaction) to a NATS JetStream stream, with the event id as Nats-Msg-Id so the stream\n"
+      "drops a copy within its duplicate window. Rows are marked published only after the\n"
+      "stream's PubAck; a crash in between republishes them, as duplicates the stream drops.\n"
+      "Run as many relays as you like on one outbox: they claim rows with SKIP LOCKED and a\n"
+      "lease; events sharing an ordering key go out in enqueue order, one relay at a time.\n"
+      "PostgreSQL or NATS down: retried with backoff, nothing lost. SIGTERM: finishes the\n"
+      "batch in flight and exits 0. Rows the stream cannot take (subject not covered, too\n"
+      "large) are parked with the reason, counted, and kept (SELECT idem.outbox_unpark(id)).\n\n"
+      "Examples:\n"
+      "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
+      "             --stream ORDERS --admin-listen 127.0.0.1:9091\n"
+      "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
+      "             --create-stream ORDERS --subjects 'orders.>' --duplicate-window 10m\n\n"
+      "Exit codes: 0 after SIGTERM/SIGINT, 2 for bad flags, a missing stream or a schema\n"
+      "from a newer idem.");
+  cmd->add_option("--db", flags->db,
+                  "The outbox's database: postgresql://USER[:PASS]@HOST:PORT/DB[?options] (as the\n"
+                  "PostgreSQL store; the schema is created or upgraded on start)")
+      ->required();
+  cmd->add_option("--nats", flags->nats, "The NATS server: nats://HOST:PORT")->required();
+  cmd->add_option("--stream", flags->stream,
+                  "The JetStream stream the outbox's subjects belong to; it must exist (the relay\n"
+                  "reads its duplicate window, subjects and size limit from it)");
+  cmd->add_option("--create-stream", flags->create_stream,
+                  "Like --stream, but create the stream (file storage) when it does not exist");
+  cmd->add_option("--subjects", flags->subjects,
+                  "With --create-stream: the stream's subjects, comma-separated ('orders.>')");
+  cmd->add_option("--duplicate-window", flags->duplicate_window,
+                  "With --create-stream: how long the stream remembers a Nats-Msg-Id (a crashed\n"
+                  "relay's republish within it is dropped; beyond it, consumers' inboxes must\n"
+                  "drop it). 250ms, 30s, 10m, 1h...")
+      ->capture_default_str();
+  cmd->add_option("--admin-listen", flags->admin_listen,
+                  "HOST:PORT for /healthz, /readyz (PostgreSQL and NATS reachable) and /metrics\n"
+                  "(default: none; port 0: any free port, printed on start)");
+  cmd->add_option("--batch", flags->batch, "Rows claimed per batch (1 to 10000)")
+      ->capture_default_str();
+  cmd->add_option("--max-pending", flags->max_pending,
+                  "Publishes awaiting their PubAck at a time (1 to 100000)")
+      ->capture_default_str();
+  cmd->add_option("--claim-lease", flags->claim_lease,
+                  "How long a claim holds rows; a crashed relay's rows go out again after it.\n"
+                  "Keep it well below the duplicate window")
+      ->capture_default_str();
+  cmd->add_option("--ack-timeout", flags->ack_timeout, "How long to wait for one PubAck")
+      ->capture_default_str();
+  cmd->add_option("--poll-interval", flags->poll_interval,
+                  "Longest idle wait between looks at the outbox when no enqueue notification\n"
+                  "arrives (notifications wake the relay at once)")
+      ->capture_default_str();
+  cmd->add_option("--retention-days", flags->retention_days,
+                  "Days published rows are kept, so a late re-run of a producer still finds its\n"
+                  "event (day partitions dropped hourly; 0: never)")
+      ->capture_default_str();
+  cmd->add_option("--relay-id", flags->relay_id, "Name in claims and logs (default HOST:PID)");
+
+  return [flags]() -> int {
+    auto fail = [](const std::string& message) {
+      std::cerr << "idem relay: " << message << "\n";
+      return 2;
+    };
+    outbox::RelayOptions o;
+    o.db_url = flags->db;
+    o.nats_url = flags->nats;
+    o.relay_id = flags->relay_id;
+    if (!flags->stream.empty() && !flags->create_stream.empty() &&
+        flags->stream != flags->create_stream) {
+      return fail("--stream and --create-stream name different streams");
+    }
+    if (!flags->create_stream.empty()) {
+      outbox::StreamSpec spec;
+      spec.name = flags->create_stream;
+      spec.subjects = SplitSubjects(flags->subjects);
+      if (spec.subjects.empty()) return fail("--create-stream needs --subjects, e.g. 'orders.>'");
+      auto window = ParseDuration(flags->duplicate_window);
+      if (!window.ok()) return fail("--duplicate-window: " + window.status().message());
+      spec.duplicate_window = std::chrono::duration_cast<std::chrono::milliseconds>(*window);
+      o.stream = spec.name;
+      o.create_stream = std::move(spec);
+    } else if (!flags->stream.empty()) {
+      o.stream = flags->stream;
+      if (!flags->subjects.empty()) return fail("--subjects only goes with --create-stream");
+    } else {
+      return fail("name the stream: --stream NAME (existing) or --create-stream NAME --subjects ...");
+    }
+    for (auto [name, text, out] :
+         {std::tuple{"--claim-lease", &flags->claim_lease, &o.claim_lease},
+          std::tuple{"--ack-timeout", &flags->ack_timeout, &o.ack_timeout},
+          std::tuple{"--poll-interval", &flags->poll_interval, &o.poll_interval}}) {
+      auto d = ParseDuration(*text);
+      if (!d.ok()) return fail(std::string(name) + ": " + d.status().message());
+      *out = std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+      if (out->count() <= 0) return fail(std::string(name) + " must be positive");
+    }
+    if (flags->batch < 1 || flags->batch > 10000) return fail("--batch must be 1 to 10000");
+    if (flags->max_pending < 1 || flags->max_pending > 100000) {
+      return fail("--max-pending must be 1 to 100000");
+    }
+    if (flags->retention_days < 0) return fail("--retention-days must be 0 or more");
+    o.batch = flags->batch;
+    o.max_pending = flags->max_pending;
+    o.retention_days = flags->retention_days;
+    // SIGTERM and SIGINT go to one waiting thread (blocked before any other thread starts).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+    spdlog::flush_on(spdlog::level::info);
+    auto relay = std::make_shared<outbox::Relay>(o);
+
+    std::unique_ptr<outbox::AdminServer> admin;
+    if (!flags->admin_listen.empty()) {
+      auto started = outbox::AdminServer::Start(
+          flags->admin_listen,
+          {[relay] { return relay->NotReadyReason(); }, [relay] { return relay->metrics().Render(); }});
+      if (!started.ok()) return fail(started.status().ToString());
+      admin = std::move(*started);
+      spdlog::info("relay: admin on {}", admin->address());
+    }
+    std::thread waiter([relay, signals] {
+      int signal = 0;
+      sigwait(&signals, &signal);
+      if (signal == SIGTERM || signal == SIGINT) {
+        spdlog::info("relay: {} received; finishing the batch in flight",
+                     signal == SIGTERM ? "SIGTERM" : "SIGINT");
+        relay->RequestStop();
+      }
+    });
+    Status status = relay->Run();
+    if (!status.ok()) {
+      spdlog::error("relay: {}", status.ToString());
+      // Let the waiter go.
+      pthread_kill(waiter.native_handle(), SIGTERM);
+    }
+    waiter.join();
+    if (admin) admin->Stop();
+    relay.reset();
+    nats_Close();
+    return status.ok() ? 0 : 2;
+  };
+}
+
+}  // namespace idem::cli
