@@ -6,7 +6,7 @@
 //   INSERT INTO applied ...; ledger_append(...); COMMIT; 200
 //
 // Answers 400 to a malformed message, 503 when PostgreSQL fails. A message whose account
-// starts with "slow" hangs 2 s after its COMMIT on its first delivery (the consumer's timeout
+// starts with "slow" hangs 5 s after its COMMIT on its first delivery (the consumer's timeout
 // then fires although the effect is in). IDEM_TEST_CRASH_POINT=service.before_commit or
 // service.after_commit kills it there. One thread and one connection per client connection.
 //
@@ -71,7 +71,7 @@ std::pair<int, std::string> Apply(PGconn* conn, const std::string& key, const st
   }
   idem::worker::CrashPoint("service.after_commit");
   if (first_delivery && body.rfind("slow", 0) == 0) {
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::this_thread::sleep_for(std::chrono::seconds(5));
   }
   return {200, "applied"};
 }

@@ -416,7 +416,8 @@ TEST_F(SidecarTest, TenThousandMessagesWithDuplicatesAndReorderingTwoSidecars) {
 }
 
 TEST_F(SidecarTest, HungServiceTimesOutIsRedeliveredAndAppliesOnce) {
-  Publish("slow-1", 70, "slow-txn", "slow-msg");  // hangs 2 s after its commit, first time
+  // Hangs 5 s after its commit the first time, past the sidecar's 3 s timeout.
+  Publish("slow-1", 70, "slow-txn", "slow-msg");
   PublishPayments(10);
   auto service = StartService();
   auto sidecar = StartSidecar();
