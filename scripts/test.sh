@@ -13,10 +13,17 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 
+# Each step says how long it took, so a slow stage shows in CI's log.
+step_started=0  # SECONDS counts from the start of this script
+took() { echo "=== idem tests: $1 took $((SECONDS - step_started)) s ==="; step_started=$SECONDS; }
+took "installing dependencies"
+
 for stage in ${IDEM_TEST_STAGES:-release asan tsan}; do
   echo "=== idem tests: $stage build ==="
   scripts/build.sh "$stage"
+  took "the $stage build"
   ctest --preset "$stage" -j"$(nproc)"
+  took "the $stage tests"
   if [[ $stage == release ]]; then
     echo "=== idem tests: README command one (scripts/run.sh --once) ==="
     IDEM_LISTEN=127.0.0.1:0 IDEM_ADMIN_LISTEN=127.0.0.1:0 IDEM_SERVICE_LISTEN=127.0.0.1:0 \
