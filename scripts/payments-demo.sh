@@ -65,7 +65,7 @@ cleanup() {
   stop_pid "$relay_pid"
   stop_pid "$nats_pid"
   stop_postgres
-  if $failed || ((status != 0)); then
+  if $failed || ((status != 0 && status != 130 && status != 143)); then  # not Ctrl-C/SIGTERM
     for log in "$work"/*.log; do
       echo "--- $(basename "$log") (last 20 lines)" >&2
       tail -n 20 "$log" >&2
