@@ -167,10 +167,11 @@ idem::StoredResponse Pay(PGconn* conn, const std::string& tenant, const std::str
   if (!row || !balance.ok()) return rollback(Problem(503, "database-unavailable", "write failed"));
   const std::string payment_id = PQgetvalue(row.get(), 0, 0);
 
-  // 5. The event, in the same transaction: it exists exactly when the payment does. Never
-  // published from here (a crash after COMMIT would lose it, a failed COMMIT would invent
-  // it); `idem relay` publishes it with the event id as Nats-Msg-Id. Events of one account
-  // leave in commit order (the ordering key).
+  // 5. The event, in the same transaction: it exists exactly when the payment does. The
+  // service never publishes it itself (publishing after COMMIT loses it to a crash in between;
+  // publishing before COMMIT invents it when the COMMIT fails): `idem relay` publishes it
+  // with the event id as Nats-Msg-Id. One account's events leave in commit order (the
+  // ordering key).
   const std::string event_id = EventId(txn);
   auto queued = idem::outbox::Enqueue(
       conn, {.event_id = event_id,
