@@ -18,8 +18,9 @@
 # ledger entry, one outbox row, one stream message and one settlement per payment.
 #
 # Environment: PAYMENTS_LISTEN (the gateway, HOST:PORT; default 127.0.0.1:8080, with --once a
-# free port; port 0 picks one). Every other server listens on a free loopback port. Everything is stopped by PID
-# on exit and the temp dir removed (its logs are printed first if a check failed).
+# free port; port 0 picks one). Every other server listens on a free loopback port. Everything
+# is stopped by PID on exit and the temp dir removed (its logs are printed first if a check
+# failed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,7 @@ once=false
 case "${1:-}" in
   --once) once=true ;;
   "") ;;
-  -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "scripts/payments-demo.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
 esac
 
