@@ -154,13 +154,21 @@ int main(int argc, char** argv) {
     std::cerr << "payments_consumer: " << consumer.status().ToString() << "\n";
     return 2;
   }
-  std::thread([&] {
+  // Joined, not detached: the consumer must outlive the Stop() call made from this thread.
+  std::thread stopper([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     (*consumer)->Stop();
-  }).detach();
+  });
   std::cout << "settling from " << options.stream << "/" << options.consumer << std::endl;
   idem::Status s = (*consumer)->Run(Settle);
+  if (!s.ok()) {
+    // Run gave up by itself: wake the stopper (the signal is blocked, so it stays pending for
+    // that thread's sigwait).
+    std::cerr << "payments_consumer: " << s.ToString() << "\n";
+    pthread_kill(stopper.native_handle(), SIGTERM);
+  }
+  stopper.join();
   const auto st = (*consumer)->stats();
   std::cout << "stopped: applied " << st.applied << " duplicates " << st.duplicates
             << " termed " << st.termed << " naked " << st.naked << std::endl;
