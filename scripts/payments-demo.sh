@@ -137,6 +137,8 @@ echo "== starting PostgreSQL and nats-server -js in $work"
 start_postgres "$work/pg" payments >/dev/null
 db="postgresql://postgres@127.0.0.1:$pg_port/payments"
 sql() { "$pg_bin/psql" -qtAX -h 127.0.0.1 -p "$pg_port" -U postgres payments -c "$1"; }
+balance() { sql "SELECT idem.ledger_balance('$1')"; }
+count() { sql "SELECT count(*) FROM $1 WHERE $2"; }  # table, condition
 
 nats-server -js -a 127.0.0.1 -p -1 -m -1 --ports_file_dir "$work" -sd "$work/nats" \
   >"$work/nats.log" 2>&1 &
@@ -219,7 +221,8 @@ expect_paid() {  # "STATUS REPLAYED BODY" expected-status expected-replayed
 }
 
 echo
-echo "== payment 1: alice 250 (the service pays, records the key and enqueues the event, one transaction)"
+echo "== payment 1: alice 250 (the service pays, records the key and enqueues the event in one"
+echo "   transaction)"
 first=$(pay "demo-$run-1" alice 250)
 expect_paid "$first" 201 false
 echo "== payment 1 again, same Idempotency-Key (a client retry): the gateway replays it"
@@ -234,7 +237,7 @@ relay_pid=""
 [[ $(exit_status consumer-1) == 137 ]] || fail "the consumer did not die at its crash point"
 consumer_pid=""
 echo "   outbox row state: $(sql "SELECT state FROM idem.outbox") (0: not marked published)," \
-  "stream messages: $(jsz messages), settled:alice = $(sql "SELECT idem.ledger_balance('settled:alice')")"
+  "stream messages: $(jsz messages), settled:alice = $(balance settled:alice)"
 
 echo "== both restart: the relay republishes event 1 (the stream drops the copy), the consumer"
 echo "   gets event 1 again after the ack wait (its inbox skips it)"
@@ -267,28 +270,31 @@ echo "== end state"
 check() {  # description actual expected
   local mark=ok
   [[ $2 == "$3" ]] || { mark=WRONG; failed=true; }
-  printf '   %-62s %8s  %s\n' "$1" "$2" "$([[ $mark == ok ]] && echo ok || echo "WRONG, expected $3")"
+  [[ $mark == ok ]] || mark="WRONG, expected $3"
+  printf '   %-62s %8s  %s\n' "$1" "$2" "$mark"
 }
-check "wallet:alice balance (service ledger)" "$(sql "SELECT idem.ledger_balance('wallet:alice')")" 350
-check "wallet:bob balance" "$(sql "SELECT idem.ledger_balance('wallet:bob')")" 70
-check "payment ledger entries" "$(sql "SELECT count(*) FROM idem.ledger WHERE txn_id LIKE 'payment:%'")" 3
-check "payments rows" "$(sql "SELECT count(*) FROM payments")" 3
-check "outbox events, all published" "$(sql "SELECT count(*) FROM idem.outbox WHERE state = 1")" 3
+check "wallet:alice balance (service ledger)" "$(balance wallet:alice)" 350
+check "wallet:bob balance" "$(balance wallet:bob)" 70
+check "payment ledger entries" "$(count idem.ledger "txn_id LIKE 'payment:%'")" 3
+check "payments rows" "$(count payments true)" 3
+check "outbox events, all published" "$(count idem.outbox "state = 1")" 3
 check "outbox events marked as a broker duplicate (the relay crash)" \
-  "$(sql "SELECT count(*) FROM idem.outbox WHERE duplicate")" 1
+  "$(count idem.outbox duplicate)" 1
 check "relay: PubAcks with duplicate: true" "$relay_duplicates" 1
 check "relay: rows marked published after its restart" "$relay_published" 3
 check "messages in stream PAYMENTS" "$(jsz messages)" 3
-check "settled:alice balance (consumer ledger)" "$(sql "SELECT idem.ledger_balance('settled:alice')")" 350
-check "settled:bob balance" "$(sql "SELECT idem.ledger_balance('settled:bob')")" 70
-check "settlement ledger entries" "$(sql "SELECT count(*) FROM idem.ledger WHERE txn_id LIKE 'settle:%'")" 3
-check "payments in state settled" "$(sql "SELECT count(*) FROM idem.states WHERE kind = 'payment' AND state = 'settled'")" 3
+check "settled:alice balance (consumer ledger)" "$(balance settled:alice)" 350
+check "settled:bob balance" "$(balance settled:bob)" 70
+check "settlement ledger entries" "$(count idem.ledger "txn_id LIKE 'settle:%'")" 3
+check "payments in state settled" \
+  "$(count idem.states "kind = 'payment' AND state = 'settled'")" 3
 check "inbox claims keyed by the outbox event id (Nats-Msg-Id)" \
   "$(sql "SELECT count(*) FROM idem.inbox i JOIN idem.outbox o ON o.event_id = i.message_id")" 3
 check "consumer after restart (the redelivery skipped by the inbox)" \
   "$(grep -o 'applied [0-9]* duplicates [0-9]*' <<<"$consumer_line")" "applied 2 duplicates 1"
 check "service: payments executed, replayed from its own record" \
-  "$(curl -sS "http://$service/v1/stats" | grep -o '"executed":[0-9]*,"fenced":[0-9]*,"replayed":[0-9]*')" \
+  "$(curl -sS "http://$service/v1/stats" |
+    grep -o '"executed":[0-9]*,"fenced":[0-9]*,"replayed":[0-9]*')" \
   '"executed":3,"fenced":0,"replayed":0'
 $failed && fail "the end state is wrong (above)"
 echo "   every effect landed exactly once"
