@@ -8,7 +8,7 @@ packages=(
   libboost1.81-dev libssl-dev libsqlite3-dev sqlite3
   libhiredis-dev redis-server libpq-dev postgresql
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
-  libcurl4-openssl-dev
+  libcurl4-openssl-dev curl
   libnats-dev nats-server
   libgtest-dev libgmock-dev libbenchmark-dev
 )

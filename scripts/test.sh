@@ -28,5 +28,7 @@ for stage in ${IDEM_TEST_STAGES:-release asan tsan}; do
     echo "=== idem tests: README command one (scripts/run.sh --once) ==="
     IDEM_LISTEN=127.0.0.1:0 IDEM_ADMIN_LISTEN=127.0.0.1:0 IDEM_SERVICE_LISTEN=127.0.0.1:0 \
       IDEM_STORE="sqlite:build/release/run-smoke.db" scripts/run.sh --once
+    echo "=== idem tests: all three layers (scripts/payments-demo.sh --once) ==="
+    scripts/payments-demo.sh --once
   fi
 done

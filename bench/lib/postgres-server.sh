@@ -1,13 +1,29 @@
-# Sourced by the benchmarks: starts a throwaway PostgreSQL 15 server, as the tests start it
-# (initdb in a temp dir, a free loopback port, fsync off; as the postgres user when root).
+# Sourced by the benchmarks and scripts/payments-demo.sh: starts a throwaway PostgreSQL 15
+# server, as the tests start it (initdb in a temp dir, a free loopback port, fsync off; as the
+# postgres user when root).
 #
-#   start_postgres DIR      sets pg_port and pg_pid; creates the database "bench". DIR's parent
-#                           must be traversable by the postgres user (mode 711 or wider)
+#   start_postgres DIR [DB] sets pg_port and pg_pid; creates the database DB (default "bench").
+#                           DIR's parent must be traversable by the postgres user (mode 711 or
+#                           wider)
 #   stop_postgres           fast shutdown (SIGINT) of the server started above
+#   free_port               prints a loopback TCP port nothing listens on (bash only)
 pg_bin=/usr/lib/postgresql/15/bin
 
+free_port() {
+  local port
+  for _ in $(seq 100); do
+    port=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  echo "free_port: no free loopback port found" >&2
+  return 1
+}
+
 start_postgres() {
-  local dir=$1 as_pg=()
+  local dir=$1 database=${2:-bench} as_pg=()
   mkdir -p "$dir"
   chmod 755 "$dir"
   mkdir -m 700 "$dir/data"
@@ -16,7 +32,7 @@ start_postgres() {
     chown postgres: "$dir/data" "$dir/sock"
     as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups --)  # exec, no fork
   fi
-  pg_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  pg_port=$(free_port)
   "${as_pg[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
     --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
   "${as_pg[@]}" "$pg_bin/postgres" -D "$dir/data" -p "$pg_port" -k "$dir/sock" \
@@ -26,7 +42,7 @@ start_postgres() {
     "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break
     sleep 0.1
   done
-  "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CREATE DATABASE bench" postgres
+  "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CREATE DATABASE $database" postgres
 }
 
 stop_postgres() {

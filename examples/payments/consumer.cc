@@ -1,8 +1,14 @@
 // The consumer half of the payments example: a worker that settles payments from a JetStream
 // stream into PostgreSQL with exactly-once effects, using idem::worker::JetStreamConsumer.
 //
-//   payments_consumer NATS_URL 'postgresql://USER@HOST:PORT/DB' [STREAM] [CONSUMER]
-//       defaults: stream PAYMENTS (created on payments.> if missing), consumer settlement
+//   payments_consumer NATS_URL 'postgresql://USER@HOST:PORT/DB' [STREAM] [CONSUMER] [ACK_WAIT]
+//       defaults: stream PAYMENTS (created on payments.> if missing), consumer settlement,
+//       ACK_WAIT 30 (seconds before NATS redelivers an unacked message; used only when the
+//       durable consumer is created)
+//
+// The payments service (payments_service.cc) enqueues one such event per payment in its
+// outbox, in the transaction that pays; `idem relay` publishes it on payments.created with
+// the event id as Nats-Msg-Id, which the runtime uses as the inbox key.
 //
 // Each message is a payment event, JSON {"payment_id": "p-1", "account": "alice",
 // "amount": 250}, published with a Nats-Msg-Id. For each one, in ONE transaction (the runtime
@@ -22,6 +28,8 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <charconv>
+#include <chrono>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -98,10 +106,21 @@ idem::Status Settle(PGconn* conn, const idem::worker::ConsumedMessage& message) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
+  if (argc < 3 || argc > 6) {
     std::cerr << "usage: payments_consumer NATS_URL 'postgresql://USER@HOST:PORT/DB' [STREAM] "
-                 "[CONSUMER]\n";
+                 "[CONSUMER] [ACK_WAIT_SECONDS]\n";
     return 2;
+  }
+  int ack_wait_seconds = 30;
+  if (argc > 5) {
+    const std::string_view text = argv[5];
+    const char* last = text.data() + text.size();
+    const auto [end, ec] = std::from_chars(text.data(), last, ack_wait_seconds);
+    if (ec != std::errc() || end != last || ack_wait_seconds < 1) {
+      std::cerr << "payments_consumer: ACK_WAIT must be a whole number of seconds >= 1, not '"
+                << text << "'\n";
+      return 2;
+    }
   }
   sigset_t signals;  // taken by a thread of ours, blocked before nats.c starts its own
   sigemptyset(&signals);
@@ -113,6 +132,7 @@ int main(int argc, char** argv) {
   options.nats_url = argv[1];
   options.stream = argc > 3 ? argv[3] : "PAYMENTS";
   options.consumer = argc > 4 ? argv[4] : "settlement";
+  options.ack_wait = std::chrono::seconds(ack_wait_seconds);
   options.log = [](std::string_view level, std::string_view line) {
     std::cout << level << " " << line << std::endl;
   };
@@ -134,13 +154,21 @@ int main(int argc, char** argv) {
     std::cerr << "payments_consumer: " << consumer.status().ToString() << "\n";
     return 2;
   }
-  std::thread([&] {
+  // Joined, not detached: the consumer must outlive the Stop() call made from this thread.
+  std::thread stopper([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     (*consumer)->Stop();
-  }).detach();
+  });
   std::cout << "settling from " << options.stream << "/" << options.consumer << std::endl;
   idem::Status s = (*consumer)->Run(Settle);
+  if (!s.ok()) {
+    // Run gave up by itself: wake the stopper (the signal is blocked, so it stays pending for
+    // that thread's sigwait).
+    std::cerr << "payments_consumer: " << s.ToString() << "\n";
+    pthread_kill(stopper.native_handle(), SIGTERM);
+  }
+  stopper.join();
   const auto st = (*consumer)->stats();
   std::cout << "stopped: applied " << st.applied << " duplicates " << st.duplicates
             << " termed " << st.termed << " naked " << st.naked << std::endl;

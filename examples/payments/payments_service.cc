@@ -11,8 +11,12 @@
 //         2. record the key with idem's transactional API (include/idem/postgres.h): a
 //            duplicate that got past the gateway replays the committed response;
 //         3. append to the ledger (include/idem/worker.h), unique by txn id, balance derived;
-//         4. insert the payment row and complete the record; COMMIT.
-//       201 {"payment_id", "account", "amount", "balance", "fencing_token"}.
+//         4. insert the payment row;
+//         5. enqueue the event "payment created" in idem's transactional outbox
+//            (include/idem/outbox.h), event id derived from (tenant, key); `idem relay`
+//            publishes it to JetStream later, and examples/payments/consumer.cc settles it;
+//         6. complete the record; COMMIT: all of it, or (any failure) none of it.
+//       201 {"payment_id", "account", "amount", "balance", "fencing_token", "event_id"}.
 //       X-Sleep-Ms: N sleeps N ms before the transaction (to demonstrate a hung attempt).
 //   GET /v1/balances/ACCOUNT   {"account", "balance"}
 //   GET /v1/stats              {"executed", "fenced", "replayed"} since start
@@ -34,6 +38,7 @@
 #include <thread>
 
 #include "idem/fingerprint.h"
+#include "idem/outbox.h"
 #include "idem/postgres.h"
 #include "idem/store.h"
 #include "idem/worker.h"
@@ -71,6 +76,16 @@ idem::StoredResponse Json(int status, const json& body) {
 idem::StoredResponse Problem(int status, const std::string& type, const std::string& detail) {
   return {status, {{"Content-Type", "application/problem+json"}},
           json{{"type", type}, {"detail", detail}}.dump()};
+}
+
+// The outbox event id of the payment recorded under (tenant, key): one event per payment,
+// stable across every retry and replay, so the outbox itself refuses a second one. Event ids
+// are at most 255 characters; a longer (tenant, key) is hashed.
+std::string EventId(const std::string& txn) {
+  const std::string id = txn + ".created";
+  if (id.size() <= 255) return id;
+  auto digest = idem::Sha256Hex(txn);
+  return "payment-sha256:" + (digest.ok() ? *digest : std::string("?")) + ".created";
 }
 
 // Everything after the request was validated, in one transaction. Any failure rolls it all
@@ -144,18 +159,48 @@ idem::StoredResponse Pay(PGconn* conn, const std::string& tenant, const std::str
     return rollback(Problem(409, "already-applied", "this payment was applied before"));
   }
 
-  // 4. The payment row, then the record's response, then COMMIT.
+  // 4. The payment row.
   auto row = Query(conn, "INSERT INTO payments (tenant, key, account, amount, fencing_token) "
                          "VALUES ($1, $2, $3, $4, $5) RETURNING id",
                    {tenant, key, account, std::to_string(amount), std::to_string(token)});
   auto balance = idem::worker::LedgerBalance(conn, "wallet:" + account);
   if (!row || !balance.ok()) return rollback(Problem(503, "database-unavailable", "write failed"));
+  const std::string payment_id = PQgetvalue(row.get(), 0, 0);
+
+  // 5. The event, in the same transaction: it exists exactly when the payment does. The
+  // service never publishes it itself (publishing after COMMIT loses it to a crash in between;
+  // publishing before COMMIT invents it when the COMMIT fails): `idem relay` publishes it
+  // with the event id as Nats-Msg-Id. One account's events leave in commit order (the
+  // ordering key).
+  const std::string event_id = EventId(txn);
+  auto queued = idem::outbox::Enqueue(
+      conn, {.event_id = event_id,
+             .subject = "payments.created",
+             .payload = json{{"payment_id", payment_id},
+                             {"account", account},
+                             {"amount", amount},
+                             {"tenant", tenant},
+                             {"key", key}}
+                            .dump(),
+             .headers = {{"Content-Type", "application/json"}},
+             .ordering_key = "account:" + account});
+  if (!queued.ok()) {
+    return rollback(Problem(503, "database-unavailable", queued.status().ToString()));
+  }
+  if (!*queued) {
+    // The event is there but the ledger entry was new: only a hand-made event can do that.
+    std::cerr << "payments_service: event " << event_id << " already in the outbox\n";
+    return rollback(Problem(409, "already-applied", "this payment's event was emitted before"));
+  }
+
+  // 6. The record's response, then COMMIT.
   const idem::StoredResponse created = Json(
-      201, {{"payment_id", std::stoll(PQgetvalue(row.get(), 0, 0))},
+      201, {{"payment_id", std::stoll(payment_id)},
             {"account", account},
             {"amount", amount},
             {"balance", *balance},
-            {"fencing_token", token}});
+            {"fencing_token", token},
+            {"event_id", event_id}});
   auto done = idem::postgres::CompleteInTransaction(conn, scope, record_token, created,
                                                     std::chrono::hours(24));
   if (!done.ok() || *done != idem::CompleteOutcome::kOk) {
@@ -255,7 +300,7 @@ int main(int argc, char** argv) {
   }
   db_url = argv[1];
   const std::string listen = argc > 2 ? argv[2] : "127.0.0.1:9100";
-  // Opening a store once installs idem's schema (records and the worker layer) in the database.
+  // Opening a store once installs idem's schema (records, worker layer, outbox) in the database.
   auto store = idem::OpenStore(db_url);
   if (!store.ok()) {
     std::cerr << "payments_service: cannot install idem's schema: " << store.status().ToString()

@@ -61,6 +61,7 @@ Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::strin
   if (s == NATS_OK) {
     s = natsOptions_SetReconnectedCB(opts.get(), &NatsConnection::OnReconnected, c.get());
   }
+  if (s == NATS_OK) s = natsOptions_SetClosedCB(opts.get(), &NatsConnection::OnClosed, c.get());
   if (s != NATS_OK) return FromNats(s, "nats options for '" + url + "'");
   s = natsConnection_Connect(&c->conn_, opts.get());
   if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
@@ -80,6 +81,12 @@ NatsConnection::~NatsConnection() {
   if (conn_ != nullptr) {
     if (connected()) natsConnection_FlushTimeout(conn_, 2000);
     natsConnection_Close(conn_);
+    // nats.c delivers the disconnected and closed callbacks on its own thread after Close
+    // returns, with `this` as their closure: wait for the closed one, the last, before the
+    // members they read go away.
+    std::unique_lock lock(closed_mu_);
+    closed_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return closed_; });
+    lock.unlock();
     natsConnection_Destroy(conn_);
   }
 }
@@ -106,6 +113,13 @@ void NatsConnection::OnReconnected(natsConnection* nc, void* closure) {
   char url[256] = {0};
   natsConnection_GetConnectedUrl(nc, url, sizeof url);
   self->listener_(true, url);
+}
+
+void NatsConnection::OnClosed(natsConnection* nc, void* closure) {
+  auto* self = static_cast<NatsConnection*>(closure);
+  std::lock_guard lock(self->closed_mu_);
+  self->closed_ = true;
+  self->closed_cv_.notify_all();
 }
 
 // --- JsMessage ---------------------------------------------------------------------------------

@@ -10,8 +10,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,7 +41,10 @@ class NatsConnection {
   static Result<std::unique_ptr<NatsConnection>> Connect(const std::string& url,
                                                          const std::string& name,
                                                          Listener listener = nullptr);
-  ~NatsConnection();  // flushes (up to 2 s: pending acks reach the server), then closes
+  // Flushes (up to 2 s: pending acks reach the server), closes, and waits (up to 5 s) for
+  // nats.c's closed callback, the last one it delivers, so no callback runs on a destroyed
+  // connection.
+  ~NatsConnection();
 
   bool connected() const;
   natsConnection* get() { return conn_; }
@@ -51,10 +56,14 @@ class NatsConnection {
   NatsConnection() = default;
   static void OnDisconnected(natsConnection* nc, void* closure);
   static void OnReconnected(natsConnection* nc, void* closure);
+  static void OnClosed(natsConnection* nc, void* closure);
 
   natsConnection* conn_ = nullptr;
   jsCtx* js_ = nullptr;
   Listener listener_;
+  std::mutex closed_mu_;
+  std::condition_variable closed_cv_;
+  bool closed_ = false;  // GUARDED_BY(closed_mu_)
 };
 
 // A durable, explicitly acked pull consumer on a stream.
