@@ -48,8 +48,9 @@ CREATE TABLE raw_inbox (consumer text NOT NULL, message_id text NOT NULL,
                         PRIMARY KEY (consumer, message_id));
 CREATE TABLE raw_ledger (txn_id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL,
                          created_at timestamptz NOT NULL DEFAULT now());
-SELECT idem.inbox_ensure_partition(((now() AT TIME ZONE 'UTC')::date) + d)
-  FROM generate_series(0, 2 * :days + 1) d;
+SELECT count(*) AS partitions_created FROM (
+  SELECT idem.inbox_ensure_partition(((now() AT TIME ZONE 'UTC')::date) + d)
+    FROM generate_series(0, 2 * :days + 1) d) p \g /dev/null
 INSERT INTO idem.inbox (consumer, message_id, expires_on)
 SELECT 'bench', 'old-' || g, ((now() AT TIME ZONE 'UTC')::date) + (g % (2 * :days))
   FROM generate_series(1, 310000) g;
