@@ -14,7 +14,8 @@
 # and the ratios claim/raw inbox and append/raw ledger (1.00x = as fast as the bare insert).
 # Both inboxes start with 310,000 claims; idem.inbox's are spread over the 60 day partitions a
 # 30-day retention keeps in steady state (BENCH_DAYS=K: a K-day retention's 2K), of which
-# idem.inbox_claim probes two. Not part of the test command.
+# idem.inbox_claim probes two. Last, the per-call cost inside the server (no network) of the
+# bare insert and the claim. Not part of the test command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${BENCH_SECONDS:-10}
@@ -48,8 +49,9 @@ CREATE TABLE raw_inbox (consumer text NOT NULL, message_id text NOT NULL,
                         PRIMARY KEY (consumer, message_id));
 CREATE TABLE raw_ledger (txn_id text PRIMARY KEY, account text NOT NULL, amount bigint NOT NULL,
                          created_at timestamptz NOT NULL DEFAULT now());
-SELECT idem.inbox_ensure_partition(((now() AT TIME ZONE 'UTC')::date) + d)
-  FROM generate_series(0, 2 * :days + 1) d;
+SELECT count(*) AS partitions_created FROM (
+  SELECT idem.inbox_ensure_partition(((now() AT TIME ZONE 'UTC')::date) + d)
+    FROM generate_series(0, 2 * :days + 1) d) p \g /dev/null
 INSERT INTO idem.inbox (consumer, message_id, expires_on)
 SELECT 'bench', 'old-' || g, ((now() AT TIME ZONE 'UTC')::date) + (g % (2 * :days))
   FROM generate_series(1, 310000) g;
@@ -93,3 +95,30 @@ for clients in $clients_list; do
     "$(python3 -c "print(f'{$cl/$ri:.2f}x')")" "$rl" "$ap" \
     "$(python3 -c "print(f'{$ap/$rl:.2f}x')")"
 done
+
+# Per call inside the server, no network: a procedure calls the statement and COMMITs after
+# each call (so each call is one transaction, as above), best of three rounds of 2,000 calls.
+"${psql[@]}" <<'SQL'
+CREATE PROCEDURE bench_per_call(what text, n int, INOUT us numeric DEFAULT NULL)
+LANGUAGE plpgsql AS $$
+DECLARE t0 timestamptz; b boolean; tag text := md5(random()::text);
+BEGIN
+  t0 := clock_timestamp();
+  FOR i IN 1..n LOOP
+    IF what = 'raw_inbox' THEN
+      INSERT INTO raw_inbox (consumer, message_id) VALUES ('bench', tag || i) ON CONFLICT DO NOTHING;
+    ELSE
+      b := idem.inbox_claim('bench', tag || i);
+    END IF;
+    COMMIT;
+  END LOOP;
+  us := round(extract(epoch FROM clock_timestamp() - t0) * 1e6 / n, 1);
+END $$;
+SQL
+best() {  # what
+  for _ in 1 2 3; do "${psql[@]}" -At -c "CALL bench_per_call('$1', 2000)"; done | sort -n | head -1
+}
+ri=$(best raw_inbox)
+cl=$(best claim)
+printf 'per call in the server: raw inbox %s us, claim %s us, ratio %s\n' "$ri" "$cl" \
+  "$(python3 -c "print(f'{$ri/$cl:.2f}x')")"

@@ -108,7 +108,7 @@ Result<TransitionOutcome> Transition(PGconn* conn, std::string_view kind, std::s
 // The entity's state: "none" if never transitioned.
 Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_view id);
 
-// Side-effect intents (PostgreSQL only), for calls that cannot join the transaction: a push, an
+// Side-effect intents, for calls that cannot join the transaction: a push, an
 // e-mail, a partner API. PENDING -> SENT with an owner lease and a fencing token; these are
 // idem.intent_begin / intent_sent / intent_release, the record store's state machine.
 enum class IntentOutcome {
@@ -134,7 +134,7 @@ Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token
 Result<bool> IntentRelease(PGconn* conn, std::string_view intent_id, uint64_t token);
 
 // ---- SQLite -----------------------------------------------------------------------------------
-// The same five calls with the same contracts, on a SQLite connection inside the caller's
+// The same calls with the same contracts, on a SQLite connection inside the caller's
 // transaction. The tables (idem_inbox, idem_ledger, idem_balances, idem_states) are created on
 // first use, in the caller's transaction. SQLite has no partitions: InboxSweep deletes the
 // claims past their retention, in batches, off the hot path.
@@ -151,5 +151,15 @@ Result<TransitionOutcome> Transition(sqlite3* db, std::string_view kind, std::st
                                      std::string_view to_state,
                                      std::span<const std::string_view> allowed_from);
 Result<std::string> StateOf(sqlite3* db, std::string_view kind, std::string_view id);
+// Side-effect intents with the PostgreSQL calls' contracts: records of the SQLite store's
+// tables (idem_records, idem_meta, created on first use) in the caller's database, scope
+// (tenant "idem.intent", client "", key intent id), so a SQLite store opened on the same file
+// sees them and shares their fencing tokens. Start the transaction with BEGIN IMMEDIATE when
+// several connections may begin the same intent, and COMMIT IntentBegin's before the call.
+Result<IntentBegun> IntentBegin(sqlite3* db, std::string_view intent_id,
+                                std::chrono::milliseconds lease = std::chrono::seconds(30));
+Result<bool> IntentSent(sqlite3* db, std::string_view intent_id, uint64_t token,
+                        std::chrono::seconds keep = std::chrono::hours(24 * 30));
+Result<bool> IntentRelease(sqlite3* db, std::string_view intent_id, uint64_t token);
 
 }  // namespace idem::worker

@@ -15,12 +15,15 @@
 
 #include "idem/worker.h"
 #include "store/sqlite/sqlite_errors.h"
+#include "worker/sqlite_stmt.h"
 #include "worker/worker_common.h"
 
 namespace idem::worker {
 namespace {
 
 using internal::sqlite::FromSqlite;
+using internal::worker::NowMs;
+using internal::worker::RequireTransaction;
 
 constexpr int64_t kDefaultKeepMs = int64_t{30} * 24 * 3600 * 1000;
 
@@ -69,72 +72,11 @@ CREATE TABLE IF NOT EXISTS idem_states (
 ) WITHOUT ROWID;
 )sql";
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// One prepared statement, finalized when it goes out of scope.
-class Stmt {
+// The worker tables' statements: created on first use.
+class Stmt : public internal::worker::SqliteStmt {
  public:
-  Stmt(sqlite3* db, std::string_view op) : db_(db), op_(op) {}
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  // Prepares `sql`, creating the worker tables first if they are missing.
-  Status Prepare(const char* sql) {
-    int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt_, nullptr);
-    if (rc == SQLITE_ERROR && std::string_view(sqlite3_errmsg(db_)).starts_with("no such table")) {
-      char* error = nullptr;
-      rc = sqlite3_exec(db_, kSchema, nullptr, nullptr, &error);
-      sqlite3_free(error);
-      if (rc != SQLITE_OK) return FromSqlite(rc, db_, std::string(op_) + ": create tables");
-      rc = sqlite3_prepare_v2(db_, sql, -1, &stmt_, nullptr);
-    }
-    return rc == SQLITE_OK ? Status::Ok() : FromSqlite(rc, db_, op_);
-  }
-  Stmt& Text(int i, std::string_view v) {
-    if (bind_rc_ == SQLITE_OK) {
-      bind_rc_ = sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
-    }
-    return *this;
-  }
-  Stmt& Int(int i, int64_t v) {
-    if (bind_rc_ == SQLITE_OK) bind_rc_ = sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  // True when a row is available, false when done.
-  Result<bool> Step() {
-    if (bind_rc_ != SQLITE_OK) return FromSqlite(bind_rc_, db_, op_);
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return FromSqlite(rc, db_, op_);
-  }
-  sqlite3_stmt* get() const { return stmt_; }
-  std::string ColumnText(int i) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, i));
-    return p != nullptr ? std::string(p, sqlite3_column_bytes(stmt_, i)) : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  std::string_view op_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int bind_rc_ = SQLITE_OK;
+  Stmt(sqlite3* db, std::string_view op) : SqliteStmt(db, op, kSchema) {}
 };
-
-// kFailedPrecondition unless `db` is inside a transaction.
-Status RequireTransaction(sqlite3* db, std::string_view op) {
-  if (db == nullptr) return InvalidArgumentError("sqlite " + std::string(op) + ": no connection");
-  if (sqlite3_get_autocommit(db) != 0) {
-    return FailedPreconditionError("sqlite " + std::string(op) +
-                                   ": must run inside the caller's transaction (BEGIN first)");
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 

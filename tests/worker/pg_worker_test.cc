@@ -17,6 +17,7 @@
 #include "idem/store.h"
 #include "idem/worker.h"
 #include "store/postgres/pg_schema.h"
+#include "store/postgres/pg_worker_sql.h"
 #include "store/postgres/postgres_store.h"
 #include "util/postgres_server.h"
 
@@ -100,8 +101,8 @@ TEST_F(PgWorkerTest, MigrationInstallsTheWorkerSchemaOnceAndIsRerunnable) {
   EXPECT_EQ(Sql("SELECT count(*) FROM pg_proc WHERE pronamespace = 'idem'::regnamespace AND "
                 "proname IN ('inbox_claim', 'inbox_retention', 'inbox_sweep', 'ledger_append', "
                 "'ledger_balance', 'transition', 'state_of', 'intent_begin', 'intent_sent', "
-                "'intent_release')"),
-            "10");
+                "'intent_release', 'inbox_at')"),
+            "11");
   auto again = MigratePostgresSchema(server_.Url(database_));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   // A store in another schema installs its record tables; the worker functions stay one set.
@@ -680,6 +681,69 @@ TEST_F(PgWorkerTest, StoreSweepAlsoDropsExpiredInboxPartitions) {
   auto swept = (*store)->Sweep(SystemClock()->Now() + std::chrono::hours(48));
   ASSERT_TRUE(swept.ok()) << swept.status().ToString();
   EXPECT_EQ(Sql("SELECT string_agg(consumer, ',') FROM idem.inbox"), "long");
+}
+
+// Version 4 changes no table: a database migrated before it (version 3, with version 2's
+// claim functions) keeps its claims, in whatever day partitions they were made, after the
+// upgrade, and its claims then stop locking every partition.
+TEST_F(PgWorkerTest, UpgradeFromVersion3KeepsClaimsEffective) {
+  auto c = Connect();
+  // Turn this database back into a version 3 one: version 2's inbox functions, no dispatch.
+  ASSERT_EQ(c->Exec(std::string("SET client_min_messages TO warning; SET search_path TO public;") +
+                    internal::pg::kSchemaV2Worker +
+                "; DROP FUNCTION idem.inbox_at(boolean, date, text, text), "
+                "idem.inbox_probe(date, text, text), idem.inbox_dispatch_build(), "
+                "idem.inbox_dispatch_src(date[], integer, integer); "
+                "UPDATE public.idem_schema SET version = 3"),
+            "");
+  ASSERT_EQ(Sql("SELECT count(*) FROM pg_proc WHERE proname = 'inbox_at'"), "0");
+  // Claims under version 2's functions, over several day partitions (30-day and 1-day
+  // retentions, and one consumer whose retention changed after its claims).
+  ASSERT_EQ(Sql("SELECT idem.inbox_retention('daily', interval '1 day')"), "");
+  for (int i = 0; i < 20; ++i) {
+    const std::string m = "'m" + std::to_string(i) + "'";
+    ASSERT_EQ(c->Exec("SELECT idem.inbox_claim('monthly', " + m + ")"), "t");
+    ASSERT_EQ(c->Exec("SELECT idem.inbox_claim('daily', " + m + ")"), "t");
+    ASSERT_EQ(c->Exec("SELECT idem.inbox_claim('changing', " + m + ")"), "t");
+  }
+  ASSERT_EQ(Sql("SELECT idem.inbox_retention('changing', interval '3 days')"), "");
+  ASSERT_GE(std::stoi(Sql("SELECT count(DISTINCT tableoid) FROM idem.inbox")), 10);
+
+  // The upgrade replaces functions this session has compiled: it picks the new ones up.
+  auto version = MigratePostgresSchema(server_.Url(database_));
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  EXPECT_EQ(*version, 4);
+  EXPECT_EQ(Sql("SELECT count(*) FROM pg_proc WHERE proname = 'inbox_at'"), "1");
+  for (int i = 0; i < 20; ++i) {
+    const std::string m = "'m" + std::to_string(i) + "'";
+    EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('monthly', " + m + ")"), "f") << m;
+    EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('daily', " + m + ")"), "f") << m;
+    EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('changing', " + m + ")"), "f") << m;
+  }
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "60");
+  EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('monthly', 'new')"), "t");
+  EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('monthly', 'new')"), "f");
+}
+
+// The cause of version 2's slow claims: a cached generic plan on the partitioned parent locks
+// every partition. With 60 day partitions, a claim (after the plans are cached) now holds a
+// handful of relation locks, all of them in the backend's fast-path slots.
+TEST_F(PgWorkerTest, ClaimLocksOnlyTheDayPartitionsItUses) {
+  ASSERT_EQ(Sql("SELECT count(*) FROM (SELECT idem.inbox_ensure_partition("
+                "(now() AT TIME ZONE 'UTC')::date + d) FROM generate_series(0, 61) d) x"),
+            "62");
+  auto c = Connect();
+  for (int i = 0; i < 8; ++i) {  // past PL/pgSQL's switch to generic plans (after 5 calls)
+    ASSERT_EQ(c->Exec("SELECT idem.inbox_claim('locks', 'warm" + std::to_string(i) + "')"), "t");
+  }
+  ASSERT_EQ(c->Exec("BEGIN"), "");
+  ASSERT_EQ(c->Exec("SELECT idem.inbox_claim('locks', 'counted')"), "t");
+  const std::string locks = c->Exec(
+      "SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation "
+      "WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND "
+      "r.relnamespace = 'idem'::regnamespace");
+  ASSERT_EQ(c->Exec("COMMIT"), "");
+  EXPECT_LE(std::stoi(locks), 12) << "relation locks in schema idem: " << locks;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "store/postgres/pg_schema.h"
 
 #include "outbox/outbox_sql.h"
+#include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
@@ -18,6 +19,7 @@ constexpr Migration kMigrations[] = {
     {"record store", kSchemaV1},
     {"worker layer (schema idem)", kSchemaV2Worker},
     {"emit layer: the outbox (schema idem)", outbox::internal::kOutboxSchemaSql},
+    {"worker layer: inbox claims address their day partitions", kSchemaV4InboxDispatch},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

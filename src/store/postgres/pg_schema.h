@@ -12,9 +12,12 @@ namespace idem::internal::pg {
 //   1  the record store (idem_records and its functions), in the store's schema (`schema=`)
 //   2  the worker layer (inbox, ledger, state guard, intents), in the fixed schema `idem`
 //   3  the emit layer (the outbox and the relay's functions), in the fixed schema `idem`
+//   4  idem.inbox_claim probes and inserts into its day partitions directly (a generated
+//      dispatch function, idem.inbox_at) instead of through the partitioned parent; the
+//      inbox's tables and rows are unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now

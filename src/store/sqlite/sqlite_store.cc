@@ -18,6 +18,7 @@
 #include "core/record_machine.h"
 #include "core/response_codec.h"
 #include "store/sqlite/sqlite_errors.h"
+#include "store/sqlite/sqlite_record_schema.h"
 
 namespace idem {
 namespace {
@@ -28,31 +29,8 @@ using internal::RecordHead;
 
 constexpr int kSchemaVersion = 1;
 
-// Version 1 of the schema; docs/sqlite-schema.md explains each column.
-constexpr const char* kSchemaV1 = R"sql(
-CREATE TABLE IF NOT EXISTS idem_records (
-  tenant            TEXT    NOT NULL,
-  client            TEXT    NOT NULL,
-  key               TEXT    NOT NULL,
-  fingerprint       BLOB    NOT NULL,
-  state             INTEGER NOT NULL CHECK (state IN (1, 2)),
-  token             INTEGER NOT NULL,
-  lease_deadline_ms INTEGER NOT NULL,
-  created_ms        INTEGER NOT NULL,
-  expires_ms        INTEGER NOT NULL,
-  status            INTEGER,
-  headers           BLOB,
-  body              BLOB,
-  PRIMARY KEY (tenant, client, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS idem_records_by_expiry ON idem_records (expires_ms);
-CREATE TABLE IF NOT EXISTS idem_meta (
-  name  TEXT PRIMARY KEY,
-  value INTEGER NOT NULL
-) WITHOUT ROWID;
-INSERT OR IGNORE INTO idem_meta (name, value) VALUES ('fence', 0);
-PRAGMA user_version = 1;
-)sql";
+// Version 1 of the schema: the record tables (sqlite_record_schema.h), then the version stamp.
+constexpr const char* kSchemaV1Stamp = "PRAGMA user_version = 1;";
 
 // A prepared statement reset and cleared whenever a Use ends.
 class Statement {
@@ -847,7 +825,8 @@ class SqliteStore final : public Store {
     }
     if (current == kSchemaVersion) return Status::Ok();
     IDEM_RETURN_IF_ERROR(ExecSql("BEGIN IMMEDIATE"));
-    Status status = ExecSql(kSchemaV1);
+    Status status = ExecSql(internal::sqlite::kRecordTables);
+    if (status.ok()) status = ExecSql(kSchemaV1Stamp);
     if (status.ok()) status = ExecSql("COMMIT");
     if (!status.ok()) (void)ExecSql("ROLLBACK");
     return status;
