@@ -3,7 +3,9 @@
 #include <signal.h>
 
 #include <chrono>
+#include <deque>
 #include <fstream>
+#include <future>
 
 #include "idem/store.h"
 #include "chaos/services.h"
@@ -40,6 +42,21 @@ struct Pipeline::Impl {
 
   std::atomic<bool> stopping{false};
   std::thread supervisor;
+  // Work that starts processes runs on the supervisor thread, never on a caller's: a child
+  // gets SIGKILL when the thread that forked it exits (PR_SET_PDEATHSIG follows the thread).
+  std::deque<std::packaged_task<void()>> tasks;  // GUARDED_BY(mu)
+
+  // Runs `f` (with mu held) on the supervisor thread and returns its result.
+  template <typename F>
+  auto OnSupervisor(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto result = task.get_future();
+    {
+      std::lock_guard lock(mu);
+      tasks.emplace_back([&task] { task(); });
+    }
+    return result.get();
+  }
 
   std::string Log(const std::string& name) {
     return dir.File(name + "-" + std::to_string(++launches) + ".log");
@@ -97,6 +114,10 @@ struct Pipeline::Impl {
     while (!stopping) {
       std::this_thread::sleep_for(20ms);
       std::lock_guard lock(mu);
+      while (!tasks.empty()) {
+        tasks.front()();
+        tasks.pop_front();
+      }
       if (stopping) break;
       if (relay && !relay->Running()) {
         if (relay_armed) ++owner->relay_crashes_;
@@ -173,7 +194,11 @@ std::string Pipeline::entry_address() const {
 
 bool Pipeline::KillAndRestartGateway() {
   Impl& p = *impl_;
-  std::lock_guard lock(p.mu);
+  return p.OnSupervisor([this, &p] { return KillAndRestartGatewayLocked(); });
+}
+
+bool Pipeline::KillAndRestartGatewayLocked() {
+  Impl& p = *impl_;
   if (!p.gateway) return false;
   p.gateway->Stop(SIGKILL);
   ++gateway_kills_;
@@ -191,9 +216,10 @@ bool Pipeline::KillAndRestartGateway() {
 int Pipeline::ArmRelayCrash() {
   Impl& p = *impl_;
   const int before = relay_crashes_.load();
-  std::lock_guard lock(p.mu);
-  if (p.relay) p.relay->Stop(SIGTERM, 10s);
-  if (auto e = p.LaunchRelay(true); !e.empty()) p.error = e;
+  p.OnSupervisor([&p] {
+    if (p.relay) p.relay->Stop(SIGTERM, 10s);
+    if (auto e = p.LaunchRelay(true); !e.empty()) p.error = e;
+  });
   return before;
 }
 
@@ -222,6 +248,8 @@ void Pipeline::Stop() {
   p.stopping = true;
   if (p.supervisor.joinable()) p.supervisor.join();
   std::lock_guard lock(p.mu);
+  for (auto& task : p.tasks) task();  // callers wait for them (no process is started now)
+  p.tasks.clear();
   if (p.gateway) p.gateway->Stop(SIGTERM, 5s);
   if (p.consumer) p.consumer->Stop(SIGTERM, 5s);
   if (p.relay) p.relay->Stop(SIGTERM, 5s);

@@ -57,6 +57,8 @@ class Pipeline {
   void Stop();
 
  private:
+  bool KillAndRestartGatewayLocked();  // REQUIRES: on the supervisor thread, impl_->mu held
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::atomic<int> relay_crashes_{0};

@@ -8,6 +8,8 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include <set>
+
 #include "idem/fingerprint.h"
 #include "idem/outbox.h"
 #include "idem/postgres.h"
@@ -83,6 +85,7 @@ struct Services::Impl {
   std::vector<std::thread> threads;                   // GUARDED_BY(mu)
   std::atomic<bool> stopping{false};
   std::mutex kill_mu;  // one consumer kill at a time
+  std::set<std::string> killed_for;  // GUARDED_BY(kill_mu): ops whose consumer was killed
   Services* owner = nullptr;
 
   std::optional<FaultMode> FaultOf(const std::string& op) const {
@@ -166,10 +169,14 @@ struct Services::Impl {
     if (fault == FaultMode::kRedeliveryStorm && delivery <= kStormDeliveries) {
       return {503, "storm"};
     }
-    if (fault == FaultMode::kConsumerKill && delivery == 1 && config.kill_consumer) {
+    if (fault == FaultMode::kConsumerKill && config.kill_consumer) {
+      // Once per operation, on the first delivery that reaches us (a delivery the killed
+      // sidecar had fetched but not posted comes back with a higher count).
       std::lock_guard lock(kill_mu);
-      config.kill_consumer();
-      ++owner->consumer_kills_;
+      if (killed_for.insert(op).second) {
+        config.kill_consumer();
+        ++owner->consumer_kills_;
+      }
     }
     return {200, duplicate ? "duplicate" : "applied"};
   }
