@@ -106,6 +106,22 @@ std::map<std::string, Evidence> ReadEvidence(PGconn* conn, std::string* error) {
   return ev;
 }
 
+// The bad outcome `mode` itself is responsible for, if any: a client-side fault escaped when
+// the service executed the payment more than once (or with another amount); a fault between
+// the service and the consumer escaped when the event was applied more often than it was
+// produced. Lost is lost for every mode.
+std::optional<Outcome> OwnBadOutcome(FaultMode mode, const Operation& op, const Evidence& ev) {
+  if (ev.applied == 0) return Outcome::kLost;
+  const bool wrong_amount = std::any_of(ev.applied_amounts.begin(), ev.applied_amounts.end(),
+                                        [&](int64_t a) { return a != op.amount; });
+  if (ExpectedLayer(mode) == 1) {
+    if (ev.charges > 1 || wrong_amount) return Outcome::kEscaped;
+  } else if (ev.applied > std::max(ev.charges, 1)) {
+    return Outcome::kEscaped;
+  }
+  return std::nullopt;
+}
+
 Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Evidence>& evidence,
               const std::vector<FaultMode>& modes_run) {
   Verdict v;
@@ -124,21 +140,20 @@ Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Ev
     if (bad == Outcome::kLost) ++v.lost;
     if (bad == Outcome::kEscaped) ++v.escaped;
 
-    if (op.fault && *op.fault != FaultMode::kRelayKill) {
-      ModeResult& row = v.modes[*op.fault];
+    bool explained = false;  // the bad outcome is counted in the row of a fault that caused it
+    auto judge = [&](FaultMode mode) {
+      ModeResult& row = v.modes[mode];
       ++row.injected;
       ++v.injected;
-      Count(row, bad ? *bad : Attribute(*op.fault, ev));
-    } else if (bad && !(relay_kills && ev.republished > 0)) {
-      Count(v.plain, *bad);
-    }
+      const auto own = OwnBadOutcome(mode, op, ev);
+      explained = explained || own.has_value();
+      Count(row, own ? *own : Attribute(mode, ev));
+    };
+    if (op.fault && *op.fault != FaultMode::kRelayKill) judge(*op.fault);
     // A relay kill hits whatever the killed relay had published: every republished event.
-    if (relay_kills && ev.republished > 0) {
-      ModeResult& row = v.modes[FaultMode::kRelayKill];
-      ++row.injected;
-      ++v.injected;
-      Count(row, bad ? *bad : Attribute(FaultMode::kRelayKill, ev));
-    }
+    if (relay_kills && ev.republished > 0) judge(FaultMode::kRelayKill);
+    // Hit by a fault aimed at another operation (a consumer killed with this one in flight).
+    if (bad && !explained) Count(v.plain, *bad);
   }
   for (FaultMode m : modes_run) v.modes[m];  // a row for every mode run, even if empty
   return v;

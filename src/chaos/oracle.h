@@ -51,7 +51,7 @@ struct ModeResult {
 
 struct Verdict {
   std::map<FaultMode, ModeResult> modes;
-  ModeResult plain;              // operations without a fault of their own
+  ModeResult plain;              // bad outcomes no fault of the operation's own explains
   int ops = 0;
   int escaped = 0;               // distinct operations with a duplicate or wrong effect
   int lost = 0;                  // distinct operations with no effect

@@ -31,7 +31,7 @@ void PrintTable(const ChaosOptions& options, const Verdict& v, const RunFacts& f
                      "injected", "layer 1", "layer 2", "layer 3", "unexercised", "escaped",
                      "lost");
   for (const auto& [mode, r] : v.modes) out << Row(FaultModeName(mode), r, true);
-  out << Row("(no fault)", v.plain, false);
+  out << Row("(collateral)", v.plain, false);
   out << fmt::format(
       "\ntotal: {} injected, {} escaped, {} lost (distinct operations); {:.1f} s\n"
       "processes killed: gateway {}, consumer {}, relay {}\n",
@@ -69,7 +69,7 @@ void PrintJson(const ChaosOptions& options, const Verdict& v, const RunFacts& fa
                      {"escaped", v.escaped},
                      {"lost", v.lost},
                      {"modes", modes},
-                     {"no_fault", row(v.plain)},
+                     {"collateral", row(v.plain)},
                      {"kills", {{"gateway", facts.gateway_kills},
                                 {"consumer", facts.consumer_kills},
                                 {"relay", facts.relay_crashes}}},
