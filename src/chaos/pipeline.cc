@@ -194,7 +194,7 @@ std::string Pipeline::entry_address() const {
 
 bool Pipeline::KillAndRestartGateway() {
   Impl& p = *impl_;
-  return p.OnSupervisor([this, &p] { return KillAndRestartGatewayLocked(); });
+  return p.OnSupervisor([this] { return KillAndRestartGatewayLocked(); });
 }
 
 bool Pipeline::KillAndRestartGatewayLocked() {
