@@ -28,7 +28,7 @@ ChaosRun RunChaos(std::vector<std::string> args) {
   argv.insert(argv.end(), args.begin(), args.end());
   Process chaos(argv, dir.File("chaos.log"));
   ChaosRun run;
-  const auto status = chaos.WaitForExit(240s);
+  const auto status = chaos.WaitForExit(420s);
   run.output = chaos.Output();
   if (!status) {
     chaos.Stop(SIGTERM);
