@@ -6,6 +6,7 @@
 #include <string>
 
 #include "call_command.h"
+#include "chaos_command.h"
 #include "consume_command.h"
 #include "gateway_command.h"
 #include "idem/version.h"
@@ -22,7 +23,8 @@ int main(int argc, char** argv) {
       "This build ships the gateway (ingest layer), the core engine and its stores, and the\n"
       "client side: key generators (idem key) and a retrying client (idem call); the worker\n"
       "layer's JetStream-to-HTTP sidecar (idem consume); and the emit layer's outbox relay to\n"
-      "NATS JetStream (idem relay).",
+      "NATS JetStream (idem relay); and idem chaos, which measures exactly-once effects end\n"
+      "to end under injected faults.",
       "idem"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(idem::kVersion));
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   auto run_call = idem::cli::AddCallCommand(app);
   auto run_consume = idem::cli::AddConsumeCommand(app);
   auto run_relay = idem::cli::AddRelayCommand(app);
+  auto run_chaos = idem::cli::AddChaosCommand(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -70,5 +73,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("call")) return run_call();
   if (app.got_subcommand("consume")) return run_consume();
   if (app.got_subcommand("relay")) return run_relay();
+  if (app.got_subcommand("chaos")) return run_chaos();
   return 0;
 }

@@ -1,0 +1,173 @@
+#include "chaos/chaos.h"
+
+#include <libpq-fe.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <thread>
+
+#include "chaos/driver.h"
+#include "chaos/oracle.h"
+#include "chaos/pipeline.h"
+#include "chaos/report.h"
+#include "chaos/services.h"
+
+namespace idem::chaos {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A few numbers that tell whether the pipeline is still moving.
+struct Progress {
+  long applied_ops = -1, applied = -1, rejects = -1, pending = -1;
+  bool operator==(const Progress&) const = default;
+};
+
+Progress ReadProgress(PGconn* conn) {
+  Progress p;
+  PGresult* r = PQexec(conn,
+                       "SELECT (SELECT count(DISTINCT op) FROM chaos_applied), "
+                       "(SELECT count(*) FROM chaos_applied), (SELECT count(*) FROM chaos_rejects), "
+                       "(SELECT count(*) FROM idem.outbox WHERE state = 0)");
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+    p.applied_ops = std::atol(PQgetvalue(r, 0, 0));
+    p.applied = std::atol(PQgetvalue(r, 0, 1));
+    p.rejects = std::atol(PQgetvalue(r, 0, 2));
+    p.pending = std::atol(PQgetvalue(r, 0, 3));
+  }
+  PQclear(r);
+  return p;
+}
+
+// Waits until every operation's event was applied, the outbox is drained and nothing has moved
+// for longer than a redelivery takes (the consumer's ack wait, the relay's claim lease), or
+// `limit` passes.
+void WaitForQuiet(PGconn* conn, long ops, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  Progress last;
+  auto since = Clock::now();
+  while (Clock::now() < deadline) {
+    const Progress now = ReadProgress(conn);
+    if (!(now == last)) {
+      last = now;
+      since = Clock::now();
+    }
+    const bool complete = now.applied_ops >= ops && now.pending == 0;
+    if (complete && Clock::now() - since > 3500ms) return;
+    std::this_thread::sleep_for(200ms);
+  }
+}
+
+}  // namespace
+
+int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
+  ChaosOptions options = given;
+  const auto started = Clock::now();
+  if (options.disabled_layers.count(3)) {
+    err << "idem chaos: --disable-layer 3 is not supported yet (see docs/chaos.md)\n";
+    return 2;
+  }
+  if (options.ops < 1) {
+    err << "idem chaos: --ops must be at least 1\n";
+    return 2;
+  }
+  const bool layer1 = !options.disabled_layers.count(1);
+  const bool layer2 = !options.disabled_layers.count(2);
+  if (options.faults.empty()) {
+    options.faults.assign(std::begin(kAllFaultModes), std::end(kAllFaultModes));
+  }
+  if (!layer1) {
+    // Without the gateway there is no gateway to kill.
+    std::erase(options.faults, FaultMode::kGatewayKill);
+    if (options.faults.empty()) {
+      err << "idem chaos: gateway_kill needs layer 1 (the gateway) on\n";
+      return 2;
+    }
+  }
+  const std::vector<Operation> plan = MakePlan(options);
+
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  Pipeline pipeline({self, options.store, layer1});
+  if (auto e = pipeline.StartServers(); !e.empty()) {
+    err << "idem chaos: " << e << "\n";
+    return 2;
+  }
+  Services::Config sc;
+  sc.conninfo = pipeline.conninfo();
+  sc.layer1 = layer1;
+  sc.layer2 = layer2;
+  for (const Operation& op : plan) {
+    if (op.fault) sc.faults[op.id] = *op.fault;
+  }
+  sc.kill_consumer = [&pipeline] { pipeline.KillConsumer(); };
+  Services services(std::move(sc));
+  if (auto e = services.Start(); !e.empty()) {
+    err << "idem chaos: " << e << "\n";
+    return 2;
+  }
+  if (auto e = pipeline.StartProcesses(services.port()); !e.empty()) {
+    err << "idem chaos: " << e << "\n";
+    return 2;
+  }
+
+  Driver driver(plan, pipeline, options);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  std::thread progress([&] {
+    const bool tty = isatty(STDERR_FILENO);
+    std::unique_lock lock(mu);
+    while (!cv.wait_for(lock, tty ? 500ms : 5s, [&] { return finished; })) {
+      if (!options.progress) continue;
+      const double s = std::chrono::duration<double>(Clock::now() - started).count();
+      err << (tty ? "\r" : "") << "idem chaos: " << driver.done() << "/" << plan.size()
+          << " operations sent, kills: gateway " << pipeline.gateway_kills() << ", consumer "
+          << services.consumer_kills() << ", relay " << pipeline.relay_crashes() << "; "
+          << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
+    }
+    if (options.progress && tty) err << "\n";
+  });
+  driver.Run();
+  if (options.progress) err << "idem chaos: every operation sent; waiting for the pipeline to settle\n";
+
+  PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
+  WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);
+  {
+    std::lock_guard lock(mu);
+    finished = true;
+  }
+  cv.notify_all();
+  progress.join();
+
+  std::string error;
+  const auto evidence = ReadEvidence(conn, &error);
+  PQfinish(conn);
+  if (!error.empty()) {
+    err << "idem chaos: " << error << "\n";
+    return 2;
+  }
+  RunFacts facts;
+  facts.relay_crashes = pipeline.relay_crashes();
+  facts.gateway_kills = pipeline.gateway_kills();
+  facts.consumer_kills = services.consumer_kills();
+  facts.problems = driver.problems();
+  if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
+  pipeline.Stop();
+  services.Stop();
+  facts.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+
+  const Verdict verdict = Judge(plan, evidence, options.faults);
+  if (options.json) {
+    PrintJson(options, verdict, facts, out);
+  } else {
+    PrintTable(options, verdict, facts, out);
+  }
+  return verdict.escaped + verdict.lost == 0 ? 0 : 1;
+}
+
+}  // namespace idem::chaos

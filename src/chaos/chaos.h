@@ -1,0 +1,18 @@
+// `idem chaos`: run the whole pipeline (gateway -> payments service -> PostgreSQL ledger and
+// outbox -> relay -> JetStream -> consumer with the inbox) on loopback with real servers,
+// drive options.ops payments through it while injecting faults, and judge the end state
+// against the oracle (docs/chaos.md).
+#pragma once
+
+#include <ostream>
+
+#include "chaos/chaos_options.h"
+
+namespace idem::chaos {
+
+// Runs one chaos run and prints its report to `out` (progress and errors to `err`).
+// Returns 0 when every operation took effect exactly once, 1 when anything escaped or was lost,
+// 2 when the run could not be set up (a server missing, bad options).
+int RunChaos(const ChaosOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace idem::chaos

@@ -1,0 +1,133 @@
+#include "chaos/driver.h"
+
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+#include "util/http_client.h"
+
+namespace idem::chaos {
+
+using namespace std::chrono_literals;
+
+Driver::Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const ChaosOptions& options)
+    : plan_(plan), pipeline_(pipeline), options_(options) {}
+
+Driver::Answer Driver::Send(const Operation& op, int64_t amount, std::chrono::milliseconds timeout) {
+  const std::string body = nlohmann::json{{"op", op.id}, {"amount", amount}}.dump();
+  const auto r = testing::Http(pipeline_.entry_address(), "POST", "/charge",
+                               {{"Idempotency-Key", op.id}, {"Content-Type", "application/json"}},
+                               body, timeout);
+  return {r.status, r.status == 0 ? r.error : r.body};
+}
+
+Driver::Answer Driver::SendUntilDone(const Operation& op, int64_t amount) {
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  Answer a;
+  while (std::chrono::steady_clock::now() < deadline) {
+    a = Send(op, amount, 5s);
+    const bool retry = a.status == 0 || a.status == 409 || a.status >= 500;
+    if (!retry) return a;
+    std::this_thread::sleep_for(20ms);
+  }
+  return a;
+}
+
+void Driver::Problem(std::string what) {
+  std::lock_guard lock(mu_);
+  if (problems_.size() < 100) problems_.push_back(std::move(what));
+}
+
+void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
+  auto expect_success = [&](const Answer& a, const char* step) {
+    if (a.status < 200 || a.status > 299) {
+      Problem(op.id + " (" + step + "): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
+    }
+  };
+  if (!op.fault) {
+    expect_success(SendUntilDone(op, op.amount), "send");
+    return;
+  }
+  switch (*op.fault) {
+    case FaultMode::kRetrySoon:
+      expect_success(SendUntilDone(op, op.amount), "send");
+      expect_success(SendUntilDone(op, op.amount), "retry");
+      break;
+    case FaultMode::kRetryLater: {
+      expect_success(SendUntilDone(op, op.amount), "send");
+      std::lock_guard lock(mu_);
+      later_.push_back(&op);
+      break;
+    }
+    case FaultMode::kConcurrent: {
+      std::vector<std::thread> copies;
+      std::vector<Answer> answers(3);
+      for (int i = 0; i < 3; ++i) {
+        copies.emplace_back([&, i] { answers[i] = SendUntilDone(op, op.amount); });
+      }
+      for (auto& t : copies) t.join();
+      for (const Answer& a : answers) expect_success(a, "concurrent copy");
+      break;
+    }
+    case FaultMode::kOtherBody: {
+      expect_success(SendUntilDone(op, op.amount), "send");
+      // The same key with another amount: layer 1 must refuse it (422) and apply nothing.
+      SendUntilDone(op, op.amount + 1);
+      break;
+    }
+    case FaultMode::kGatewayKill: {
+      std::lock_guard lock(gateway_mu_);
+      std::thread first([&] { Send(op, op.amount, 3s); });
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+      if (!pipeline_.KillAndRestartGateway()) Problem("gateway restart: " + pipeline_.error());
+      first.join();
+      expect_success(SendUntilDone(op, op.amount), "retry after gateway kill");
+      break;
+    }
+    case FaultMode::kRelayKill: {
+      std::lock_guard lock(relay_mu_);
+      const int before = pipeline_.ArmRelayCrash();
+      expect_success(SendUntilDone(op, op.amount), "send");
+      if (!pipeline_.WaitForRelayCrash(before)) Problem(op.id + ": the armed relay did not crash");
+      break;
+    }
+    case FaultMode::kConsumerKill:
+    case FaultMode::kRedeliveryStorm:
+      // Injected by the services when the event is delivered.
+      expect_success(SendUntilDone(op, op.amount), "send");
+      break;
+  }
+}
+
+void Driver::Run() {
+  std::vector<std::thread> clients;
+  for (int c = 0; c < std::max(1, options_.clients); ++c) {
+    clients.emplace_back([this, c] {
+      std::mt19937_64 rng(options_.seed * 1000003 + c);
+      for (size_t i = next_++; i < plan_.size(); i = next_++) {
+        RunOne(plan_[i], rng);
+        ++done_;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  // "Much later": after every other operation and fault of the run.
+  std::vector<const Operation*> later;
+  {
+    std::lock_guard lock(mu_);
+    later.swap(later_);
+  }
+  for (const Operation* op : later) {
+    const Answer a = SendUntilDone(*op, op->amount);
+    if (a.status < 200 || a.status > 299) {
+      Problem(op->id + " (late retry): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
+    }
+  }
+}
+
+std::vector<std::string> Driver::problems() const {
+  std::lock_guard lock(mu_);
+  return problems_;
+}
+
+}  // namespace idem::chaos

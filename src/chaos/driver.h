@@ -1,0 +1,58 @@
+// The client side of `idem chaos`: sends every operation of the plan as a payment
+// (POST /charge with its Idempotency-Key), retrying until it gets a success, and injects each
+// operation's client-side or process fault around it (docs/chaos.md lists how each is done).
+// Faults injected inside the services (consumer kill, redelivery storm) only need the plan.
+//
+// Thread safety: Run from one thread; done() from any.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chaos/chaos_options.h"
+#include "chaos/oracle.h"
+#include "chaos/pipeline.h"
+
+namespace idem::chaos {
+
+class Driver {
+ public:
+  // `plan` and `pipeline` must outlive the driver.
+  Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const ChaosOptions& options);
+
+  // Sends every operation with options.clients threads, then the late retries.
+  void Run();
+
+  int done() const { return done_.load(); }
+  // Operations that got no success answer within their deadline, and unexpected answers
+  // ("op-1-7: 500 ..."), for the report.
+  std::vector<std::string> problems() const;
+
+ private:
+  struct Answer {
+    int status = 0;
+    std::string body;
+  };
+  Answer Send(const Operation& op, int64_t amount, std::chrono::milliseconds timeout);
+  // Sends until a 2xx or a final 4xx answer, or 60 s pass.
+  Answer SendUntilDone(const Operation& op, int64_t amount);
+  void RunOne(const Operation& op, std::mt19937_64& rng);
+  void Problem(std::string what);
+
+  const std::vector<Operation>& plan_;
+  Pipeline& pipeline_;
+  ChaosOptions options_;
+  std::atomic<int> done_{0};
+  std::atomic<size_t> next_{0};
+  std::mutex gateway_mu_;  // one gateway kill at a time
+  std::mutex relay_mu_;    // one relay crash at a time
+  mutable std::mutex mu_;
+  std::vector<const Operation*> later_;   // GUARDED_BY(mu_)
+  std::vector<std::string> problems_;     // GUARDED_BY(mu_)
+};
+
+}  // namespace idem::chaos

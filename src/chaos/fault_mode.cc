@@ -1,0 +1,62 @@
+#include "chaos/fault_mode.h"
+
+namespace idem::chaos {
+
+std::string_view FaultModeName(FaultMode mode) {
+  switch (mode) {
+    case FaultMode::kRetrySoon: return "retry_soon";
+    case FaultMode::kRetryLater: return "retry_later";
+    case FaultMode::kConcurrent: return "concurrent";
+    case FaultMode::kOtherBody: return "other_body";
+    case FaultMode::kGatewayKill: return "gateway_kill";
+    case FaultMode::kConsumerKill: return "consumer_kill";
+    case FaultMode::kRelayKill: return "relay_kill";
+    case FaultMode::kRedeliveryStorm: return "redelivery_storm";
+  }
+  return "?";
+}
+
+std::optional<FaultMode> ParseFaultMode(std::string_view name) {
+  for (FaultMode m : kAllFaultModes) {
+    if (FaultModeName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std::string* error) {
+  if (list == "all") return std::vector<FaultMode>(std::begin(kAllFaultModes),
+                                                   std::end(kAllFaultModes));
+  std::vector<FaultMode> out;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string_view name = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (name.empty()) continue;
+    auto mode = ParseFaultMode(name);
+    if (!mode) {
+      std::string known;
+      for (FaultMode m : kAllFaultModes) known += (known.empty() ? "" : ", ") + std::string(FaultModeName(m));
+      *error = "unknown fault mode '" + std::string(name) + "' (known: " + known + ", or all)";
+      return std::nullopt;
+    }
+    bool seen = false;
+    for (FaultMode m : out) seen = seen || m == *mode;
+    if (!seen) out.push_back(*mode);
+  }
+  if (out.empty()) {
+    *error = "no fault mode named";
+    return std::nullopt;
+  }
+  return out;
+}
+
+int ExpectedLayer(FaultMode mode) {
+  switch (mode) {
+    case FaultMode::kConsumerKill:
+    case FaultMode::kRedeliveryStorm: return 2;
+    case FaultMode::kRelayKill: return 3;
+    default: return 1;
+  }
+}
+
+}  // namespace idem::chaos

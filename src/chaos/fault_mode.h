@@ -1,0 +1,38 @@
+// The fault modes `idem chaos` injects, their names on the command line and in reports, and the
+// layer expected to catch each (seed table "what each layer catches"; docs/chaos.md).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace idem::chaos {
+
+enum class FaultMode {
+  kRetrySoon,        // the client sends the same request again right after the answer
+  kRetryLater,       // ... again at the end of the run, after every other fault
+  kConcurrent,       // three copies of the request at once
+  kOtherBody,        // the same key with another body
+  kGatewayKill,      // the gateway SIGKILLed while the request is in flight, then restarted
+  kConsumerKill,     // the consumer SIGKILLed after its commit, before its ack
+  kRelayKill,        // the relay SIGKILLed after the PubAcks, before marking the rows
+  kRedeliveryStorm,  // the same message redelivered again and again after it was applied
+};
+
+inline constexpr FaultMode kAllFaultModes[] = {
+    FaultMode::kRetrySoon,   FaultMode::kRetryLater,   FaultMode::kConcurrent,
+    FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
+    FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm};
+
+// "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
+// "relay_kill", "redelivery_storm".
+std::string_view FaultModeName(FaultMode mode);
+// The mode named `name`, or nullopt.
+std::optional<FaultMode> ParseFaultMode(std::string_view name);
+// A comma-separated list of names, or "all". Nullopt (and `error` set) on an unknown name.
+std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std::string* error);
+// The layer that is meant to catch `mode`: 1 ingest, 2 worker, 3 emit.
+int ExpectedLayer(FaultMode mode);
+
+}  // namespace idem::chaos

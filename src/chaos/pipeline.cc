@@ -1,0 +1,261 @@
+#include "chaos/pipeline.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <future>
+
+#include "idem/store.h"
+#include "chaos/services.h"
+#include "util/free_port.h"
+#include "util/nats_server.h"
+#include "util/postgres_server.h"
+#include "util/process.h"
+#include "util/redis_server.h"
+#include "util/temp_dir.h"
+
+namespace idem::chaos {
+
+using testing::Process;
+using namespace std::chrono_literals;
+
+struct Pipeline::Impl {
+  Config config;
+  testing::TempDir dir;
+  std::unique_ptr<testing::PostgresServer> pg;
+  std::unique_ptr<testing::NatsServer> nats;
+  std::unique_ptr<testing::RedisServer> redis;
+  std::string db;           // the chaos database
+  std::string store_url;    // the gateway's store
+  std::string gateway_listen;
+  int service_port = 0;
+  int launches = 0;
+
+  mutable std::mutex mu;                       // guards the processes and error
+  std::unique_ptr<Process> gateway;            // GUARDED_BY(mu)
+  std::unique_ptr<Process> relay;              // GUARDED_BY(mu)
+  std::unique_ptr<Process> consumer;           // GUARDED_BY(mu)
+  bool relay_armed = false;                    // GUARDED_BY(mu): the running relay will crash
+  std::string error;                           // GUARDED_BY(mu)
+
+  std::atomic<bool> stopping{false};
+  std::thread supervisor;
+  // Work that starts processes runs on the supervisor thread, never on a caller's: a child
+  // gets SIGKILL when the thread that forked it exits (PR_SET_PDEATHSIG follows the thread).
+  std::deque<std::packaged_task<void()>> tasks;  // GUARDED_BY(mu)
+
+  // Runs `f` (with mu held) on the supervisor thread and returns its result.
+  template <typename F>
+  auto OnSupervisor(F f) -> decltype(f()) {
+    std::packaged_task<decltype(f())()> task(std::move(f));
+    auto result = task.get_future();
+    {
+      std::lock_guard lock(mu);
+      tasks.emplace_back([&task] { task(); });
+    }
+    return result.get();
+  }
+
+  std::string Log(const std::string& name) {
+    return dir.File(name + "-" + std::to_string(++launches) + ".log");
+  }
+
+  // REQUIRES: mu held.
+  std::string LaunchGateway() {
+    std::vector<std::string> argv = {config.idem_binary, "gateway", "--listen", gateway_listen,
+                                     "--upstream",
+                                     "http://127.0.0.1:" + std::to_string(service_port),
+                                     "--store",  store_url, "--config", dir.File("gateway.toml")};
+    gateway = std::make_unique<Process>(argv, Log("gateway"));
+    if (!gateway->WaitForLine("gateway on", 15s)) return "idem gateway did not start:\n" + gateway->Output();
+    return "";
+  }
+
+  // REQUIRES: mu held. With `crash`, the relay SIGKILLs itself after its next published batch.
+  std::string LaunchRelay(bool crash) {
+    std::vector<std::string> argv;
+    // The crash point goes through env(1): setenv in this multi-threaded process would race
+    // with libpq reading the environment on another thread.
+    if (crash) argv = {"/usr/bin/env", "IDEM_RELAY_TEST_CRASH_POINT=after_publish"};
+    for (std::string a : {config.idem_binary, std::string("relay"), std::string("--db"),
+                          pg->Url(db), std::string("--nats"), nats->Url(),
+                          std::string("--create-stream"), std::string("CHAOS"),
+                          std::string("--subjects"), std::string("chaos.>"),
+                          std::string("--duplicate-window"), std::string("2m"),
+                          std::string("--claim-lease"), std::string("1s"),
+                          std::string("--poll-interval"), std::string("200ms"),
+                          std::string("--admin-listen"), std::string("127.0.0.1:0")}) {
+      argv.push_back(a);
+    }
+    relay = std::make_unique<Process>(argv, Log("relay"));
+    relay_armed = crash;
+    if (!relay->WaitForLine("admin on", 15s)) return "idem relay did not start:\n" + relay->Output();
+    return "";
+  }
+
+  // REQUIRES: mu held.
+  std::string LaunchConsumer() {
+    consumer = std::make_unique<Process>(
+        std::vector<std::string>{config.idem_binary, "consume", "--nats", nats->Url(), "--stream",
+                                 "CHAOS", "--consumer", "chaos-apply", "--deliver",
+                                 "http://127.0.0.1:" + std::to_string(service_port) + "/apply",
+                                 "--ack-wait", "2s", "--timeout", "1s", "--nak-delay", "10ms",
+                                 "--max-nak-delay", "50ms", "--max-in-flight", "8"},
+        Log("consume"));
+    if (!consumer->WaitForLine("pulling from", 15s)) {
+      return "idem consume did not start:\n" + consumer->Output();
+    }
+    return "";
+  }
+
+  void Supervise(Pipeline* owner) {
+    while (!stopping) {
+      std::this_thread::sleep_for(20ms);
+      std::lock_guard lock(mu);
+      while (!tasks.empty()) {
+        tasks.front()();
+        tasks.pop_front();
+      }
+      if (stopping) break;
+      if (relay && !relay->Running()) {
+        if (relay_armed) ++owner->relay_crashes_;
+        if (auto e = LaunchRelay(false); !e.empty()) error = e;
+      }
+      if (consumer && !consumer->Running()) {
+        if (auto e = LaunchConsumer(); !e.empty()) error = e;
+      }
+    }
+  }
+};
+
+Pipeline::Pipeline(Config config) : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+}
+
+Pipeline::~Pipeline() { Stop(); }
+
+std::string Pipeline::StartServers() {
+  Impl& p = *impl_;
+  p.pg = std::make_unique<testing::PostgresServer>();
+  if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
+  p.nats = std::make_unique<testing::NatsServer>();
+  if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
+  p.db = p.pg->CreateDatabase();
+  {
+    auto store = OpenStore(p.pg->Url(p.db));  // creates or upgrades idem's schema
+    if (!store.ok()) return "creating idem's schema: " + store.status().ToString();
+  }
+  if (auto e = CreateChaosSchema(conninfo()); !e.empty()) return e;
+  if (p.config.store == "sqlite") {
+    p.store_url = "sqlite:" + p.dir.File("gateway.db");
+  } else if (p.config.store == "memory") {
+    p.store_url = "memory";
+  } else if (p.config.store == "redis") {
+    p.redis = std::make_unique<testing::RedisServer>(testing::RedisServer::Options{true});
+    if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
+    p.store_url = p.redis->Url();
+  } else if (p.config.store == "postgresql") {
+    p.store_url = p.pg->Url(p.pg->CreateDatabase());
+  } else {
+    return "unknown store '" + p.config.store + "' (sqlite, memory, redis or postgresql)";
+  }
+  return "";
+}
+
+std::string Pipeline::conninfo() const { return impl_->pg->ConnInfo(impl_->db); }
+
+std::string Pipeline::StartProcesses(int service_port) {
+  Impl& p = *impl_;
+  p.service_port = service_port;
+  {
+    // A short lease, so a retry after a gateway kill takes the orphaned key over in a second
+    // (the service's own key record then replays the committed answer).
+    std::ofstream toml(p.dir.File("gateway.toml"));
+    toml << "[gateway]\nupstream_response_timeout = \"1s\"\n\n"
+            "[[route]]\npath_prefix = \"/\"\nlease = \"1s\"\n";
+  }
+  std::lock_guard lock(p.mu);
+  if (auto e = p.LaunchRelay(false); !e.empty()) return e;
+  if (auto e = p.LaunchConsumer(); !e.empty()) return e;
+  if (p.config.gateway) {
+    p.gateway_listen = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+    if (auto e = p.LaunchGateway(); !e.empty()) return e;
+  }
+  p.supervisor = std::thread([this] { impl_->Supervise(this); });
+  return "";
+}
+
+std::string Pipeline::entry_address() const {
+  if (impl_->config.gateway) return impl_->gateway_listen;
+  return "127.0.0.1:" + std::to_string(impl_->service_port);
+}
+
+bool Pipeline::KillAndRestartGateway() {
+  Impl& p = *impl_;
+  return p.OnSupervisor([this] { return KillAndRestartGatewayLocked(); });
+}
+
+bool Pipeline::KillAndRestartGatewayLocked() {
+  Impl& p = *impl_;
+  if (!p.gateway) return false;
+  p.gateway->Stop(SIGKILL);
+  ++gateway_kills_;
+  // The port may linger for a moment; try a few times.
+  std::string e;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    e = p.LaunchGateway();
+    if (e.empty()) return true;
+    std::this_thread::sleep_for(200ms);
+  }
+  p.error = e;
+  return false;
+}
+
+int Pipeline::ArmRelayCrash() {
+  Impl& p = *impl_;
+  const int before = relay_crashes_.load();
+  p.OnSupervisor([&p] {
+    if (p.relay) p.relay->Stop(SIGTERM, 10s);
+    if (auto e = p.LaunchRelay(true); !e.empty()) p.error = e;
+  });
+  return before;
+}
+
+bool Pipeline::WaitForRelayCrash(int before) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (relay_crashes_.load() > before) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+void Pipeline::KillConsumer() {
+  Impl& p = *impl_;
+  std::lock_guard lock(p.mu);
+  if (p.consumer && p.consumer->pid() > 0) kill(p.consumer->pid(), SIGKILL);
+}
+
+std::string Pipeline::error() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->error;
+}
+
+void Pipeline::Stop() {
+  Impl& p = *impl_;
+  p.stopping = true;
+  if (p.supervisor.joinable()) p.supervisor.join();
+  std::lock_guard lock(p.mu);
+  for (auto& task : p.tasks) task();  // callers wait for them (no process is started now)
+  p.tasks.clear();
+  if (p.gateway) p.gateway->Stop(SIGTERM, 5s);
+  if (p.consumer) p.consumer->Stop(SIGTERM, 5s);
+  if (p.relay) p.relay->Stop(SIGTERM, 5s);
+  p.gateway.reset();
+  p.consumer.reset();
+  p.relay.reset();
+}
+
+}  // namespace idem::chaos

@@ -1,0 +1,68 @@
+// Process orchestration for `idem chaos`: PostgreSQL, `nats-server -js` and (for that store)
+// Redis in temporary directories on loopback, then `idem relay`, `idem consume` and
+// `idem gateway` as child processes of this binary; every one started and stopped by PID.
+// A supervisor thread restarts the relay and the consumer when they die (the faults kill them);
+// the gateway is killed and restarted by the driver itself, on the same port and store.
+//
+// Thread safety: Start and Stop from one thread; the fault methods from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace idem::chaos {
+
+class Pipeline {
+ public:
+  struct Config {
+    std::string idem_binary;  // this binary, run as `idem gateway|relay|consume`
+    std::string store;        // the gateway's store: sqlite, memory, redis, postgresql
+    bool gateway = true;      // false: layer 1 off, no gateway is started
+  };
+
+  explicit Pipeline(Config config);
+  ~Pipeline();  // Stop()
+
+  // Starts the servers and creates the database (idem's schema and the chaos tables).
+  // Empty on success, else why not.
+  std::string StartServers();
+  // libpq connection string of the chaos database. REQUIRES: StartServers succeeded.
+  std::string conninfo() const;
+
+  // Starts the relay (which creates the stream), the consumer delivering to
+  // http://127.0.0.1:SERVICE_PORT/apply and the gateway in front of /charge, then the
+  // supervisor. Empty on success, else why not.
+  std::string StartProcesses(int service_port);
+  // Where clients send payments: the gateway, or the service itself with layer 1 off.
+  std::string entry_address() const;
+
+  // SIGKILL the gateway, then start it again on the same port and store; false if it does not
+  // come back (error() says why).
+  bool KillAndRestartGateway();
+  // Stops the relay (SIGTERM) and starts one that SIGKILLs itself after its next published
+  // batch and before marking it; the supervisor then starts a normal one. Returns the crash
+  // count before, for WaitForRelayCrash.
+  int ArmRelayCrash();
+  // Waits (up to 10 s) until relay_crashes() exceeds `before`; false if it did not.
+  bool WaitForRelayCrash(int before);
+  // SIGKILL the consumer sidecar now; the supervisor starts it again.
+  void KillConsumer();
+
+  int relay_crashes() const { return relay_crashes_.load(); }
+  int gateway_kills() const { return gateway_kills_.load(); }
+  std::string error() const;
+  void Stop();
+
+ private:
+  bool KillAndRestartGatewayLocked();  // REQUIRES: on the supervisor thread, impl_->mu held
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int> relay_crashes_{0};
+  std::atomic<int> gateway_kills_{0};
+};
+
+}  // namespace idem::chaos

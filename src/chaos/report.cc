@@ -1,0 +1,80 @@
+#include "chaos/report.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace idem::chaos {
+namespace {
+
+std::string Layers(const std::set<int>& disabled) {
+  std::string s;
+  for (int l : {1, 2, 3}) {
+    if (!disabled.count(l)) s += (s.empty() ? "" : ",") + std::to_string(l);
+  }
+  return s.empty() ? "none" : s;
+}
+
+std::string Row(std::string_view name, const ModeResult& r, bool with_injected) {
+  return fmt::format("{:<18} {:>9} {:>8} {:>8} {:>8} {:>12} {:>8} {:>6}\n", name,
+                     with_injected ? std::to_string(r.injected) : "-", r.caught[1], r.caught[2],
+                     r.caught[3], r.unexercised, r.escaped, r.lost);
+}
+
+}  // namespace
+
+void PrintTable(const ChaosOptions& options, const Verdict& v, const RunFacts& facts,
+                std::ostream& out) {
+  out << fmt::format("idem chaos: seed {}, {} operations, gateway store {}, layers on: {}\n\n",
+                     options.seed, v.ops, options.store, Layers(options.disabled_layers));
+  out << fmt::format("{:<18} {:>9} {:>8} {:>8} {:>8} {:>12} {:>8} {:>6}\n", "fault mode",
+                     "injected", "layer 1", "layer 2", "layer 3", "unexercised", "escaped",
+                     "lost");
+  for (const auto& [mode, r] : v.modes) out << Row(FaultModeName(mode), r, true);
+  out << Row("(collateral)", v.plain, false);
+  out << fmt::format(
+      "\ntotal: {} injected, {} escaped, {} lost (distinct operations); {:.1f} s\n"
+      "processes killed: gateway {}, consumer {}, relay {}\n",
+      v.injected, v.escaped, v.lost, facts.seconds, facts.gateway_kills, facts.consumer_kills,
+      facts.relay_crashes);
+  for (const auto& p : facts.problems) out << "client: " << p << "\n";
+  out << (v.escaped + v.lost == 0 ? "verdict: exactly once\n"
+                                  : "verdict: NOT exactly once\n");
+}
+
+void PrintJson(const ChaosOptions& options, const Verdict& v, const RunFacts& facts,
+               std::ostream& out) {
+  nlohmann::json modes = nlohmann::json::array();
+  auto row = [](const ModeResult& r) {
+    return nlohmann::json{{"injected", r.injected},
+                          {"caught", {{"1", r.caught[1]}, {"2", r.caught[2]}, {"3", r.caught[3]}}},
+                          {"unexercised", r.unexercised},
+                          {"escaped", r.escaped},
+                          {"lost", r.lost}};
+  };
+  for (const auto& [mode, r] : v.modes) {
+    auto j = row(r);
+    j["mode"] = FaultModeName(mode);
+    j["expected_layer"] = ExpectedLayer(mode);
+    modes.push_back(j);
+  }
+  nlohmann::json disabled = nlohmann::json::array();
+  for (int l : options.disabled_layers) disabled.push_back(l);
+  nlohmann::json doc{{"seed", options.seed},
+                     {"ops", v.ops},
+                     {"store", options.store},
+                     {"disabled_layers", disabled},
+                     {"seconds", facts.seconds},
+                     {"injected", v.injected},
+                     {"escaped", v.escaped},
+                     {"lost", v.lost},
+                     {"modes", modes},
+                     {"collateral", row(v.plain)},
+                     {"kills", {{"gateway", facts.gateway_kills},
+                                {"consumer", facts.consumer_kills},
+                                {"relay", facts.relay_crashes}}},
+                     {"problems", facts.problems}};
+  out << doc.dump(2) << "\n";
+}
+
+}  // namespace idem::chaos

@@ -1,0 +1,28 @@
+// The report of an `idem chaos` run: a table (one row per fault mode: injected, caught by
+// layer 1/2/3, unexercised, escaped, lost) or one JSON object with the same rows and the
+// totals `injected`, `escaped` and `lost` at the top level (docs/chaos.md shows both).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "chaos/chaos_options.h"
+#include "chaos/oracle.h"
+
+namespace idem::chaos {
+
+struct RunFacts {
+  double seconds = 0;
+  int relay_crashes = 0;
+  int gateway_kills = 0;
+  int consumer_kills = 0;
+  std::vector<std::string> problems;  // client-side surprises (ops never answered, ...)
+};
+
+void PrintTable(const ChaosOptions& options, const Verdict& verdict, const RunFacts& facts,
+                std::ostream& out);
+void PrintJson(const ChaosOptions& options, const Verdict& verdict, const RunFacts& facts,
+               std::ostream& out);
+
+}  // namespace idem::chaos

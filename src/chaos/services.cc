@@ -1,0 +1,268 @@
+#include "chaos/services.h"
+
+#include <libpq-fe.h>
+#include <sys/socket.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "idem/fingerprint.h"
+#include "idem/outbox.h"
+#include "idem/postgres.h"
+#include "idem/worker.h"
+
+namespace idem::chaos {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using json = nlohmann::json;
+
+struct Reply {
+  int status;
+  std::string body;
+};
+
+bool Exec(PGconn* conn, const char* sql) {
+  PGresult* r = PQexec(conn, sql);
+  const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  PQclear(r);
+  return ok;
+}
+
+// Runs `sql` with text parameters; the first column of the first row ("" if none), or nullopt.
+std::optional<std::string> Value(PGconn* conn, const char* sql, std::vector<std::string> params) {
+  std::vector<const char*> values;
+  for (const auto& p : params) values.push_back(p.c_str());
+  PGresult* r = PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(),
+                             nullptr, nullptr, 0);
+  const auto status = PQresultStatus(r);
+  std::optional<std::string> out;
+  if (status == PGRES_COMMAND_OK) out = "";
+  if (status == PGRES_TUPLES_OK) out = PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "";
+  PQclear(r);
+  return out;
+}
+
+Reply Rollback(PGconn* conn, Reply reply) {
+  if (PQstatus(conn) == CONNECTION_OK) Exec(conn, "ROLLBACK");
+  return reply;
+}
+
+}  // namespace
+
+std::string CreateChaosSchema(const std::string& conninfo) {
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  std::string error;
+  if (PQstatus(conn) != CONNECTION_OK) {
+    error = std::string("connecting to PostgreSQL: ") + PQerrorMessage(conn);
+  } else if (!Exec(conn,
+                   "CREATE TABLE IF NOT EXISTS chaos_charges (id bigserial PRIMARY KEY, "
+                   "  op text NOT NULL, amount bigint NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_applied (op text NOT NULL, "
+                   "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
+                   "  event_id text NOT NULL, delivery int NOT NULL);")) {
+    error = std::string("creating the chaos tables: ") + PQerrorMessage(conn);
+  }
+  PQfinish(conn);
+  return error;
+}
+
+struct Services::Impl {
+  Config config;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::thread accept_thread;
+  std::mutex mu;
+  std::vector<std::shared_ptr<tcp::socket>> sockets;  // GUARDED_BY(mu)
+  std::vector<std::thread> threads;                   // GUARDED_BY(mu)
+  std::atomic<bool> stopping{false};
+  std::mutex kill_mu;  // one consumer kill at a time
+  std::set<std::string> killed_for;  // GUARDED_BY(kill_mu): ops whose consumer was killed
+  Services* owner = nullptr;
+
+  std::optional<FaultMode> FaultOf(const std::string& op) const {
+    auto it = config.faults.find(op);
+    if (it == config.faults.end()) return std::nullopt;
+    return it->second;
+  }
+
+  Reply Charge(PGconn* conn, const std::string& key, const std::string& body) {
+    const json in = json::parse(body, nullptr, false);
+    if (key.empty() || !in.is_object() || !in.contains("op") || !in["op"].is_string() ||
+        !in.contains("amount") || !in["amount"].is_number_integer()) {
+      return {400, "expected Idempotency-Key and {\"op\", \"amount\"}"};
+    }
+    const std::string op = in["op"];
+    const int64_t amount = in["amount"];
+    if (!Exec(conn, "BEGIN")) return {503, "BEGIN failed"};
+    const Scope scope{"chaos", "", key};
+    std::optional<FencingToken> token;
+    if (config.layer1) {
+      auto fp = ComputeFingerprint({}, {"POST", "/charge", "", body, {}});
+      if (!fp.ok()) return Rollback(conn, {500, fp.status().ToString()});
+      auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30));
+      if (!begun.ok()) return Rollback(conn, {503, begun.status().ToString()});
+      if (auto* replay = std::get_if<Replay>(&*begun)) {
+        return Rollback(conn, {replay->response.status, replay->response.body});
+      }
+      if (std::holds_alternative<Mismatch>(*begun)) return Rollback(conn, {422, "key reused"});
+      if (std::holds_alternative<InFlight>(*begun)) return Rollback(conn, {409, "in flight"});
+      token = *OwnedToken(*begun);
+    }
+    auto id = Value(conn, "INSERT INTO chaos_charges (op, amount) VALUES ($1, $2) RETURNING id",
+                    {op, std::to_string(amount)});
+    if (!id) return Rollback(conn, {503, "insert failed"});
+    const std::string event_id = "charge-" + *id;
+    const json payload{{"op", op}, {"amount", amount}, {"event", event_id}};
+    auto enqueued = outbox::Enqueue(conn, {event_id, "chaos.charged", payload.dump(), {}, {}});
+    if (!enqueued.ok()) return Rollback(conn, {503, enqueued.status().ToString()});
+    const std::string response = json{{"charge", std::stoll(*id)}}.dump();
+    if (token) {
+      auto done = postgres::CompleteInTransaction(conn, scope, *token,
+                                                  {201, {}, response}, std::chrono::hours(24));
+      if (!done.ok() || *done != CompleteOutcome::kOk) return Rollback(conn, {503, "fenced"});
+    }
+    if (!Exec(conn, "COMMIT")) return {503, "COMMIT failed"};
+    return {201, response};
+  }
+
+  Reply Apply(PGconn* conn, const std::string& key, int delivery, const std::string& body) {
+    const json in = json::parse(body, nullptr, false);
+    if (key.empty() || !in.is_object() || !in.contains("op") || !in["op"].is_string() ||
+        !in.contains("amount") || !in["amount"].is_number_integer() || !in.contains("event")) {
+      return {400, "expected an Idempotency-Key and a charge event"};
+    }
+    const std::string op = in["op"];
+    const std::string event = in["event"];
+    const int64_t amount = in["amount"];
+    if (!Exec(conn, "BEGIN")) return {503, "BEGIN failed"};
+    bool duplicate = false;
+    if (config.layer2) {
+      auto claimed = worker::InboxClaim(conn, "chaos", key);
+      if (!claimed.ok()) return Rollback(conn, {503, claimed.status().ToString()});
+      duplicate = !*claimed;
+    }
+    if (duplicate) {
+      Rollback(conn, {200, ""});
+      if (!Value(conn, "INSERT INTO chaos_rejects (op, event_id, delivery) VALUES ($1, $2, $3)",
+                 {op, event, std::to_string(delivery)})) {
+        return {503, "reject log failed"};
+      }
+    } else {
+      if (!Value(conn,
+                 "INSERT INTO chaos_applied (op, event_id, amount, delivery) "
+                 "VALUES ($1, $2, $3, $4)",
+                 {op, event, std::to_string(amount), std::to_string(delivery)})) {
+        return Rollback(conn, {503, "insert failed"});
+      }
+      if (!Exec(conn, "COMMIT")) return {503, "COMMIT failed"};
+    }
+    const auto fault = FaultOf(op);
+    if (fault == FaultMode::kRedeliveryStorm && delivery <= kStormDeliveries) {
+      return {503, "storm"};
+    }
+    if (fault == FaultMode::kConsumerKill && config.kill_consumer) {
+      // Once per operation, on the first delivery that reaches us (a delivery the killed
+      // sidecar had fetched but not posted comes back with a higher count).
+      std::lock_guard lock(kill_mu);
+      if (killed_for.insert(op).second) {
+        config.kill_consumer();
+        ++owner->consumer_kills_;
+      }
+    }
+    return {200, duplicate ? "duplicate" : "applied"};
+  }
+
+  void Serve(std::shared_ptr<tcp::socket> socket) {
+    PGconn* conn = PQconnectdb(config.conninfo.c_str());
+    beast::flat_buffer buffer;
+    beast::error_code ec;
+    while (!stopping) {
+      http::request<http::string_body> req;
+      http::read(*socket, buffer, req, ec);
+      if (ec) break;
+      if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
+      const std::string target(req.target());
+      const std::string key(req["Idempotency-Key"]);
+      Reply reply{404, "not found"};
+      if (req.method() == http::verb::post && target == "/charge") {
+        reply = Charge(conn, key, req.body());
+      } else if (req.method() == http::verb::post && target == "/apply") {
+        reply = Apply(conn, key, std::atoi(std::string(req["Idem-Delivery-Count"]).c_str()),
+                      req.body());
+      }
+      http::response<http::string_body> res{static_cast<http::status>(reply.status),
+                                            req.version()};
+      res.set(http::field::content_type, "application/json");
+      res.keep_alive(req.keep_alive());
+      res.body() = reply.body;
+      res.prepare_payload();
+      http::write(*socket, res, ec);
+      if (ec || !req.keep_alive()) break;
+    }
+    PQfinish(conn);
+    ::shutdown(socket->native_handle(), SHUT_RDWR);
+  }
+};
+
+Services::Services(Config config) : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+  impl_->owner = this;
+}
+
+Services::~Services() { Stop(); }
+
+std::string Services::Start() {
+  beast::error_code ec;
+  Impl& s = *impl_;
+  s.acceptor.open(tcp::v4(), ec);
+  if (!ec) s.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind({asio::ip::make_address("127.0.0.1"), 0}, ec);
+  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return "services: listening on 127.0.0.1: " + ec.message();
+  port_ = s.acceptor.local_endpoint().port();
+  s.accept_thread = std::thread([&s] {
+    while (!s.stopping) {
+      auto socket = std::make_shared<tcp::socket>(s.io);
+      beast::error_code aec;
+      s.acceptor.accept(*socket, aec);
+      if (aec || s.stopping) break;
+      std::lock_guard lock(s.mu);
+      s.sockets.push_back(socket);
+      s.threads.emplace_back([&s, socket] { s.Serve(socket); });
+    }
+  });
+  return "";
+}
+
+void Services::Stop() {
+  Impl& s = *impl_;
+  if (!s.accept_thread.joinable()) return;
+  s.stopping = true;
+  beast::error_code ec;
+  {
+    // Wake the blocking accept with a connection of our own; it then sees `stopping`.
+    tcp::socket wake(s.io);
+    wake.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)}, ec);
+    s.accept_thread.join();
+  }
+  s.acceptor.close(ec);
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(s.mu);
+    // Shut the descriptors down (thread-safe at the OS level): each handler's read fails.
+    for (auto& socket : s.sockets) ::shutdown(socket->native_handle(), SHUT_RDWR);
+    threads.swap(s.threads);
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace idem::chaos

@@ -1,0 +1,121 @@
+// `idem chaos` end to end: the real idem binary runs the whole pipeline (PostgreSQL,
+// nats-server -js, gateway, relay, consume; real SIGKILLs) and its JSON report is checked.
+// With every layer on nothing may escape or be lost; with a layer off the faults only that
+// layer catches must show escapes, so the checker is shown able to fail.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include "util/process.h"
+#include "util/temp_dir.h"
+
+namespace idem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+struct ChaosRun {
+  int exit_code = -1;
+  json report;
+  std::string output;
+};
+
+ChaosRun RunChaos(std::vector<std::string> args) {
+  TempDir dir;
+  std::vector<std::string> argv = {IDEM_BINARY, "chaos", "--json", "--quiet"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Process chaos(argv, dir.File("chaos.log"));
+  ChaosRun run;
+  const auto status = chaos.WaitForExit(420s);
+  run.output = chaos.Output();
+  if (!status) {
+    chaos.Stop(SIGTERM);
+    return run;
+  }
+  if (WIFEXITED(*status)) run.exit_code = WEXITSTATUS(*status);
+  const size_t brace = run.output.find('{');
+  if (brace != std::string::npos) {
+    run.report = json::parse(run.output.substr(brace), nullptr, false);
+  }
+  return run;
+}
+
+const json* Mode(const json& report, const std::string& name) {
+  for (const json& m : report["modes"]) {
+    if (m["mode"] == name) return &m;
+  }
+  return nullptr;
+}
+
+// Every fault mode injected many times, all of them caught by the layer meant to catch them.
+TEST(ChaosTest, ShortRunWithEveryFaultIsExactlyOnce) {
+  const ChaosRun run = RunChaos({"--ops", "300", "--fault-rate", "0.5", "--seed", "11"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.report["escaped"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["ops"], 300);
+  ASSERT_EQ(run.report["modes"].size(), 8u) << run.output;
+  for (const json& m : run.report["modes"]) {
+    SCOPED_TRACE(m.dump());
+    const int injected = m["injected"];
+    EXPECT_GE(injected, 10);
+    const std::string layer = std::to_string(m["expected_layer"].get<int>());
+    // Each injection was caught by its layer (or caused no duplicate attempt at all).
+    EXPECT_EQ(m["caught"][layer].get<int>() + m["unexercised"].get<int>(), injected);
+    EXPECT_GT(m["caught"][layer].get<int>(), 0);
+    EXPECT_EQ(m["escaped"], 0);
+    EXPECT_EQ(m["lost"], 0);
+  }
+  EXPECT_GT(run.report["kills"]["gateway"].get<int>(), 0);
+  EXPECT_GT(run.report["kills"]["consumer"].get<int>(), 0);
+  EXPECT_GT(run.report["kills"]["relay"].get<int>(), 0);
+}
+
+// Requests bypass the gateway and the service records no key: client duplicates escape.
+TEST(ChaosTest, WithoutLayer1ClientDuplicatesEscape) {
+  const ChaosRun run = RunChaos({"--ops", "80", "--fault-rate", "0.5", "--seed", "5",
+                                 "--disable-layer", "1", "--faults",
+                                 "retry_soon,retry_later,concurrent,other_body"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_GT(run.report["escaped"].get<int>(), 0);
+  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  for (const char* name : {"retry_soon", "retry_later", "concurrent", "other_body"}) {
+    const json* m = Mode(run.report, name);
+    ASSERT_NE(m, nullptr) << name;
+    EXPECT_GT((*m)["injected"].get<int>(), 0) << name;
+    EXPECT_EQ((*m)["escaped"], (*m)["injected"]) << name << ": " << m->dump();
+    EXPECT_EQ((*m)["caught"]["1"], 0) << name;
+  }
+}
+
+// The consumer claims no inbox row: redeliveries after its commit escape.
+TEST(ChaosTest, WithoutLayer2RedeliveriesEscape) {
+  const ChaosRun run = RunChaos({"--ops", "60", "--fault-rate", "0.5", "--seed", "5",
+                                 "--disable-layer", "2", "--faults",
+                                 "consumer_kill,redelivery_storm"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  for (const char* name : {"consumer_kill", "redelivery_storm"}) {
+    const json* m = Mode(run.report, name);
+    ASSERT_NE(m, nullptr) << name;
+    EXPECT_GT((*m)["injected"].get<int>(), 0) << name;
+    EXPECT_GT((*m)["escaped"].get<int>(), 0) << name << ": " << m->dump();
+    EXPECT_EQ((*m)["caught"]["2"], 0) << name;
+  }
+}
+
+// Bad input is a clear error (exit 2), not a run.
+TEST(ChaosTest, UnknownFaultModeIsRejected) {
+  const ChaosRun run = RunChaos({"--faults", "retry_soon,meteor_strike"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.output.find("unknown fault mode 'meteor_strike'"), std::string::npos)
+      << run.output;
+}
+
+}  // namespace
+}  // namespace idem::testing
