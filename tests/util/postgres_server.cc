@@ -74,7 +74,7 @@ bool PostgresServer::Start() {
                                  socket_dir_, "-c", "listen_addresses=127.0.0.1", "-c",
                                  "fsync=off", "-c", "full_page_writes=off", "-c",
                                  "max_connections=300"},
-        dir_.File("postgres.log"), run_as_);
+        dir_.File("postgres.log"), run_as_, std::nullopt, /*own_process_group=*/true);
     const std::string conninfo = ConnInfo("postgres") + " connect_timeout=2";
     while (std::chrono::steady_clock::now() < deadline && server_->Running()) {
       if (PQping(conninfo.c_str()) == PQPING_OK) {
@@ -125,7 +125,9 @@ std::string PostgresServer::Query(const std::string& database, const std::string
 }
 
 void PostgresServer::Kill() {
-  if (server_) server_->Stop(SIGKILL);
+  // The postmaster and every backend at once: a backend whose postmaster alone was killed can
+  // still answer its connection's next query for a moment.
+  if (server_) server_->KillGroup();
 }
 
 bool PostgresServer::Restart() {

@@ -15,8 +15,9 @@
 namespace idem::testing {
 
 Process::Process(std::vector<std::string> argv, std::string log_path,
-                 std::optional<RunAs> run_as, std::optional<long> max_open_files)
-    : log_path_(std::move(log_path)) {
+                 std::optional<RunAs> run_as, std::optional<long> max_open_files,
+                 bool own_process_group)
+    : log_path_(std::move(log_path)), own_process_group_(own_process_group) {
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -27,6 +28,7 @@ Process::Process(std::vector<std::string> argv, std::string log_path,
   if (pid_ == 0) {
     // If the test process dies (an assertion aborts it), the child dies with it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (own_process_group) setpgid(0, 0);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
@@ -44,6 +46,8 @@ Process::Process(std::vector<std::string> argv, std::string log_path,
     execv(args[0], args.data());
     _exit(127);
   }
+  // Both sides set the group (the usual idiom), so it exists whichever runs first.
+  if (pid_ > 0 && own_process_group) setpgid(pid_, pid_);
   if (fd >= 0) close(fd);
 }
 
@@ -102,6 +106,14 @@ int Process::Stop(int signal, std::chrono::milliseconds timeout) {
   waitpid(pid_, &status_, 0);
   reaped_ = true;
   return -1;
+}
+
+void Process::KillGroup() {
+  if (pid_ <= 0 || reaped_) return;
+  if (own_process_group_) killpg(pid_, SIGKILL);
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status_, 0);
+  reaped_ = true;
 }
 
 std::optional<int> Process::WaitForExit(std::chrono::milliseconds timeout) {

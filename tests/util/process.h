@@ -22,9 +22,11 @@ class Process {
   // Starts `argv[0]` with `argv`; stdout and stderr go to `log_path`. With `run_as`, the child
   // drops to that user and group before exec (the caller must be root).
   // With `max_open_files`, the child lowers its RLIMIT_NOFILE to it before exec.
+  // With `own_process_group`, the child leads a new process group, so KillGroup() reaches the
+  // children it forks too (a server's worker processes).
   Process(std::vector<std::string> argv, std::string log_path,
           std::optional<RunAs> run_as = std::nullopt,
-          std::optional<long> max_open_files = std::nullopt);
+          std::optional<long> max_open_files = std::nullopt, bool own_process_group = false);
   ~Process();  // SIGKILL if still running
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -37,6 +39,9 @@ class Process {
   std::string Output() const;
   // Sends `signal` and waits for the exit; returns the wait status, or -1 on timeout.
   int Stop(int signal, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // SIGKILLs the whole process group at once (started with own_process_group), as a machine
+  // crash would, and reaps the leader.
+  void KillGroup();
   // Waits for the process to exit by itself; returns the wait status, or nullopt on timeout.
   std::optional<int> WaitForExit(std::chrono::milliseconds timeout);
   bool Running();
@@ -44,6 +49,7 @@ class Process {
  private:
   pid_t pid_ = -1;
   std::string log_path_;
+  bool own_process_group_ = false;
   bool reaped_ = false;
   int status_ = 0;
 };
