@@ -57,10 +57,14 @@ int main(int argc, char** argv) {
     sigwait(&set, &sig);
     g_consumer->Stop();
   });
-  waiter.detach();
   idem::Status s = (*consumer)->Run([](PGconn* conn, const idem::worker::ConsumedMessage& m) {
     return idem::testing::ApplyLedgerMessage(conn, m.key, m.data);
   });
+  // Joined, not detached: the consumer must outlive the Stop() call made from that thread. If
+  // Run ended by itself, this wakes the waiter (the signal is blocked, so it stays pending for
+  // its sigwait); if the waiter already took a signal, this one is dropped with the thread.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
   const auto st = (*consumer)->stats();
   std::cout << "stopped: applied " << st.applied << " duplicates " << st.duplicates << " naked "
             << st.naked << " termed " << st.termed << " errors " << st.errors << std::endl;
