@@ -67,10 +67,6 @@ void WaitForQuiet(PGconn* conn, long ops, std::chrono::seconds limit) {
 int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   ChaosOptions options = given;
   const auto started = Clock::now();
-  if (options.disabled_layers.count(3)) {
-    err << "idem chaos: --disable-layer 3 is not supported yet (see docs/chaos.md)\n";
-    return 2;
-  }
   if (options.ops < 1) {
     err << "idem chaos: --ops must be at least 1\n";
     return 2;
@@ -92,7 +88,9 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
 
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  Pipeline pipeline({self, options.store, layer1});
+  Pipeline::Config pc{self, options.store, layer1};
+  if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
+  Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
     err << "idem chaos: " << e << "\n";
     return 2;

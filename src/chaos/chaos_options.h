@@ -15,7 +15,7 @@ struct ChaosOptions {
   int ops = 1000;                        // logical operations (one payment each)
   std::vector<FaultMode> faults;         // empty: every mode
   double fault_rate = 0.3;               // share of operations that carry a fault
-  std::set<int> disabled_layers;         // 1 ingest, 2 worker (3 not supported yet)
+  std::set<int> disabled_layers;         // 1 ingest, 2 worker, 3 emit
   std::string store = "sqlite";          // the gateway's store: sqlite, memory, redis, postgresql
   int clients = 4;                       // client threads sending operations
   bool json = false;

@@ -83,7 +83,7 @@ struct Pipeline::Impl {
                           pg->Url(db), std::string("--nats"), nats->Url(),
                           std::string("--create-stream"), std::string("CHAOS"),
                           std::string("--subjects"), std::string("chaos.>"),
-                          std::string("--duplicate-window"), std::string("2m"),
+                          std::string("--duplicate-window"), config.duplicate_window,
                           std::string("--claim-lease"), std::string("1s"),
                           std::string("--poll-interval"), std::string("200ms"),
                           std::string("--admin-listen"), std::string("127.0.0.1:0")}) {
@@ -105,7 +105,9 @@ struct Pipeline::Impl {
                                  "--max-nak-delay", "50ms", "--max-in-flight", "8"},
         Log("consume"));
     if (!consumer->WaitForLine("pulling from", 15s)) {
-      return "idem consume did not start:\n" + consumer->Output();
+      // The relay creates the stream; when it could not, its log says why.
+      return "idem consume did not start:\n" + consumer->Output() +
+             (relay ? "\nidem relay:\n" + relay->Output() : "");
     }
     return "";
   }

@@ -109,12 +109,52 @@ TEST(ChaosTest, WithoutLayer2RedeliveriesEscape) {
   }
 }
 
+// The stream keeps no useful duplicate window: a crashed relay's republished copies reach the
+// consumer, and only the inbox stops them.
+TEST(ChaosTest, WithoutLayer3TheInboxCatchesRepublishedCopies) {
+  const ChaosRun run = RunChaos({"--ops", "24", "--fault-rate", "0.5", "--seed", "5",
+                                 "--disable-layer", "3", "--faults", "relay_kill"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const json* m = Mode(run.report, "relay_kill");
+  ASSERT_NE(m, nullptr);
+  EXPECT_GT((*m)["injected"].get<int>(), 0) << m->dump();
+  EXPECT_EQ((*m)["caught"]["3"], 0) << m->dump();
+  EXPECT_EQ((*m)["caught"]["2"], (*m)["injected"]) << m->dump();
+  EXPECT_EQ(run.report["escaped"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output;
+}
+
+// Neither the stream nor the inbox drops a republished event: relay crashes escape.
+TEST(ChaosTest, WithoutLayers2And3RelayCrashesEscape) {
+  const ChaosRun run = RunChaos({"--ops", "24", "--fault-rate", "0.5", "--seed", "5",
+                                 "--disable-layer", "2", "--disable-layer", "3", "--faults",
+                                 "relay_kill"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  const json* m = Mode(run.report, "relay_kill");
+  ASSERT_NE(m, nullptr);
+  EXPECT_GT((*m)["escaped"].get<int>(), 0) << m->dump();
+  EXPECT_EQ((*m)["escaped"], (*m)["injected"]) << m->dump();
+  EXPECT_EQ(run.report["lost"], 0) << run.output;
+}
+
 // Bad input is a clear error (exit 2), not a run.
 TEST(ChaosTest, UnknownFaultModeIsRejected) {
   const ChaosRun run = RunChaos({"--faults", "retry_soon,meteor_strike"});
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.output.find("unknown fault mode 'meteor_strike'"), std::string::npos)
       << run.output;
+}
+
+TEST(ChaosTest, BadFlagsExitWithCode2) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--disable-layer", "4"}, {"--ops", "0"}, {"--ops", "many"},
+        {"--fault-rate", "2"}, {"--store", "floppy"}, {"--no-such-flag"}}) {
+    const ChaosRun run = RunChaos(args);
+    EXPECT_EQ(run.exit_code, 2) << args[0] << ": " << run.output;
+    EXPECT_NE(run.output.find(args[0]), std::string::npos) << run.output;
+  }
 }
 
 }  // namespace

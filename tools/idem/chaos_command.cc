@@ -46,8 +46,10 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--disable-layer", flags->disabled,
                   "Turn a layer off to see what it is worth (repeatable): 1 = requests bypass the\n"
-                  "gateway and the service records no key; 2 = the consumer claims no inbox row")
-      ->check(CLI::IsMember({1, 2}));
+                  "gateway and the service records no key; 2 = the consumer claims no inbox row;\n"
+                  "3 = the stream keeps no duplicate window (1 ms), so republished events reach\n"
+                  "the consumer")
+      ->check(CLI::IsMember({1, 2, 3}));
   cmd->add_option("--store", flags->options.store,
                   "The gateway's store: sqlite, memory, redis or postgresql")
       ->capture_default_str()
