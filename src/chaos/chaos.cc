@@ -84,7 +84,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
       return 2;
     }
   }
-  const std::vector<Operation> plan = MakePlan(options);
+  std::vector<Operation> plan = MakePlan(options);
 
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -117,21 +117,30 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
+  const size_t planned = plan.size();  // the progress thread must not read `plan` (resized below)
   std::thread progress([&] {
     const bool tty = isatty(STDERR_FILENO);
     std::unique_lock lock(mu);
     while (!cv.wait_for(lock, tty ? 500ms : 5s, [&] { return finished; })) {
       if (!options.progress) continue;
       const double s = std::chrono::duration<double>(Clock::now() - started).count();
-      err << (tty ? "\r" : "") << "idem chaos: " << driver.done() << "/" << plan.size()
-          << " operations sent, kills: gateway " << pipeline.gateway_kills() << ", consumer "
+      err << (tty ? "\r" : "") << "idem chaos: " << driver.done();
+      if (options.duration_seconds > 0) {
+        err << " operations sent (for " << options.duration_seconds << " s)";
+      } else {
+        err << "/" << planned << " operations sent";
+      }
+      err << ", kills: gateway " << pipeline.gateway_kills() << ", consumer "
           << services.consumer_kills() << ", relay " << pipeline.relay_crashes() << "; "
           << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
     }
     if (options.progress && tty) err << "\n";
   });
   driver.Run();
-  if (options.progress) err << "idem chaos: every operation sent; waiting for the pipeline to settle\n";
+  plan.resize(driver.sent());  // with --duration, the operations that were sent
+  if (options.progress) {
+    err << "idem chaos: " << plan.size() << " operations sent; waiting for the pipeline to settle\n";
+  }
 
   PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
   WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);

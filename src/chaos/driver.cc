@@ -100,11 +100,17 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
 }
 
 void Driver::Run() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.duration_seconds);
+  const bool timed = options_.duration_seconds > 0;
   std::vector<std::thread> clients;
   for (int c = 0; c < std::max(1, options_.clients); ++c) {
-    clients.emplace_back([this, c] {
+    clients.emplace_back([this, c, deadline, timed] {
       std::mt19937_64 rng(options_.seed * 1000003 + c);
-      for (size_t i = next_++; i < plan_.size(); i = next_++) {
+      // With a duration, an operation is claimed only while there is time left: the operations
+      // sent are then exactly the first sent() of the plan.
+      while (!timed || std::chrono::steady_clock::now() < deadline) {
+        const size_t i = next_++;
+        if (i >= plan_.size()) break;
         RunOne(plan_[i], rng);
         ++done_;
       }

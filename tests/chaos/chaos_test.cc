@@ -139,6 +139,18 @@ TEST(ChaosTest, WithoutLayers2And3RelayCrashesEscape) {
   EXPECT_EQ(run.report["lost"], 0) << run.output;
 }
 
+// --duration sends operations until the time is up; the report covers those sent.
+TEST(ChaosTest, DurationRunsForTheGivenTime) {
+  const ChaosRun run =
+      RunChaos({"--duration", "3", "--faults", "retry_soon", "--fault-rate", "0.2"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_GT(run.report["ops"].get<int>(), 10) << run.output;
+  EXPECT_GE(run.report["seconds"].get<double>(), 3.0);
+  EXPECT_EQ(run.report["escaped"], 0);
+  EXPECT_EQ(run.report["lost"], 0);
+}
+
 // Bad input is a clear error (exit 2), not a run.
 TEST(ChaosTest, UnknownFaultModeIsRejected) {
   const ChaosRun run = RunChaos({"--faults", "retry_soon,meteor_strike"});
@@ -150,7 +162,8 @@ TEST(ChaosTest, UnknownFaultModeIsRejected) {
 TEST(ChaosTest, BadFlagsExitWithCode2) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--disable-layer", "4"}, {"--ops", "0"}, {"--ops", "many"},
-        {"--fault-rate", "2"}, {"--store", "floppy"}, {"--no-such-flag"}}) {
+        {"--fault-rate", "2"}, {"--store", "floppy"}, {"--duration", "0"},
+        {"--no-such-flag"}}) {
     const ChaosRun run = RunChaos(args);
     EXPECT_EQ(run.exit_code, 2) << args[0] << ": " << run.output;
     EXPECT_NE(run.output.find(args[0]), std::string::npos) << run.output;
