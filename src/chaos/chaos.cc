@@ -166,6 +166,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
   pipeline.Stop();
   services.Stop();
+  facts.fenced_completions = pipeline.FencedCompletions();
   facts.seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   const Verdict verdict = Judge(plan, evidence, options.faults);

@@ -91,6 +91,15 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       if (!pipeline_.WaitForRelayCrash(before)) Problem(op.id + ": the armed relay did not crash");
       break;
     }
+    case FaultMode::kZombie: {
+      // The first attempt hangs in the service (kZombieHang); the client gives up on it after
+      // the lease and retries, which takes the key over. The hung attempt finishes later.
+      std::thread first([&] { Send(op, op.amount, 5s); });
+      std::this_thread::sleep_for(1100ms);
+      expect_success(SendUntilDone(op, op.amount), "retry after the lease");
+      first.join();
+      break;
+    }
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.

@@ -12,6 +12,7 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kConsumerKill: return "consumer_kill";
     case FaultMode::kRelayKill: return "relay_kill";
     case FaultMode::kRedeliveryStorm: return "redelivery_storm";
+    case FaultMode::kZombie: return "zombie";
   }
   return "?";
 }

@@ -18,15 +18,16 @@ enum class FaultMode {
   kConsumerKill,     // the consumer SIGKILLed after its commit, before its ack
   kRelayKill,        // the relay SIGKILLed after the PubAcks, before marking the rows
   kRedeliveryStorm,  // the same message redelivered again and again after it was applied
+  kZombie,           // the service hangs past the lease; a retry takes over; the hung one finishes
 };
 
 inline constexpr FaultMode kAllFaultModes[] = {
     FaultMode::kRetrySoon,   FaultMode::kRetryLater,   FaultMode::kConcurrent,
     FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
-    FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm};
+    FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm, FaultMode::kZombie};
 
 // "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
-// "relay_kill", "redelivery_storm".
+// "relay_kill", "redelivery_storm", "zombie".
 std::string_view FaultModeName(FaultMode mode);
 // The mode named `name`, or nullopt.
 std::optional<FaultMode> ParseFaultMode(std::string_view name);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <future>
 
@@ -173,9 +174,11 @@ std::string Pipeline::StartProcesses(int service_port) {
   p.service_port = service_port;
   {
     // A short lease, so a retry after a gateway kill takes the orphaned key over in a second
-    // (the service's own key record then replays the committed answer).
+    // (the service's own key record then replays the committed answer). The upstream response
+    // timeout is longer than the lease on purpose: a zombie (kZombieHang) must outlive its
+    // lease and still finish, so that the gateway's completion of it is fenced.
     std::ofstream toml(p.dir.File("gateway.toml"));
-    toml << "[gateway]\nupstream_response_timeout = \"1s\"\n\n"
+    toml << "[gateway]\nupstream_response_timeout = \"4s\"\n\n"
             "[[route]]\npath_prefix = \"/\"\nlease = \"1s\"\n";
   }
   std::lock_guard lock(p.mu);
@@ -238,6 +241,22 @@ void Pipeline::KillConsumer() {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   if (p.consumer && p.consumer->pid() > 0) kill(p.consumer->pid(), SIGKILL);
+}
+
+int Pipeline::FencedCompletions() const {
+  int fenced = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(impl_->dir.path(), ec)) {
+    if (entry.path().filename().string().rfind("gateway-", 0) != 0) continue;
+    std::ifstream log(entry.path());
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("\"event\":\"fenced\"") != std::string::npos ||
+          line.find(" fenced ") != std::string::npos) {
+        ++fenced;
+      }
+    }
+  }
+  return fenced;
 }
 
 std::string Pipeline::error() const {

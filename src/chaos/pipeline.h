@@ -62,6 +62,10 @@ class Pipeline {
   // SIGKILL the consumer sidecar now; the supervisor starts it again.
   void KillConsumer();
 
+  // Late completions the gateways refused because a retry had taken the key over (their
+  // "fenced" log events, counted over every gateway started). REQUIRES: Stop() was called.
+  int FencedCompletions() const;
+
   int relay_crashes() const { return relay_crashes_.load(); }
   int gateway_kills() const { return gateway_kills_.load(); }
   std::string error() const;

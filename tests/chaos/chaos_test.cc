@@ -57,7 +57,7 @@ TEST(ChaosTest, ShortRunWithEveryFaultIsExactlyOnce) {
   EXPECT_EQ(run.report["escaped"], 0) << run.output;
   EXPECT_EQ(run.report["lost"], 0) << run.output;
   EXPECT_EQ(run.report["ops"], 300);
-  ASSERT_EQ(run.report["modes"].size(), 8u) << run.output;
+  ASSERT_EQ(run.report["modes"].size(), 9u) << run.output;
   for (const json& m : run.report["modes"]) {
     SCOPED_TRACE(m.dump());
     const int injected = m["injected"];
@@ -72,18 +72,20 @@ TEST(ChaosTest, ShortRunWithEveryFaultIsExactlyOnce) {
   EXPECT_GT(run.report["kills"]["gateway"].get<int>(), 0);
   EXPECT_GT(run.report["kills"]["consumer"].get<int>(), 0);
   EXPECT_GT(run.report["kills"]["relay"].get<int>(), 0);
+  // The zombies' late completions reached the gateway and were refused.
+  EXPECT_GT(run.report["fenced_completions"].get<int>(), 0);
 }
 
 // Requests bypass the gateway and the service records no key: client duplicates escape.
 TEST(ChaosTest, WithoutLayer1ClientDuplicatesEscape) {
   const ChaosRun run = RunChaos({"--ops", "80", "--fault-rate", "0.5", "--seed", "5",
                                  "--disable-layer", "1", "--faults",
-                                 "retry_soon,retry_later,concurrent,other_body"});
+                                 "retry_soon,retry_later,concurrent,other_body,zombie"});
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_GT(run.report["escaped"].get<int>(), 0);
   EXPECT_EQ(run.report["lost"], 0) << run.output;
-  for (const char* name : {"retry_soon", "retry_later", "concurrent", "other_body"}) {
+  for (const char* name : {"retry_soon", "retry_later", "concurrent", "other_body", "zombie"}) {
     const json* m = Mode(run.report, name);
     ASSERT_NE(m, nullptr) << name;
     EXPECT_GT((*m)["injected"].get<int>(), 0) << name;
