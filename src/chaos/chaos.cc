@@ -131,7 +131,9 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
         err << "/" << planned << " operations sent";
       }
       err << ", kills: gateway " << pipeline.gateway_kills() << ", consumer "
-          << services.consumer_kills() << ", relay " << pipeline.relay_crashes() << "; "
+          << services.consumer_kills() << ", relay " << pipeline.relay_crashes()
+          << ", nats-server " << pipeline.nats_restarts() << ", PostgreSQL "
+          << pipeline.postgres_restarts() << "; "
           << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
     }
     if (options.progress && tty) err << "\n";
@@ -162,6 +164,8 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   facts.relay_crashes = pipeline.relay_crashes();
   facts.gateway_kills = pipeline.gateway_kills();
   facts.consumer_kills = services.consumer_kills();
+  facts.nats_restarts = pipeline.nats_restarts();
+  facts.postgres_restarts = pipeline.postgres_restarts();
   facts.problems = driver.problems();
   if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
   pipeline.Stop();

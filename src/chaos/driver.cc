@@ -100,6 +100,18 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       first.join();
       break;
     }
+    case FaultMode::kNatsRestart:
+    case FaultMode::kPostgresRestart: {
+      // Right after the success, while the operation's event is on its way (and the other
+      // clients keep sending): the server dies and comes back.
+      std::lock_guard lock(server_mu_);
+      expect_success(SendUntilDone(op, op.amount), "send");
+      const bool nats = *op.fault == FaultMode::kNatsRestart;
+      if (!(nats ? pipeline_.RestartNats() : pipeline_.RestartPostgres())) {
+        Problem(op.id + ": " + pipeline_.error());
+      }
+      break;
+    }
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.

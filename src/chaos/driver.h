@@ -55,6 +55,7 @@ class Driver {
   std::atomic<size_t> next_{0};
   std::mutex gateway_mu_;  // one gateway kill at a time
   std::mutex relay_mu_;    // one relay crash at a time
+  std::mutex server_mu_;   // one server restart at a time
   mutable std::mutex mu_;
   std::vector<const Operation*> later_;   // GUARDED_BY(mu_)
   std::vector<std::string> problems_;     // GUARDED_BY(mu_)

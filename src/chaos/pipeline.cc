@@ -243,6 +243,31 @@ void Pipeline::KillConsumer() {
   if (p.consumer && p.consumer->pid() > 0) kill(p.consumer->pid(), SIGKILL);
 }
 
+bool Pipeline::RestartNats() {
+  Impl& p = *impl_;
+  // On the supervisor thread: the restarted server is a child of the thread that starts it.
+  return p.OnSupervisor([this, &p] {
+    ++nats_restarts_;
+    if (auto e = p.nats->Restart(); !e.empty()) {
+      p.error = "nats-server restart: " + e;
+      return false;
+    }
+    return true;
+  });
+}
+
+bool Pipeline::RestartPostgres() {
+  Impl& p = *impl_;
+  return p.OnSupervisor([this, &p] {
+    ++postgres_restarts_;
+    if (!p.pg->Restart()) {
+      p.error = "PostgreSQL restart: " + p.pg->error();
+      return false;
+    }
+    return true;
+  });
+}
+
 int Pipeline::FencedCompletions() const {
   int fenced = 0;
   std::error_code ec;

@@ -66,6 +66,15 @@ class Pipeline {
   // "fenced" log events, counted over every gateway started). REQUIRES: Stop() was called.
   int FencedCompletions() const;
 
+  // SIGKILL nats-server and start it again on the same port and store directory (the relay and
+  // the consumer reconnect on their own). False if it does not come back (error() says why).
+  bool RestartNats();
+  // SIGKILL PostgreSQL's postmaster and start it again on the same data directory and port
+  // (crash recovery; every connection breaks). False if it does not come back.
+  bool RestartPostgres();
+
+  int nats_restarts() const { return nats_restarts_.load(); }
+  int postgres_restarts() const { return postgres_restarts_.load(); }
   int relay_crashes() const { return relay_crashes_.load(); }
   int gateway_kills() const { return gateway_kills_.load(); }
   std::string error() const;
@@ -78,6 +87,8 @@ class Pipeline {
   std::unique_ptr<Impl> impl_;
   std::atomic<int> relay_crashes_{0};
   std::atomic<int> gateway_kills_{0};
+  std::atomic<int> nats_restarts_{0};
+  std::atomic<int> postgres_restarts_{0};
 };
 
 }  // namespace idem::chaos

@@ -201,6 +201,9 @@ struct Services::Impl {
 
   void Serve(std::shared_ptr<tcp::socket> socket) {
     PGconn* conn = PQconnectdb(config.conninfo.c_str());
+    // A PostgreSQL restart (postgres_restart) sends every connection a FATAL notice; the
+    // request fails and is retried, which is the point, so the notice is not printed.
+    PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
     beast::flat_buffer buffer;
     beast::error_code ec;
     while (!stopping) {

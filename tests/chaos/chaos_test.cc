@@ -28,7 +28,7 @@ ChaosRun RunChaos(std::vector<std::string> args) {
   argv.insert(argv.end(), args.begin(), args.end());
   Process chaos(argv, dir.File("chaos.log"));
   ChaosRun run;
-  const auto status = chaos.WaitForExit(420s);
+  const auto status = chaos.WaitForExit(900s);  // the short run under TSan
   run.output = chaos.Output();
   if (!status) {
     chaos.Stop(SIGTERM);
@@ -49,29 +49,41 @@ const json* Mode(const json& report, const std::string& name) {
   return nullptr;
 }
 
-// Every fault mode injected many times, all of them caught by the layer meant to catch them.
+// Every fault mode injected at least 20 times (the plan of seed 11 at this rate gives each mode
+// 26 or more), all of them caught by the layer meant to catch them. About 100 s in a release
+// build on 2 cores.
 TEST(ChaosTest, ShortRunWithEveryFaultIsExactlyOnce) {
-  const ChaosRun run = RunChaos({"--ops", "300", "--fault-rate", "0.5", "--seed", "11"});
+  const ChaosRun run = RunChaos({"--ops", "1000", "--fault-rate", "0.4", "--seed", "11"});
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.report["escaped"], 0) << run.output;
   EXPECT_EQ(run.report["lost"], 0) << run.output;
-  EXPECT_EQ(run.report["ops"], 300);
-  ASSERT_EQ(run.report["modes"].size(), 9u) << run.output;
+  EXPECT_EQ(run.report["ops"], 1000);
+  ASSERT_EQ(run.report["modes"].size(), 11u) << run.output;
   for (const json& m : run.report["modes"]) {
     SCOPED_TRACE(m.dump());
     const int injected = m["injected"];
-    EXPECT_GE(injected, 10);
-    const std::string layer = std::to_string(m["expected_layer"].get<int>());
+    EXPECT_GE(injected, 20);
+    EXPECT_EQ(m["escaped"], 0);
+    EXPECT_EQ(m["lost"], 0);
+    const int expected = m["expected_layer"];
+    if (expected == 0) {
+      // A server restart: whatever duplicates it made were caught by some layer.
+      int caught = 0;
+      for (const char* layer : {"1", "2", "3"}) caught += m["caught"][layer].get<int>();
+      EXPECT_EQ(caught + m["unexercised"].get<int>(), injected);
+      continue;
+    }
+    const std::string layer = std::to_string(expected);
     // Each injection was caught by its layer (or caused no duplicate attempt at all).
     EXPECT_EQ(m["caught"][layer].get<int>() + m["unexercised"].get<int>(), injected);
     EXPECT_GT(m["caught"][layer].get<int>(), 0);
-    EXPECT_EQ(m["escaped"], 0);
-    EXPECT_EQ(m["lost"], 0);
   }
   EXPECT_GT(run.report["kills"]["gateway"].get<int>(), 0);
   EXPECT_GT(run.report["kills"]["consumer"].get<int>(), 0);
   EXPECT_GT(run.report["kills"]["relay"].get<int>(), 0);
+  EXPECT_GT(run.report["kills"]["nats"].get<int>(), 0);
+  EXPECT_GT(run.report["kills"]["postgres"].get<int>(), 0);
   // The zombies' late completions reached the gateway and were refused.
   EXPECT_GT(run.report["fenced_completions"].get<int>(), 0);
 }
