@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "util/http_client.h"
+#include "servers/http_client.h"
 
 namespace idem::chaos {
 
@@ -15,7 +15,7 @@ Driver::Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const Cha
 
 Driver::Answer Driver::Send(const Operation& op, int64_t amount, std::chrono::milliseconds timeout) {
   const std::string body = nlohmann::json{{"op", op.id}, {"amount", amount}}.dump();
-  const auto r = testing::Http(pipeline_.entry_address(), "POST", "/charge",
+  const auto r = servers::Http(pipeline_.entry_address(), "POST", "/charge",
                                {{"Idempotency-Key", op.id}, {"Content-Type", "application/json"}},
                                body, timeout);
   return {r.status, r.status == 0 ? r.error : r.body};

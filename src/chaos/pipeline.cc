@@ -10,24 +10,24 @@
 
 #include "idem/store.h"
 #include "chaos/services.h"
-#include "util/free_port.h"
-#include "util/nats_server.h"
-#include "util/postgres_server.h"
-#include "util/process.h"
-#include "util/redis_server.h"
-#include "util/temp_dir.h"
+#include "servers/free_port.h"
+#include "servers/nats_server.h"
+#include "servers/postgres_server.h"
+#include "servers/process.h"
+#include "servers/redis_server.h"
+#include "servers/temp_dir.h"
 
 namespace idem::chaos {
 
-using testing::Process;
+using servers::Process;
 using namespace std::chrono_literals;
 
 struct Pipeline::Impl {
   Config config;
-  testing::TempDir dir;
-  std::unique_ptr<testing::PostgresServer> pg;
-  std::unique_ptr<testing::NatsServer> nats;
-  std::unique_ptr<testing::RedisServer> redis;
+  servers::TempDir dir;
+  std::unique_ptr<servers::PostgresServer> pg;
+  std::unique_ptr<servers::NatsServer> nats;
+  std::unique_ptr<servers::RedisServer> redis;
   std::string db;           // the chaos database
   std::string store_url;    // the gateway's store
   std::string gateway_listen;
@@ -141,9 +141,9 @@ Pipeline::~Pipeline() { Stop(); }
 
 std::string Pipeline::StartServers() {
   Impl& p = *impl_;
-  p.pg = std::make_unique<testing::PostgresServer>();
+  p.pg = std::make_unique<servers::PostgresServer>();
   if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
-  p.nats = std::make_unique<testing::NatsServer>();
+  p.nats = std::make_unique<servers::NatsServer>();
   if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
   p.db = p.pg->CreateDatabase();
   {
@@ -156,7 +156,7 @@ std::string Pipeline::StartServers() {
   } else if (p.config.store == "memory") {
     p.store_url = "memory";
   } else if (p.config.store == "redis") {
-    p.redis = std::make_unique<testing::RedisServer>(testing::RedisServer::Options{true});
+    p.redis = std::make_unique<servers::RedisServer>(servers::RedisServer::Options{true});
     if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
     p.store_url = p.redis->Url();
   } else if (p.config.store == "postgresql") {
@@ -185,7 +185,7 @@ std::string Pipeline::StartProcesses(int service_port) {
   if (auto e = p.LaunchRelay(false); !e.empty()) return e;
   if (auto e = p.LaunchConsumer(); !e.empty()) return e;
   if (p.config.gateway) {
-    p.gateway_listen = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+    p.gateway_listen = "127.0.0.1:" + std::to_string(servers::FreeLoopbackPort());
     if (auto e = p.LaunchGateway(); !e.empty()) return e;
   }
   p.supervisor = std::thread([this] { impl_->Supervise(this); });
