@@ -67,10 +67,6 @@ void WaitForQuiet(PGconn* conn, long ops, std::chrono::seconds limit) {
 int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   ChaosOptions options = given;
   const auto started = Clock::now();
-  if (options.disabled_layers.count(3)) {
-    err << "idem chaos: --disable-layer 3 is not supported yet (see docs/chaos.md)\n";
-    return 2;
-  }
   if (options.ops < 1) {
     err << "idem chaos: --ops must be at least 1\n";
     return 2;
@@ -88,11 +84,13 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
       return 2;
     }
   }
-  const std::vector<Operation> plan = MakePlan(options);
+  std::vector<Operation> plan = MakePlan(options);
 
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  Pipeline pipeline({self, options.store, layer1});
+  Pipeline::Config pc{self, options.store, layer1};
+  if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
+  Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
     err << "idem chaos: " << e << "\n";
     return 2;
@@ -119,21 +117,32 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
+  const size_t planned = plan.size();  // the progress thread must not read `plan` (resized below)
   std::thread progress([&] {
     const bool tty = isatty(STDERR_FILENO);
     std::unique_lock lock(mu);
     while (!cv.wait_for(lock, tty ? 500ms : 5s, [&] { return finished; })) {
       if (!options.progress) continue;
       const double s = std::chrono::duration<double>(Clock::now() - started).count();
-      err << (tty ? "\r" : "") << "idem chaos: " << driver.done() << "/" << plan.size()
-          << " operations sent, kills: gateway " << pipeline.gateway_kills() << ", consumer "
-          << services.consumer_kills() << ", relay " << pipeline.relay_crashes() << "; "
+      err << (tty ? "\r" : "") << "idem chaos: " << driver.done();
+      if (options.duration_seconds > 0) {
+        err << " operations sent (for " << options.duration_seconds << " s)";
+      } else {
+        err << "/" << planned << " operations sent";
+      }
+      err << ", kills: gateway " << pipeline.gateway_kills() << ", consumer "
+          << services.consumer_kills() << ", relay " << pipeline.relay_crashes()
+          << ", nats-server " << pipeline.nats_restarts() << ", PostgreSQL "
+          << pipeline.postgres_restarts() << "; "
           << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
     }
     if (options.progress && tty) err << "\n";
   });
   driver.Run();
-  if (options.progress) err << "idem chaos: every operation sent; waiting for the pipeline to settle\n";
+  plan.resize(driver.sent());  // with --duration, the operations that were sent
+  if (options.progress) {
+    err << "idem chaos: " << plan.size() << " operations sent; waiting for the pipeline to settle\n";
+  }
 
   PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
   WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);
@@ -155,10 +164,13 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   facts.relay_crashes = pipeline.relay_crashes();
   facts.gateway_kills = pipeline.gateway_kills();
   facts.consumer_kills = services.consumer_kills();
+  facts.nats_restarts = pipeline.nats_restarts();
+  facts.postgres_restarts = pipeline.postgres_restarts();
   facts.problems = driver.problems();
   if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
   pipeline.Stop();
   services.Stop();
+  facts.fenced_completions = pipeline.FencedCompletions();
   facts.seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   const Verdict verdict = Judge(plan, evidence, options.faults);

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "util/http_client.h"
+#include "servers/http_client.h"
 
 namespace idem::chaos {
 
@@ -15,7 +15,7 @@ Driver::Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const Cha
 
 Driver::Answer Driver::Send(const Operation& op, int64_t amount, std::chrono::milliseconds timeout) {
   const std::string body = nlohmann::json{{"op", op.id}, {"amount", amount}}.dump();
-  const auto r = testing::Http(pipeline_.entry_address(), "POST", "/charge",
+  const auto r = servers::Http(pipeline_.entry_address(), "POST", "/charge",
                                {{"Idempotency-Key", op.id}, {"Content-Type", "application/json"}},
                                body, timeout);
   return {r.status, r.status == 0 ? r.error : r.body};
@@ -91,6 +91,27 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       if (!pipeline_.WaitForRelayCrash(before)) Problem(op.id + ": the armed relay did not crash");
       break;
     }
+    case FaultMode::kZombie: {
+      // The first attempt hangs in the service (kZombieHang); the client gives up on it after
+      // the lease and retries, which takes the key over. The hung attempt finishes later.
+      std::thread first([&] { Send(op, op.amount, 5s); });
+      std::this_thread::sleep_for(1100ms);
+      expect_success(SendUntilDone(op, op.amount), "retry after the lease");
+      first.join();
+      break;
+    }
+    case FaultMode::kNatsRestart:
+    case FaultMode::kPostgresRestart: {
+      // Right after the success, while the operation's event is on its way (and the other
+      // clients keep sending): the server dies and comes back.
+      std::lock_guard lock(server_mu_);
+      expect_success(SendUntilDone(op, op.amount), "send");
+      const bool nats = *op.fault == FaultMode::kNatsRestart;
+      if (!(nats ? pipeline_.RestartNats() : pipeline_.RestartPostgres())) {
+        Problem(op.id + ": " + pipeline_.error());
+      }
+      break;
+    }
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.
@@ -100,11 +121,17 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
 }
 
 void Driver::Run() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.duration_seconds);
+  const bool timed = options_.duration_seconds > 0;
   std::vector<std::thread> clients;
   for (int c = 0; c < std::max(1, options_.clients); ++c) {
-    clients.emplace_back([this, c] {
+    clients.emplace_back([this, c, deadline, timed] {
       std::mt19937_64 rng(options_.seed * 1000003 + c);
-      for (size_t i = next_++; i < plan_.size(); i = next_++) {
+      // With a duration, an operation is claimed only while there is time left: the operations
+      // sent are then exactly the first sent() of the plan.
+      while (!timed || std::chrono::steady_clock::now() < deadline) {
+        const size_t i = next_++;
+        if (i >= plan_.size()) break;
         RunOne(plan_[i], rng);
         ++done_;
       }

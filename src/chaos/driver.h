@@ -6,6 +6,7 @@
 // Thread safety: Run from one thread; done() from any.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <random>
@@ -24,10 +25,14 @@ class Driver {
   // `plan` and `pipeline` must outlive the driver.
   Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const ChaosOptions& options);
 
-  // Sends every operation with options.clients threads, then the late retries.
+  // Sends the operations of the plan in order with options.clients threads (all of them, or
+  // with options.duration_seconds as many as start before the time is up), then the late
+  // retries.
   void Run();
 
   int done() const { return done_.load(); }
+  // How many operations of the plan were sent: the first sent() of it. REQUIRES: Run returned.
+  size_t sent() const { return std::min(next_.load(), plan_.size()); }
   // Operations that got no success answer within their deadline, and unexpected answers
   // ("op-1-7: 500 ..."), for the report.
   std::vector<std::string> problems() const;
@@ -50,6 +55,7 @@ class Driver {
   std::atomic<size_t> next_{0};
   std::mutex gateway_mu_;  // one gateway kill at a time
   std::mutex relay_mu_;    // one relay crash at a time
+  std::mutex server_mu_;   // one server restart at a time
   mutable std::mutex mu_;
   std::vector<const Operation*> later_;   // GUARDED_BY(mu_)
   std::vector<std::string> problems_;     // GUARDED_BY(mu_)

@@ -12,6 +12,9 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kConsumerKill: return "consumer_kill";
     case FaultMode::kRelayKill: return "relay_kill";
     case FaultMode::kRedeliveryStorm: return "redelivery_storm";
+    case FaultMode::kZombie: return "zombie";
+    case FaultMode::kNatsRestart: return "nats_restart";
+    case FaultMode::kPostgresRestart: return "postgres_restart";
   }
   return "?";
 }
@@ -55,6 +58,8 @@ int ExpectedLayer(FaultMode mode) {
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm: return 2;
     case FaultMode::kRelayKill: return 3;
+    case FaultMode::kNatsRestart:
+    case FaultMode::kPostgresRestart: return 0;
     default: return 1;
   }
 }

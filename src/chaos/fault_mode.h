@@ -18,21 +18,26 @@ enum class FaultMode {
   kConsumerKill,     // the consumer SIGKILLed after its commit, before its ack
   kRelayKill,        // the relay SIGKILLed after the PubAcks, before marking the rows
   kRedeliveryStorm,  // the same message redelivered again and again after it was applied
+  kZombie,           // the service hangs past the lease; a retry takes over; the hung one finishes
+  kNatsRestart,      // nats-server SIGKILLed and restarted on the same port and store
+  kPostgresRestart,  // PostgreSQL's postmaster SIGKILLed and restarted on the same data dir
 };
 
 inline constexpr FaultMode kAllFaultModes[] = {
     FaultMode::kRetrySoon,   FaultMode::kRetryLater,   FaultMode::kConcurrent,
     FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
-    FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm};
+    FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm, FaultMode::kZombie,
+    FaultMode::kNatsRestart, FaultMode::kPostgresRestart};
 
 // "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
-// "relay_kill", "redelivery_storm".
+// "relay_kill", "redelivery_storm", "zombie", "nats_restart", "postgres_restart".
 std::string_view FaultModeName(FaultMode mode);
 // The mode named `name`, or nullopt.
 std::optional<FaultMode> ParseFaultMode(std::string_view name);
 // A comma-separated list of names, or "all". Nullopt (and `error` set) on an unknown name.
 std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std::string* error);
-// The layer that is meant to catch `mode`: 1 ingest, 2 worker, 3 emit.
+// The layer that is meant to catch `mode`: 1 ingest, 2 worker, 3 emit; 0 for a server restart,
+// whose duplicates (if any) may reach any layer.
 int ExpectedLayer(FaultMode mode);
 
 }  // namespace idem::chaos

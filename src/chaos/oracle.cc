@@ -35,6 +35,17 @@ Outcome Attribute(FaultMode mode, const Evidence& ev) {
     case FaultMode::kRelayKill:
       if (ev.stream_deduped > 0) return Outcome::kCaught3;
       return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
+    case FaultMode::kNatsRestart:
+    case FaultMode::kPostgresRestart:
+      // A restart makes duplicates only by accident (a PubAck, an ack or a reply lost with the
+      // connection); the evidence of the operation's own event says which layer dropped one.
+      if (ev.stream_deduped > 0) return Outcome::kCaught3;
+      return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
+    case FaultMode::kZombie:
+      // Caught when the retry took the key over (a second fencing token reached the service)
+      // and the hung attempt's write still did not become a second charge.
+      if (ev.fencing_tokens < 2) return Outcome::kUnexercised;
+      return ev.charges == 1 ? Outcome::kCaught1 : Outcome::kEscaped;
     default:
       // A client-side duplicate: the service ran once, so layer 1 (the gateway, or the key
       // recorded in the service's transaction) stopped the copies.
@@ -92,6 +103,10 @@ std::map<std::string, Evidence> ReadEvidence(PGconn* conn, std::string* error) {
                  }) &&
       ForEachRow(conn, "SELECT op, count(*) FROM chaos_rejects GROUP BY op", error,
                  [&](PGresult* r, int i) { ev[PQgetvalue(r, i, 0)].rejected = IntAt(r, i, 1); }) &&
+      ForEachRow(conn, "SELECT op, count(DISTINCT token) FROM chaos_attempts GROUP BY op", error,
+                 [&](PGresult* r, int i) {
+                   ev[PQgetvalue(r, i, 0)].fencing_tokens = IntAt(r, i, 1);
+                 }) &&
       ForEachRow(conn,
                  "SELECT c.op, count(*) FILTER (WHERE o.attempts > 1), "
                  "count(*) FILTER (WHERE o.attempts > 1 AND o.duplicate) "
@@ -114,7 +129,9 @@ std::optional<Outcome> OwnBadOutcome(FaultMode mode, const Operation& op, const 
   if (ev.applied == 0) return Outcome::kLost;
   const bool wrong_amount = std::any_of(ev.applied_amounts.begin(), ev.applied_amounts.end(),
                                         [&](int64_t a) { return a != op.amount; });
-  if (ExpectedLayer(mode) == 1) {
+  if (ExpectedLayer(mode) == 0) {
+    if (ev.charges > 1 || ev.applied > 1 || wrong_amount) return Outcome::kEscaped;
+  } else if (ExpectedLayer(mode) == 1) {
     if (ev.charges > 1 || wrong_amount) return Outcome::kEscaped;
   } else if (ev.applied > std::max(ev.charges, 1)) {
     return Outcome::kEscaped;

@@ -34,6 +34,7 @@ struct Evidence {
   int rejected = 0;         // deliveries the consumer's inbox refused as duplicates
   int republished = 0;      // its events the relay published more than once
   int stream_deduped = 0;   // ... and the stream dropped as duplicates
+  int fencing_tokens = 0;   // zombie ops: distinct gateway fencing tokens that reached /charge
   std::vector<int64_t> applied_amounts;  // the amount of every applied row
 };
 

@@ -4,29 +4,30 @@
 
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <future>
 
 #include "idem/store.h"
 #include "chaos/services.h"
-#include "util/free_port.h"
-#include "util/nats_server.h"
-#include "util/postgres_server.h"
-#include "util/process.h"
-#include "util/redis_server.h"
-#include "util/temp_dir.h"
+#include "servers/free_port.h"
+#include "servers/nats_server.h"
+#include "servers/postgres_server.h"
+#include "servers/process.h"
+#include "servers/redis_server.h"
+#include "servers/temp_dir.h"
 
 namespace idem::chaos {
 
-using testing::Process;
+using servers::Process;
 using namespace std::chrono_literals;
 
 struct Pipeline::Impl {
   Config config;
-  testing::TempDir dir;
-  std::unique_ptr<testing::PostgresServer> pg;
-  std::unique_ptr<testing::NatsServer> nats;
-  std::unique_ptr<testing::RedisServer> redis;
+  servers::TempDir dir;
+  std::unique_ptr<servers::PostgresServer> pg;
+  std::unique_ptr<servers::NatsServer> nats;
+  std::unique_ptr<servers::RedisServer> redis;
   std::string db;           // the chaos database
   std::string store_url;    // the gateway's store
   std::string gateway_listen;
@@ -83,7 +84,7 @@ struct Pipeline::Impl {
                           pg->Url(db), std::string("--nats"), nats->Url(),
                           std::string("--create-stream"), std::string("CHAOS"),
                           std::string("--subjects"), std::string("chaos.>"),
-                          std::string("--duplicate-window"), std::string("2m"),
+                          std::string("--duplicate-window"), config.duplicate_window,
                           std::string("--claim-lease"), std::string("1s"),
                           std::string("--poll-interval"), std::string("200ms"),
                           std::string("--admin-listen"), std::string("127.0.0.1:0")}) {
@@ -105,7 +106,9 @@ struct Pipeline::Impl {
                                  "--max-nak-delay", "50ms", "--max-in-flight", "8"},
         Log("consume"));
     if (!consumer->WaitForLine("pulling from", 15s)) {
-      return "idem consume did not start:\n" + consumer->Output();
+      // The relay creates the stream; when it could not, its log says why.
+      return "idem consume did not start:\n" + consumer->Output() +
+             (relay ? "\nidem relay:\n" + relay->Output() : "");
     }
     return "";
   }
@@ -138,9 +141,9 @@ Pipeline::~Pipeline() { Stop(); }
 
 std::string Pipeline::StartServers() {
   Impl& p = *impl_;
-  p.pg = std::make_unique<testing::PostgresServer>();
+  p.pg = std::make_unique<servers::PostgresServer>();
   if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
-  p.nats = std::make_unique<testing::NatsServer>();
+  p.nats = std::make_unique<servers::NatsServer>();
   if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
   p.db = p.pg->CreateDatabase();
   {
@@ -153,7 +156,7 @@ std::string Pipeline::StartServers() {
   } else if (p.config.store == "memory") {
     p.store_url = "memory";
   } else if (p.config.store == "redis") {
-    p.redis = std::make_unique<testing::RedisServer>(testing::RedisServer::Options{true});
+    p.redis = std::make_unique<servers::RedisServer>(servers::RedisServer::Options{true});
     if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
     p.store_url = p.redis->Url();
   } else if (p.config.store == "postgresql") {
@@ -171,16 +174,18 @@ std::string Pipeline::StartProcesses(int service_port) {
   p.service_port = service_port;
   {
     // A short lease, so a retry after a gateway kill takes the orphaned key over in a second
-    // (the service's own key record then replays the committed answer).
+    // (the service's own key record then replays the committed answer). The upstream response
+    // timeout is longer than the lease on purpose: a zombie (kZombieHang) must outlive its
+    // lease and still finish, so that the gateway's completion of it is fenced.
     std::ofstream toml(p.dir.File("gateway.toml"));
-    toml << "[gateway]\nupstream_response_timeout = \"1s\"\n\n"
+    toml << "[gateway]\nupstream_response_timeout = \"4s\"\n\n"
             "[[route]]\npath_prefix = \"/\"\nlease = \"1s\"\n";
   }
   std::lock_guard lock(p.mu);
   if (auto e = p.LaunchRelay(false); !e.empty()) return e;
   if (auto e = p.LaunchConsumer(); !e.empty()) return e;
   if (p.config.gateway) {
-    p.gateway_listen = "127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+    p.gateway_listen = "127.0.0.1:" + std::to_string(servers::FreeLoopbackPort());
     if (auto e = p.LaunchGateway(); !e.empty()) return e;
   }
   p.supervisor = std::thread([this] { impl_->Supervise(this); });
@@ -236,6 +241,47 @@ void Pipeline::KillConsumer() {
   Impl& p = *impl_;
   std::lock_guard lock(p.mu);
   if (p.consumer && p.consumer->pid() > 0) kill(p.consumer->pid(), SIGKILL);
+}
+
+bool Pipeline::RestartNats() {
+  Impl& p = *impl_;
+  // On the supervisor thread: the restarted server is a child of the thread that starts it.
+  return p.OnSupervisor([this, &p] {
+    ++nats_restarts_;
+    if (auto e = p.nats->Restart(); !e.empty()) {
+      p.error = "nats-server restart: " + e;
+      return false;
+    }
+    return true;
+  });
+}
+
+bool Pipeline::RestartPostgres() {
+  Impl& p = *impl_;
+  return p.OnSupervisor([this, &p] {
+    ++postgres_restarts_;
+    if (!p.pg->Restart()) {
+      p.error = "PostgreSQL restart: " + p.pg->error();
+      return false;
+    }
+    return true;
+  });
+}
+
+int Pipeline::FencedCompletions() const {
+  int fenced = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(impl_->dir.path(), ec)) {
+    if (entry.path().filename().string().rfind("gateway-", 0) != 0) continue;
+    std::ifstream log(entry.path());
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("\"event\":\"fenced\"") != std::string::npos ||
+          line.find(" fenced ") != std::string::npos) {
+        ++fenced;
+      }
+    }
+  }
+  return fenced;
 }
 
 std::string Pipeline::error() const {

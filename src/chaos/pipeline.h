@@ -15,12 +15,23 @@
 
 namespace idem::chaos {
 
+// The stream's duplicate window with layer 3 off: JetStream has no "off" (0 means its 2 min
+// default) and refuses windows under 100 ms, so the relay creates the stream with a 100 ms
+// window. The broker forgets a Nats-Msg-Id after 100 ms, long before a crashed relay's rows are
+// claimed again (the 1 s claim lease), so every republished copy is stored and delivered. The
+// relay still sends Nats-Msg-Id: the consumer uses it as the message's inbox key (layer 2), and
+// publishing without it would blind the inbox too, not just the broker.
+inline constexpr const char* kNoDuplicateWindow = "100ms";
+
 class Pipeline {
  public:
   struct Config {
     std::string idem_binary;  // this binary, run as `idem gateway|relay|consume`
     std::string store;        // the gateway's store: sqlite, memory, redis, postgresql
     bool gateway = true;      // false: layer 1 off, no gateway is started
+    // The stream's duplicate window (the relay creates the stream with it). Layer 3 off: the
+    // smallest window JetStream accepts, so a republished copy is not dropped.
+    std::string duplicate_window = "2m";
   };
 
   explicit Pipeline(Config config);
@@ -51,6 +62,19 @@ class Pipeline {
   // SIGKILL the consumer sidecar now; the supervisor starts it again.
   void KillConsumer();
 
+  // Late completions the gateways refused because a retry had taken the key over (their
+  // "fenced" log events, counted over every gateway started). REQUIRES: Stop() was called.
+  int FencedCompletions() const;
+
+  // SIGKILL nats-server and start it again on the same port and store directory (the relay and
+  // the consumer reconnect on their own). False if it does not come back (error() says why).
+  bool RestartNats();
+  // SIGKILL PostgreSQL's postmaster and start it again on the same data directory and port
+  // (crash recovery; every connection breaks). False if it does not come back.
+  bool RestartPostgres();
+
+  int nats_restarts() const { return nats_restarts_.load(); }
+  int postgres_restarts() const { return postgres_restarts_.load(); }
   int relay_crashes() const { return relay_crashes_.load(); }
   int gateway_kills() const { return gateway_kills_.load(); }
   std::string error() const;
@@ -63,6 +87,8 @@ class Pipeline {
   std::unique_ptr<Impl> impl_;
   std::atomic<int> relay_crashes_{0};
   std::atomic<int> gateway_kills_{0};
+  std::atomic<int> nats_restarts_{0};
+  std::atomic<int> postgres_restarts_{0};
 };
 
 }  // namespace idem::chaos

@@ -34,9 +34,11 @@ void PrintTable(const ChaosOptions& options, const Verdict& v, const RunFacts& f
   out << Row("(collateral)", v.plain, false);
   out << fmt::format(
       "\ntotal: {} injected, {} escaped, {} lost (distinct operations); {:.1f} s\n"
-      "processes killed: gateway {}, consumer {}, relay {}\n",
+      "processes killed: gateway {}, consumer {}, relay {}, nats-server {}, PostgreSQL {}; "
+      "late completions fenced by the gateway: {}\n",
       v.injected, v.escaped, v.lost, facts.seconds, facts.gateway_kills, facts.consumer_kills,
-      facts.relay_crashes);
+      facts.relay_crashes, facts.nats_restarts, facts.postgres_restarts,
+      facts.fenced_completions);
   for (const auto& p : facts.problems) out << "client: " << p << "\n";
   out << (v.escaped + v.lost == 0 ? "verdict: exactly once\n"
                                   : "verdict: NOT exactly once\n");
@@ -72,7 +74,10 @@ void PrintJson(const ChaosOptions& options, const Verdict& v, const RunFacts& fa
                      {"collateral", row(v.plain)},
                      {"kills", {{"gateway", facts.gateway_kills},
                                 {"consumer", facts.consumer_kills},
-                                {"relay", facts.relay_crashes}}},
+                                {"relay", facts.relay_crashes},
+                                {"nats", facts.nats_restarts},
+                                {"postgres", facts.postgres_restarts}}},
+                     {"fenced_completions", facts.fenced_completions},
                      {"problems", facts.problems}};
   out << doc.dump(2) << "\n";
 }

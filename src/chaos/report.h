@@ -17,6 +17,9 @@ struct RunFacts {
   int relay_crashes = 0;
   int gateway_kills = 0;
   int consumer_kills = 0;
+  int nats_restarts = 0;
+  int postgres_restarts = 0;
+  int fenced_completions = 0;  // late (zombie) completions the gateways refused
   std::vector<std::string> problems;  // client-side surprises (ops never answered, ...)
 };
 

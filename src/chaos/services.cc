@@ -68,7 +68,9 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "CREATE TABLE IF NOT EXISTS chaos_applied (op text NOT NULL, "
                    "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
-                   "  event_id text NOT NULL, delivery int NOT NULL);")) {
+                   "  event_id text NOT NULL, delivery int NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
+                   "  token text NOT NULL);")) {
     error = std::string("creating the chaos tables: ") + PQerrorMessage(conn);
   }
   PQfinish(conn);
@@ -86,6 +88,7 @@ struct Services::Impl {
   std::atomic<bool> stopping{false};
   std::mutex kill_mu;  // one consumer kill at a time
   std::set<std::string> killed_for;  // GUARDED_BY(kill_mu): ops whose consumer was killed
+  std::set<std::string> hung_for;    // GUARDED_BY(kill_mu): zombie ops whose first request hung
   Services* owner = nullptr;
 
   std::optional<FaultMode> FaultOf(const std::string& op) const {
@@ -94,7 +97,8 @@ struct Services::Impl {
     return it->second;
   }
 
-  Reply Charge(PGconn* conn, const std::string& key, const std::string& body) {
+  Reply Charge(PGconn* conn, const std::string& key, const std::string& fencing_token,
+               const std::string& body) {
     const json in = json::parse(body, nullptr, false);
     if (key.empty() || !in.is_object() || !in.contains("op") || !in["op"].is_string() ||
         !in.contains("amount") || !in["amount"].is_number_integer()) {
@@ -102,6 +106,20 @@ struct Services::Impl {
     }
     const std::string op = in["op"];
     const int64_t amount = in["amount"];
+    if (FaultOf(op) == FaultMode::kZombie) {
+      if (!Value(conn, "INSERT INTO chaos_attempts (op, token) VALUES ($1, $2)",
+                 {op, fencing_token})) {
+        return {503, "attempt log failed"};
+      }
+      bool first = false;
+      {
+        std::lock_guard lock(kill_mu);
+        first = hung_for.insert(op).second;
+      }
+      // The first attempt hangs past the lease, then carries on as if nothing happened: its
+      // write must be stopped by the key record (the retry's charge is committed by then).
+      if (first) std::this_thread::sleep_for(kZombieHang);
+    }
     if (!Exec(conn, "BEGIN")) return {503, "BEGIN failed"};
     const Scope scope{"chaos", "", key};
     std::optional<FencingToken> token;
@@ -183,6 +201,9 @@ struct Services::Impl {
 
   void Serve(std::shared_ptr<tcp::socket> socket) {
     PGconn* conn = PQconnectdb(config.conninfo.c_str());
+    // A PostgreSQL restart (postgres_restart) sends every connection a FATAL notice; the
+    // request fails and is retried, which is the point, so the notice is not printed.
+    PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
     beast::flat_buffer buffer;
     beast::error_code ec;
     while (!stopping) {
@@ -194,7 +215,7 @@ struct Services::Impl {
       const std::string key(req["Idempotency-Key"]);
       Reply reply{404, "not found"};
       if (req.method() == http::verb::post && target == "/charge") {
-        reply = Charge(conn, key, req.body());
+        reply = Charge(conn, key, std::string(req["Idempotency-Fencing-Token"]), req.body());
       } else if (req.method() == http::verb::post && target == "/apply") {
         reply = Apply(conn, key, std::atoi(std::string(req["Idem-Delivery-Count"]).c_str()),
                       req.body());

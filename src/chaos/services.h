@@ -14,12 +14,16 @@
 // layer 2 off /apply skips the inbox claim. Two faults are injected here, for operations whose
 // plan says so: a redelivery storm (/apply answers 503 to the first kStormDeliveries deliveries,
 // after its transaction) and a consumer kill (on the first delivery, after COMMIT and before
-// answering, `kill_consumer` is called: the sidecar dies before it can ack).
+// answering, `kill_consumer` is called: the sidecar dies before it can ack). A third in /charge:
+// a zombie (the first request of the operation sleeps kZombieHang before its transaction, so
+// the client's retry takes the gateway's key over, and then finishes; every request of a zombie
+// operation logs its Idempotency-Fencing-Token in chaos_attempts, the evidence of the takeover).
 //
 // Thread safety: Start/Stop from one thread; the handlers run on their own threads.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -33,6 +37,9 @@
 namespace idem::chaos {
 
 inline constexpr int kStormDeliveries = 6;
+// How long /charge hangs on a zombie operation's first request: past the gateway route's 1 s
+// lease, within its upstream response timeout (Pipeline::StartProcesses).
+inline constexpr std::chrono::milliseconds kZombieHang{2000};
 
 // Creates the chaos tables in the database `conninfo` names. Empty on success, else why not.
 std::string CreateChaosSchema(const std::string& conninfo);

@@ -1,11 +1,8 @@
-// A loopback TCP port that was free a moment ago, for servers (Redis, PostgreSQL) that must be
-// told their port rather than pick one themselves. Another process may take it before the
-// server binds it; callers retry their start on "address in use".
+// The test suite's names for servers/free_port.h (shared with `idem chaos`).
 #pragma once
 
+#include "servers/free_port.h"
+
 namespace idem::testing {
-
-// Returns 0 if no port could be reserved.
-int FreeLoopbackPort();
-
+using servers::FreeLoopbackPort;
 }  // namespace idem::testing

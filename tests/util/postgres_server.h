@@ -1,60 +1,9 @@
-// A throwaway PostgreSQL 15 server for tests and benchmarks: initdb in a temporary directory,
-// then `postgres` on a free loopback port with fsync off, stopped when the object goes away.
-// Running as root (CI), the server runs as the `postgres` user, since PostgreSQL refuses root.
-//
-// Missing server binaries are an error, not a skip: scripts/install-deps.sh installs them.
+// The test suite's names for servers/postgres_server.h (shared with `idem chaos`).
 #pragma once
 
-#include <memory>
-#include <string>
-
-#include "util/process.h"
-#include "util/temp_dir.h"
+#include "servers/postgres_server.h"
 
 namespace idem::testing {
-
-class PostgresServer {
- public:
-  // Initialises and starts the server; check error() before use.
-  PostgresServer();
-  ~PostgresServer();  // fast shutdown (SIGINT), then SIGKILL
-  PostgresServer(const PostgresServer&) = delete;
-  PostgresServer& operator=(const PostgresServer&) = delete;
-
-  // Empty while the server runs; otherwise why it does not.
-  const std::string& error() const { return error_; }
-  int port() const { return port_; }
-
-  // postgresql://postgres@127.0.0.1:PORT/DATABASE
-  std::string Url(const std::string& database) const;
-  // "host=127.0.0.1 port=PORT user=postgres dbname=DATABASE", for raw libpq connections.
-  std::string ConnInfo(const std::string& database) const;
-  // Creates a new empty database ("t_1", "t_2", ...) and returns its name.
-  std::string CreateDatabase();
-  // Runs `sql` on `database`; returns the first column of the first row ("" if none), or
-  // "ERROR: ..." on failure.
-  std::string Query(const std::string& database, const std::string& sql) const;
-
-  // SIGKILL to the postmaster: the server dies without a shutdown.
-  void Kill();
-  // Starts the server again on the same data directory and port. False (and error()) if it
-  // does not accept connections within 30 s.
-  bool Restart();
-
- private:
-  bool Start();
-
-  TempDir dir_;
-  std::string data_dir_;
-  std::string socket_dir_;
-  std::optional<RunAs> run_as_;
-  int port_ = 0;
-  int databases_ = 0;
-  std::unique_ptr<Process> server_;
-  std::string error_;
-};
-
-// The server shared by every test of one test binary run, started on first use.
-PostgresServer& SharedPostgresServer();
-
+using servers::PostgresServer;
+using servers::SharedPostgresServer;
 }  // namespace idem::testing

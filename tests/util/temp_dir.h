@@ -1,23 +1,8 @@
-// A temporary directory removed, with its contents, when the object goes out of scope.
+// The test suite's names for servers/temp_dir.h (shared with `idem chaos`).
 #pragma once
 
-#include <filesystem>
-#include <string>
+#include "servers/temp_dir.h"
 
 namespace idem::testing {
-
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
+using servers::TempDir;
 }  // namespace idem::testing

@@ -1,5 +1,7 @@
 #include "chaos_command.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <memory>
 
@@ -22,19 +24,27 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "  client -> idem gateway -> a payments service (key record, charge and outbox event in\n"
       "  one PostgreSQL transaction) -> idem relay -> JetStream -> idem consume -> an apply\n"
       "  service (inbox claim and effect in one transaction)\n"
-      "sends --ops payments through it while injecting faults, then checks every payment took\n"
-      "effect exactly once. Prints, per fault mode: injected, caught by layer 1 (ingest),\n"
+      "sends --ops payments (or --duration seconds of them) through it while injecting faults,\n"
+      "then checks every payment took effect exactly once. Prints, per fault mode: injected, caught by layer 1 (ingest),\n"
       "2 (worker) or 3 (emit), unexercised, escaped (a duplicate effect) and lost (a missing\n"
       "one). Exit code 0: exactly once; 1: something escaped or was lost; 2: the run could not\n"
       "be set up.\n\n"
       "Fault modes: retry_soon, retry_later, concurrent, other_body, gateway_kill,\n"
-      "consumer_kill, relay_kill, redelivery_storm (docs/chaos.md says how each is injected).\n\n"
+      "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart\n"
+      "(docs/chaos.md says how each is injected).\n\n"
       "Examples:\n"
       "  idem chaos --ops 1000 --seed 7\n"
+      "  idem chaos --duration 600 --faults gateway_kill,relay_kill\n"
       "  idem chaos --ops 300 --disable-layer 1 --faults retry_soon,concurrent   # exit 1");
-  cmd->add_option("--ops", flags->options.ops, "Logical operations (payments) to run")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10'000'000));
+  auto* ops = cmd->add_option("--ops", flags->options.ops,
+                              "Logical operations (payments) to run; with --duration, the most "
+                              "to run")
+                  ->capture_default_str()
+                  ->check(CLI::Range(1, 10'000'000));
+  cmd->add_option("--duration", flags->options.duration_seconds,
+                  "Send operations for this many seconds instead of a number of them (the\n"
+                  "pipeline then settles and the report covers the operations sent)")
+      ->check(CLI::Range(1, 7 * 24 * 3600));
   cmd->add_option("--seed", flags->options.seed,
                   "Seed of the plan (which operation carries which fault; same seed, same plan)")
       ->capture_default_str();
@@ -46,8 +56,10 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--disable-layer", flags->disabled,
                   "Turn a layer off to see what it is worth (repeatable): 1 = requests bypass the\n"
-                  "gateway and the service records no key; 2 = the consumer claims no inbox row")
-      ->check(CLI::IsMember({1, 2}));
+                  "gateway and the service records no key; 2 = the consumer claims no inbox row;\n"
+                  "3 = the stream keeps no duplicate window (1 ms), so republished events reach\n"
+                  "the consumer")
+      ->check(CLI::IsMember({1, 2, 3}));
   cmd->add_option("--store", flags->options.store,
                   "The gateway's store: sqlite, memory, redis or postgresql")
       ->capture_default_str()
@@ -59,7 +71,7 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
                 "Print one JSON object: the totals injected, escaped and lost, and a row per mode");
   cmd->add_flag("--quiet", flags->quiet, "No progress line on standard error");
 
-  return [flags]() -> int {
+  return [flags, ops]() -> int {
     std::string error;
     auto faults = chaos::ParseFaultList(flags->faults, &error);
     if (!faults) {
@@ -69,6 +81,11 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
     flags->options.faults = *faults;
     flags->options.disabled_layers = {flags->disabled.begin(), flags->disabled.end()};
     flags->options.progress = !flags->quiet;
+    if (flags->options.duration_seconds > 0 && ops->count() == 0) {
+      // No count given: a plan longer than any run of that length sends (about 500 per second).
+      flags->options.ops = static_cast<int>(
+          std::min<int64_t>(10'000'000, int64_t{flags->options.duration_seconds} * 500));
+    }
     return chaos::RunChaos(flags->options, std::cout, std::cerr);
   };
 }

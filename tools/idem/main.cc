@@ -60,7 +60,14 @@ int main(int argc, char** argv) {
   auto run_relay = idem::cli::AddRelayCommand(app);
   auto run_chaos = idem::cli::AddChaosCommand(app);
 
-  CLI11_PARSE(app, argc, argv);
+  // A bad flag is exit code 2 for every subcommand (the docs promise it), with CLI11's message
+  // on standard error; --help and --version are not errors.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
 
   if (version->parsed()) {
     std::cout << "idem " << idem::kVersion << "\n";

@@ -1,4 +1,4 @@
-#include "util/postgres_server.h"
+#include "servers/postgres_server.h"
 
 #include <libpq-fe.h>
 #include <pwd.h>
@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "util/free_port.h"
+#include "servers/free_port.h"
 
-namespace idem::testing {
+namespace idem::servers {
 namespace {
 
 constexpr const char* kBinDir = "/usr/lib/postgresql/15/bin";
@@ -145,4 +145,4 @@ PostgresServer& SharedPostgresServer() {
   return *server;
 }
 
-}  // namespace idem::testing
+}  // namespace idem::servers

@@ -1,4 +1,4 @@
-#include "util/http_client.h"
+#include "servers/http_client.h"
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-namespace idem::testing {
+namespace idem::servers {
 namespace {
 
 namespace asio = boost::asio;
@@ -111,4 +111,4 @@ std::string RawExchange(const std::string& address, const std::string& bytes,
   return received;
 }
 
-}  // namespace idem::testing
+}  // namespace idem::servers

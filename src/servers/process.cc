@@ -1,4 +1,4 @@
-#include "util/process.h"
+#include "servers/process.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-namespace idem::testing {
+namespace idem::servers {
 
 Process::Process(std::vector<std::string> argv, std::string log_path,
                  std::optional<RunAs> run_as, std::optional<long> max_open_files,
@@ -142,4 +142,4 @@ std::string AddressAfter(const std::string& line, const std::string& marker) {
   return line.substr(begin, end - begin);
 }
 
-}  // namespace idem::testing
+}  // namespace idem::servers

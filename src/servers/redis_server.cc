@@ -1,11 +1,11 @@
-#include "util/redis_server.h"
+#include "servers/redis_server.h"
 
 #include <signal.h>
 #include <unistd.h>
 
-#include "util/free_port.h"
+#include "servers/free_port.h"
 
-namespace idem::testing {
+namespace idem::servers {
 namespace {
 
 constexpr const char* kRedisServer = "/usr/bin/redis-server";
@@ -74,4 +74,4 @@ std::string RedisServer::Url(const std::string& suffix) const {
   return "redis://127.0.0.1:" + std::to_string(port_) + suffix;
 }
 
-}  // namespace idem::testing
+}  // namespace idem::servers

@@ -1,10 +1,10 @@
-#include "util/free_port.h"
+#include "servers/free_port.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace idem::testing {
+namespace idem::servers {
 
 int FreeLoopbackPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -23,4 +23,4 @@ int FreeLoopbackPort() {
   return port;
 }
 
-}  // namespace idem::testing
+}  // namespace idem::servers

@@ -1,11 +1,11 @@
-#include "util/temp_dir.h"
+#include "servers/temp_dir.h"
 
 #include <stdlib.h>
 
 #include <stdexcept>
 #include <system_error>
 
-namespace idem::testing {
+namespace idem::servers {
 
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "idem-test-XXXXXX").string();
@@ -18,4 +18,4 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-}  // namespace idem::testing
+}  // namespace idem::servers

@@ -1,13 +1,13 @@
-#include "util/nats_server.h"
+#include "servers/nats_server.h"
 
 #include <signal.h>
 #include <unistd.h>
 
 #include <fstream>
 
-#include "util/free_port.h"
+#include "servers/free_port.h"
 
-namespace idem::testing {
+namespace idem::servers {
 namespace {
 
 std::string FindNatsServer() {
@@ -72,4 +72,4 @@ std::string NatsServer::Restart() {
 
 std::string NatsServer::Url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
 
-}  // namespace idem::testing
+}  // namespace idem::servers
