@@ -31,5 +31,13 @@ TEST(NormalizePathForRoutingTest, KeepsEscapesOfReservedCharacters) {
   EXPECT_EQ(NormalizePathForRouting("/a%4"), "/a%4");
 }
 
+TEST(QueryParamTest, DecodesNamesAndValuesInQueryForm) {
+  EXPECT_EQ(QueryParam("key=k1&tenant=Bearer%20a%2Bb+c", "tenant"), "Bearer a+b c");
+  EXPECT_EQ(QueryParam("k%65y=v&key=w", "key"), "v") << "the name is decoded too";
+  EXPECT_EQ(QueryParam("key=100%", "key"), "100%");
+  EXPECT_EQ(QueryParam("key", "key"), "");
+  EXPECT_EQ(QueryParam("other=1", "key"), "");
+}
+
 }  // namespace
 }  // namespace idem::gateway
