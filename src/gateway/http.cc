@@ -126,7 +126,8 @@ Result<tcp::endpoint> ParseListenAddress(const std::string& text) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
   if (ec) return InvalidArgumentError("listen address '" + text + "': " + ec.message());
-  auto port = internal::ParseIntInRange("port", std::string_view(text).substr(colon + 1), 0, 65535);
+  auto port =
+      internal::ParseIntInRange("port", std::string_view(text).substr(colon + 1), 0, 65535);
   if (!port.ok()) return port.status().WithContext("listen address '" + text + "'");
   return tcp::endpoint(address, static_cast<unsigned short>(*port));
 }

@@ -188,9 +188,10 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   if (const KeyAgeCheck check = CheckKeyAge(route, *key, SystemClock()->Now());
       check.verdict != KeyAgeVerdict::kAccepted) {
     trace.detail = check.detail;
-    const Answer& answer = AnswerFor(check.verdict == KeyAgeVerdict::kWrongFormat ? Cause::kKeyWrongFormat
-                                     : check.verdict == KeyAgeVerdict::kExpired   ? Cause::kKeyExpired
-                                                                                  : Cause::kKeyInFuture);
+    const Cause cause = check.verdict == KeyAgeVerdict::kWrongFormat ? Cause::kKeyWrongFormat
+                        : check.verdict == KeyAgeVerdict::kExpired   ? Cause::kKeyExpired
+                                                                     : Cause::kKeyInFuture;
+    const Answer& answer = AnswerFor(cause);
     Response res = MakeProblem(answer, check.detail, version, keep_alive);
     trace.Finish(answer, res);
     co_return std::move(res);
