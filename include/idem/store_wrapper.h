@@ -1,4 +1,5 @@
-// StoreWrapper: a Store that forwards every call to another Store.
+// StoreWrapper: a Store that forwards every call to another Store, NeverBlocks included (a
+// wrapper around the memory store keeps its inline path in StoreExecutor).
 //
 // Subclass it and override one method to add behaviour around a store (metrics, logging, fault
 // injection in tests) without re-implementing the others.
@@ -32,6 +33,7 @@ class StoreWrapper : public Store {
   Result<bool> Purge(const Scope& scope) override { return target_.Purge(scope); }
   Result<uint64_t> Sweep(TimePoint now) override { return target_.Sweep(now); }
   std::string Describe() const override { return target_.Describe(); }
+  bool NeverBlocks() const override { return target_.NeverBlocks(); }
 
  private:
   Store& target_;

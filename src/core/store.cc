@@ -1,5 +1,7 @@
 #include "idem/store.h"
 
+#include <iterator>
+
 namespace idem {
 
 std::string_view RecordStateName(RecordState state) {
@@ -19,6 +21,8 @@ std::optional<FencingToken> OwnedToken(const BeginOutcome& outcome) {
 std::string_view OutcomeName(const BeginOutcome& outcome) {
   static constexpr std::string_view kNames[] = {"acquired", "taken_over", "replay", "in_flight",
                                                 "mismatch"};
+  static_assert(std::size(kNames) == std::variant_size_v<BeginOutcome>,
+                "one name per BeginOutcome alternative, in the variant's order");
   return kNames[outcome.index()];
 }
 

@@ -20,6 +20,27 @@ int HexValue(char c) {
   return -1;
 }
 
+std::optional<std::string> PercentDecode(std::string_view text, PercentForm form) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '+' && form == PercentForm::kQuery) {
+      out.push_back(' ');
+    } else if (c != '%') {
+      out.push_back(c);
+    } else if (i + 2 < text.size() && HexValue(text[i + 1]) >= 0 && HexValue(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(HexValue(text[i + 1]) * 16 + HexValue(text[i + 2])));
+      i += 2;
+    } else if (form == PercentForm::kStrict) {
+      return std::nullopt;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 std::string ToHex(const uint8_t* data, size_t n) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out(2 * n, '0');

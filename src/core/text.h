@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,20 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
 // The value of one hex digit (either case), or -1.
 int HexValue(char c);
+
+// How PercentDecode treats what is not a plain %XX escape.
+enum class PercentForm {
+  // A query string's form encoding: '+' is a space, and a '%' without two hex digits after it
+  // is kept as written.
+  kQuery,
+  // A URL component such as userinfo: '+' is itself, and a '%' without two hex digits after it
+  // is an error.
+  kStrict,
+};
+
+// Decodes the %XX escapes (hex digits of either case) of `text`. nullopt only in kStrict form,
+// for a malformed or truncated escape.
+std::optional<std::string> PercentDecode(std::string_view text, PercentForm form);
 
 // Lower-case hex of `n` bytes.
 std::string ToHex(const uint8_t* data, size_t n);

@@ -50,6 +50,15 @@ nlohmann::json RecordJson(const Record& r) {
   return j;
 }
 
+// A failed store call or digest, answered and logged as the client port would (problem.h): a
+// corrupt record is 500 record-corrupt here too, so an operator sees what the client saw.
+Response Failure(Services& s, const Status& status, std::string_view what, const Request& req) {
+  const Answer& answer = ProblemFor(status);
+  LogAnswer(s.log, answer, std::string(what) + ": " + status.ToString());
+  return MakeProblem(answer, std::string(what) + ": " + status.ToString(), req.version(),
+                     req.keep_alive());
+}
+
 }  // namespace
 
 // Every response is built into one named local and returned once: g++ 12 mishandles
@@ -86,21 +95,22 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
       }
     }
     if (!tenant_status.ok()) {
-      res = MakeProblem(Problem::kStoreUnavailable, "cannot digest the tenant: " +
-                        tenant_status.ToString(), req.version(), req.keep_alive(), 1);
+      res = Failure(s, tenant_status, "cannot digest the tenant", req);
     } else if (!key.ok()) {
-      res = MakeProblem(Problem::kInvalidKey, "query parameter key: " + key.status().message(),
-                        req.version(), req.keep_alive());
+      res = MakeProblem(AnswerFor(Cause::kKeyMalformed),
+                        "query parameter key: " + key.status().message(), req.version(),
+                        req.keep_alive());
     } else if (get) {
       Scope scope{std::move(tenant), "", std::move(*key)};
+      const std::string digest = scope.Digest();
       Result<std::optional<Record>> r =
           co_await s.store.AsyncGet(std::move(scope), asio::use_awaitable);
       if (!r.ok()) {
-        res = MakeProblem(Problem::kStoreUnavailable, r.status().ToString(), req.version(),
-                          req.keep_alive(), 1);
+        res = Failure(s, r.status(), "get key " + digest, req);
       } else if (!r->has_value()) {
-        res = MakeProblem(Problem::kNotFound, "no live record for this key and tenant",
-                          req.version(), req.keep_alive());
+        res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
+                          "no live record for this key and tenant", req.version(),
+                          req.keep_alive());
       } else {
         res = Json(http::status::ok, RecordJson(**r), req);
       }
@@ -109,18 +119,18 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
       const std::string digest = scope.Digest();
       Result<bool> purged = co_await s.store.AsyncPurge(std::move(scope), asio::use_awaitable);
       if (!purged.ok()) {
-        res = MakeProblem(Problem::kStoreUnavailable, purged.status().ToString(), req.version(),
-                          req.keep_alive(), 1);
+        res = Failure(s, purged.status(), "purge key " + digest, req);
       } else if (!*purged) {
-        res = MakeProblem(Problem::kNotFound, "no live record for this key and tenant",
-                          req.version(), req.keep_alive());
+        res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
+                          "no live record for this key and tenant", req.version(),
+                          req.keep_alive());
       } else {
         s.log.Info("purge", "key " + digest + " purged by an operator");
         res = Json(http::status::ok, nlohmann::json{{"purged", true}}, req);
       }
     }
   } else {
-    res = MakeProblem(Problem::kNotFound,
+    res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
                       "admin endpoints: /healthz /readyz /metrics /v1/records?key=",
                       req.version(), req.keep_alive());
   }

@@ -52,35 +52,19 @@ std::string_view TargetQuery(std::string_view target) {
   return q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
 }
 
-std::string PercentDecode(std::string_view s) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
+namespace {
+std::string Decode(std::string_view s) {
+  return *internal::PercentDecode(s, internal::PercentForm::kQuery);  // never nullopt in kQuery
 }
+}  // namespace
 
 std::string QueryParam(std::string_view query, std::string_view name) {
   while (!query.empty()) {
     const size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
     const size_t eq = pair.find('=');
-    if (PercentDecode(pair.substr(0, eq)) == name) {
-      return eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1));
+    if (Decode(pair.substr(0, eq)) == name) {
+      return eq == std::string_view::npos ? std::string() : Decode(pair.substr(eq + 1));
     }
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
   }
@@ -88,12 +72,7 @@ std::string QueryParam(std::string_view query, std::string_view name) {
 }
 
 std::string NormalizePathForRouting(std::string_view path) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
+  const auto hex = internal::HexValue;
   auto unreserved = [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
            c == '~';
@@ -147,15 +126,10 @@ Result<tcp::endpoint> ParseListenAddress(const std::string& text) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
   if (ec) return InvalidArgumentError("listen address '" + text + "': " + ec.message());
-  int port = -1;
-  try {
-    port = std::stoi(text.substr(colon + 1));
-  } catch (...) {
-  }
-  if (port < 0 || port > 65535) {
-    return InvalidArgumentError("listen address '" + text + "' has no valid port");
-  }
-  return tcp::endpoint(address, static_cast<unsigned short>(port));
+  auto port =
+      internal::ParseIntInRange("port", std::string_view(text).substr(colon + 1), 0, 65535);
+  if (!port.ok()) return port.status().WithContext("listen address '" + text + "'");
+  return tcp::endpoint(address, static_cast<unsigned short>(*port));
 }
 
 }  // namespace idem::gateway

@@ -41,9 +41,8 @@ void StripHopByHop(http::header<kIsRequest, http::fields>& h,
 std::string_view TargetPath(std::string_view target);
 std::string_view TargetQuery(std::string_view target);
 
-// Decodes %XX and '+' in a query component; a malformed escape is kept as it is.
-std::string PercentDecode(std::string_view s);
-// The value of `name` in a query string, decoded; empty if absent.
+// The value of `name` in a query string, decoded (internal::PercentForm::kQuery: '+' is a
+// space, a malformed escape is kept as written); empty if absent.
 std::string QueryParam(std::string_view query, std::string_view name);
 
 // The path a route is matched against: escapes of unreserved characters decoded, empty and "."

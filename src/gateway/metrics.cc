@@ -2,12 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <iterator>
+
 namespace idem::gateway {
 
 std::string_view OutcomeLabel(Outcome outcome) {
   static constexpr std::string_view kLabels[] = {
       "executed", "replayed", "conflict", "mismatch",    "missing_key",
       "invalid_key", "released", "store_error", "passthrough", "rejected", "key_expired"};
+  static_assert(std::size(kLabels) == static_cast<size_t>(Outcome::kCount),
+                "one label per Outcome, in the enum's order");
   return kLabels[static_cast<size_t>(outcome)];
 }
 

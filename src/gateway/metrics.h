@@ -22,7 +22,7 @@ enum class Outcome {
   kMissingKey,   // 400: required key absent
   kInvalidKey,   // 400: key malformed
   kReleased,     // forwarded, transient failure, key released for the retry
-  kStoreError,   // 503: the store failed
+  kStoreError,   // 503: the store failed; 500: a record is corrupt, or the gateway failed
   kPassthrough,  // no idempotency for this route or request
   kRejected,     // malformed HTTP, body too large, ...
   kKeyExpired,   // 422: the key's embedded time is outside the route's window

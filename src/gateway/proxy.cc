@@ -40,6 +40,9 @@ struct Trace {
 
   // Counts and logs the request. (Call it, then co_return the response by name: g++ 12
   // mishandles temporaries inside co_return and co_await expressions.)
+  void Finish(const Answer& answer, const Response& response) {
+    Finish(answer.outcome.value_or(Outcome::kRejected), response);
+  }
   void Finish(Outcome outcome, const Response& response) {
     s.metrics.Count(outcome);
     const double ms = MillisSince(start);
@@ -110,13 +113,25 @@ Task<Response> Forward(Services& s, Request& request, Trace& trace, bool* transp
     co_return std::move(res);
   }
   trace.detail = result.detail;
-  const Problem problem = result.failure == UpstreamResult::Failure::kTimeout
-                              ? Problem::kUpstreamTimeout
-                          : result.failure == UpstreamResult::Failure::kTooLarge
-                              ? Problem::kUpstreamTooLarge
-                              : Problem::kUpstreamUnavailable;
-  res = MakeProblem(problem, result.detail, request.version(), request.keep_alive());
+  const Cause cause = result.failure == UpstreamResult::Failure::kTimeout
+                          ? Cause::kUpstreamTimeout
+                      : result.failure == UpstreamResult::Failure::kTooLarge
+                          ? Cause::kUpstreamTooLarge
+                          : Cause::kUpstreamUnreachable;
+  res = MakeProblem(AnswerFor(cause), result.detail, request.version(), request.keep_alive());
   co_return std::move(res);
+}
+
+// What a client is told when its claim failed.
+std::string ClaimFailureDetail(Problem problem) {
+  switch (problem) {
+    case Problem::kRecordCorrupt:
+      return "the stored record for this key is damaged; an operator can inspect or purge it";
+    case Problem::kStoreUnavailable:
+      return "the idempotency store did not answer; retry with the same key";
+    default:
+      return "the gateway failed to claim the key; see its log";
+  }
 }
 
 // Times one store call for the store latency histogram.
@@ -153,31 +168,32 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
     co_return std::move(res);
   }
   if (key_field == request.end()) {
-    Response res = MakeProblem(Problem::kMissingKey,
+    const Answer& answer = AnswerFor(Cause::kKeyMissing);
+    Response res = MakeProblem(answer,
                                "this route requires an Idempotency-Key header; generate one "
                                "per operation (a UUID) and reuse it on every retry",
                                version, keep_alive);
-    trace.Finish(Outcome::kMissingKey, res);
+    trace.Finish(answer, res);
     co_return std::move(res);
   }
   auto key = ParseIdempotencyKey(key_field->value());
   if (!key.ok()) {
     trace.detail = key.status().message();
-    Response res = MakeProblem(Problem::kInvalidKey, key.status().message(), version, keep_alive);
-    trace.Finish(Outcome::kInvalidKey, res);
+    const Answer& answer = AnswerFor(Cause::kKeyMalformed);
+    Response res = MakeProblem(answer, key.status().message(), version, keep_alive);
+    trace.Finish(answer, res);
     co_return std::move(res);
   }
   // The retention guard: a key older than the route's retention may have lost its record.
   if (const KeyAgeCheck check = CheckKeyAge(route, *key, SystemClock()->Now());
       check.verdict != KeyAgeVerdict::kAccepted) {
     trace.detail = check.detail;
-    const Problem problem = check.verdict == KeyAgeVerdict::kWrongFormat ? Problem::kKeyFormat
-                            : check.verdict == KeyAgeVerdict::kExpired   ? Problem::kKeyExpired
-                                                                         : Problem::kKeyInFuture;
-    Response res = MakeProblem(problem, check.detail, version, keep_alive);
-    trace.Finish(check.verdict == KeyAgeVerdict::kWrongFormat ? Outcome::kInvalidKey
-                                                              : Outcome::kKeyExpired,
-                 res);
+    const Cause cause = check.verdict == KeyAgeVerdict::kWrongFormat ? Cause::kKeyWrongFormat
+                        : check.verdict == KeyAgeVerdict::kExpired   ? Cause::kKeyExpired
+                                                                     : Cause::kKeyInFuture;
+    const Answer& answer = AnswerFor(cause);
+    Response res = MakeProblem(answer, check.detail, version, keep_alive);
+    trace.Finish(answer, res);
     co_return std::move(res);
   }
 
@@ -189,9 +205,10 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
     if (!digest.ok()) {
       // Never fall back to the anonymous tenant: that would let a key cross tenants.
       trace.detail = digest.status().ToString();
-      Response res = MakeProblem(Problem::kStoreUnavailable, "cannot digest the tenant",
-                                 version, keep_alive, 1);
-      trace.Finish(Outcome::kStoreError, res);
+      const Answer& answer = ProblemFor(digest.status());
+      LogAnswer(s.log, answer, "cannot digest the tenant: " + trace.detail);
+      Response res = MakeProblem(answer, "cannot digest the tenant", version, keep_alive);
+      trace.Finish(answer, res);
       co_return std::move(res);
     }
     tenant = std::move(*digest);
@@ -210,9 +227,10 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   auto fingerprint = ComputeFingerprint(route.fingerprint, parts);
   if (!fingerprint.ok()) {
     trace.detail = fingerprint.status().ToString();
-    Response res = MakeProblem(Problem::kStoreUnavailable, "cannot fingerprint the request",
-                               version, keep_alive, 1);
-    trace.Finish(Outcome::kStoreError, res);
+    const Answer& answer = ProblemFor(fingerprint.status());
+    LogAnswer(s.log, answer, "cannot fingerprint the request: " + trace.detail);
+    Response res = MakeProblem(answer, "cannot fingerprint the request", version, keep_alive);
+    trace.Finish(answer, res);
     co_return std::move(res);
   }
 
@@ -227,60 +245,53 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   }
   if (!begun.ok()) {
     trace.detail = begun.status().ToString();
-    if (route.fail_open && begun.status().code() != StatusCode::kDataLoss) {
+    const Answer& answer = ProblemFor(begun.status());
+    if (route.fail_open && answer.fail_open) {
       s.log.Warn("fail_open", "store failed, forwarding without idempotency: " + trace.detail);
       Response res = co_await Forward(s, request, trace, &transport_failed, &failure,
                                       s.options.upstream_response_timeout);
       trace.Finish(Outcome::kStoreError, res);
       co_return std::move(res);
     }
-    if (begun.status().code() == StatusCode::kDataLoss) {
-      Response res = MakeProblem(Problem::kRecordCorrupt,
-                                 "the stored record for this key is damaged; an operator can "
-                                 "inspect or purge it",
-                                 version, keep_alive);
-      s.log.Error("record_corrupt", trace.detail);
-      trace.Finish(Outcome::kStoreError, res);
-      co_return std::move(res);
-    }
-    Response res = MakeProblem(Problem::kStoreUnavailable,
-                               "the idempotency store did not answer; retry with the same key",
-                               version, keep_alive, 1);
-    trace.Finish(Outcome::kStoreError, res);
+    LogAnswer(s.log, answer, "key " + trace.key_digest + ": " + trace.detail);
+    Response res = MakeProblem(answer, ClaimFailureDetail(*answer.problem), version, keep_alive);
+    trace.Finish(answer, res);
     co_return std::move(res);
   }
 
+  const Answer& claimed = ProblemFor(*begun);
   if (auto* replay = std::get_if<Replay>(&*begun)) {
-    if (auto size = NotStoredMarker(replay->response)) {
-      Response res = MakeProblem(
-          Problem::kResponseNotStored,
+    Response res;
+    if (claimed.problem) {
+      const std::string size = NotStoredMarker(replay->response).value_or("oversized");
+      res = MakeProblem(
+          claimed,
           "this request was executed once (status " + std::to_string(replay->response.status) +
-              ") but its response" + (*size == "oversized" ? "" : " of " + *size + " bytes") +
+              ") but its response" + (size == "oversized" ? "" : " of " + size + " bytes") +
               " was larger than the gateway stores; it will not be executed again",
           version, keep_alive);
-      trace.Finish(Outcome::kReplayed, res);
-      co_return std::move(res);
+    } else {
+      res = ReplayResponse(replay->response, request);
     }
-    Response res = ReplayResponse(replay->response, request);
-    trace.Finish(Outcome::kReplayed, res);
+    trace.Finish(claimed, res);
     co_return std::move(res);
   }
   if (auto* in_flight = std::get_if<InFlight>(&*begun)) {
     const int retry = CeilSeconds(in_flight->retry_after);
-    Response res = MakeProblem(Problem::kKeyInFlight,
+    Response res = MakeProblem(claimed,
                                "the first request with this key has not finished; retry in " +
                                    std::to_string(retry) + " s with the same key",
                                version, keep_alive, retry);
-    trace.Finish(Outcome::kConflict, res);
+    trace.Finish(claimed, res);
     co_return std::move(res);
   }
   if (std::holds_alternative<Mismatch>(*begun)) {
-    Response res = MakeProblem(Problem::kKeyReused,
+    Response res = MakeProblem(claimed,
                                "this Idempotency-Key was first used with a different request "
                                "(another value of a part this route fingerprints); use a new "
                                "key for a new operation",
                                version, keep_alive);
-    trace.Finish(Outcome::kMismatch, res);
+    trace.Finish(claimed, res);
     co_return std::move(res);
   }
 
@@ -288,9 +299,9 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   trace.token = token;
   if (auto* taken = std::get_if<TakenOver>(&*begun)) {
     s.metrics.CountTakeover();
-    s.log.Warn("takeover", "key " + trace.key_digest + ": lease of token " +
-                               std::to_string(taken->previous_token) +
-                               " ran out; token " + std::to_string(token) + " takes over");
+    LogAnswer(s.log, claimed, "key " + trace.key_digest + ": lease of token " +
+                                  std::to_string(taken->previous_token) + " ran out; token " +
+                                  std::to_string(token) + " takes over");
   }
 
   request.set(kFencingTokenHeader, std::to_string(token));

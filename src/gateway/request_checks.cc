@@ -44,12 +44,10 @@ std::vector<std::string_view> ListElements(std::string_view value) {
   return out;
 }
 
-Refusal Refuse(Problem problem, std::string detail, const http::request_header<>& header,
-               Outcome outcome = Outcome::kRejected) {
+Refusal Refuse(Cause cause, std::string detail, const http::request_header<>& header) {
   Refusal r;
-  r.problem = problem;
+  r.cause = cause;
   r.detail = std::move(detail);
-  r.outcome = outcome;
   r.method = std::string(header.method_string());
   r.path = std::string(TargetPath(header.target()));
   return r;
@@ -71,18 +69,18 @@ std::optional<Refusal> CheckTransferEncoding(const http::request_header<>& heade
     for (std::string_view element : ListElements(field.value())) codings.push_back(element);
   }
   if (header.version() < 11) {
-    return Refuse(Problem::kMalformedRequest,
+    return Refuse(Cause::kMalformedRequest,
                   "an HTTP/1.0 request must not carry Transfer-Encoding; its framing is "
                   "ambiguous (RFC 9112 6.1)",
                   header);
   }
   if (header.find(http::field::content_length) != header.end()) {
-    return Refuse(Problem::kMalformedRequest,
+    return Refuse(Cause::kMalformedRequest,
                   "the request has both Transfer-Encoding and Content-Length (RFC 9112 6.3)",
                   header);
   }
   if (codings.empty()) {
-    return Refuse(Problem::kMalformedRequest,
+    return Refuse(Cause::kMalformedRequest,
                   "Transfer-Encoding is empty; it must end in chunked (RFC 9112 6.3)", header);
   }
   struct Coding {
@@ -94,7 +92,7 @@ std::optional<Refusal> CheckTransferEncoding(const http::request_header<>& heade
     const size_t semicolon = element.find(';');
     const std::string_view name = TrimOws(element.substr(0, semicolon));
     if (!IsToken(name)) {
-      return Refuse(Problem::kMalformedRequest,
+      return Refuse(Cause::kMalformedRequest,
                     "Transfer-Encoding has a malformed coding '" + std::string(element) + "'",
                     header);
     }
@@ -102,22 +100,22 @@ std::optional<Refusal> CheckTransferEncoding(const http::request_header<>& heade
   }
   const Coding& last = parsed.back();
   if (!EqualsIgnoreCase(last.name, "chunked")) {
-    return Refuse(Problem::kMalformedRequest,
+    return Refuse(Cause::kMalformedRequest,
                   "Transfer-Encoding must end in chunked, or the body's length cannot be "
                   "known (RFC 9112 6.3); it ends in '" + std::string(last.name) + "'",
                   header);
   }
   if (last.has_parameters) {
-    return Refuse(Problem::kMalformedRequest, "the chunked coding takes no parameters", header);
+    return Refuse(Cause::kMalformedRequest, "the chunked coding takes no parameters", header);
   }
   for (size_t i = 0; i + 1 < parsed.size(); ++i) {
     if (EqualsIgnoreCase(parsed[i].name, "chunked")) {
-      return Refuse(Problem::kMalformedRequest,
+      return Refuse(Cause::kMalformedRequest,
                     "chunked is applied more than once (RFC 9112 7)", header);
     }
   }
   if (parsed.size() > 1) {
-    return Refuse(Problem::kUnsupportedCoding,
+    return Refuse(Cause::kUnsupportedCoding,
                   "the gateway implements no transfer coding but chunked; '" +
                       std::string(parsed.front().name) + "' is not supported (RFC 9112 6.1)",
                   header);
@@ -137,7 +135,7 @@ std::optional<Refusal> CheckLookalikeNames(const http::request_header<>& header)
     }
     if (EqualsIgnoreCase(dashed, "transfer-encoding") ||
         EqualsIgnoreCase(dashed, "content-length")) {
-      return Refuse(Problem::kMalformedRequest,
+      return Refuse(Cause::kMalformedRequest,
                     "header '" + std::string(name) + "' reads as " + dashed +
                         " to some servers; it is not accepted",
                     header);
@@ -149,7 +147,7 @@ std::optional<Refusal> CheckLookalikeNames(const http::request_header<>& header)
 std::optional<Refusal> CheckTarget(const http::request_header<>& header) {
   const std::string_view target = header.target();
   if (target.find('#') != std::string_view::npos) {
-    return Refuse(Problem::kMalformedRequest,
+    return Refuse(Cause::kMalformedRequest,
                   "the request target has a fragment ('#'), which a request must not carry "
                   "(RFC 9112 3.2)",
                   header);
@@ -161,7 +159,7 @@ std::optional<Refusal> CheckTarget(const http::request_header<>& header) {
       EqualsIgnoreCase(lower_scheme, "https://")) {
     return std::nullopt;
   }
-  return Refuse(Problem::kMalformedRequest,
+  return Refuse(Cause::kMalformedRequest,
                 "the request target must be a path (/...) or an absolute http URL", header);
 }
 
@@ -170,7 +168,7 @@ std::optional<Refusal> CheckExpect(const http::request_header<>& header) {
     if (field.name() != http::field::expect) continue;
     for (std::string_view element : ListElements(field.value())) {
       if (!EqualsIgnoreCase(element, "100-continue")) {
-        return Refuse(Problem::kExpectationFailed,
+        return Refuse(Cause::kExpectationFailed,
                       "the gateway meets only Expect: 100-continue, not '" +
                           std::string(element) + "'",
                       header);
@@ -183,13 +181,13 @@ std::optional<Refusal> CheckExpect(const http::request_header<>& header) {
 std::optional<Refusal> CheckIdentityHeaders(const http::request_header<>& header,
                                             std::string_view tenant_header) {
   if (const size_t keys = CountFields(header, kKeyHeaderName); keys > 1) {
-    return Refuse(Problem::kInvalidKey,
+    return Refuse(Cause::kSeveralKeys,
                   "the request has " + std::to_string(keys) +
                       " Idempotency-Key headers; send exactly one",
-                  header, Outcome::kInvalidKey);
+                  header);
   }
   if (const size_t tenants = CountFields(header, tenant_header); tenants > 1) {
-    return Refuse(Problem::kMalformedRequest,
+    return Refuse(Cause::kMalformedRequest,
                   "the request has " + std::to_string(tenants) + " " + std::string(tenant_header) +
                       " headers; keys are scoped by one tenant, so send exactly one",
                   header);

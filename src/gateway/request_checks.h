@@ -30,9 +30,8 @@ namespace idem::gateway {
 // A request the gateway answers itself without reading further: the connection is closed
 // after the answer, because what follows on it cannot be trusted to start a new request.
 struct Refusal {
-  Problem problem = Problem::kMalformedRequest;
+  Cause cause = Cause::kMalformedRequest;  // its answer: problem.h
   std::string detail;
-  Outcome outcome = Outcome::kRejected;
   std::string method = "-";  // for the log line, once the request line is parsed
   std::string path = "-";
 };

@@ -23,9 +23,9 @@ std::optional<Refusal> RefusalFor(const boost::system::error_code& ec, bool exte
   }
   r.detail = ec.message();
   if (ec == http::error::body_limit) {
-    r.problem = Problem::kBodyTooLarge;
+    r.cause = Cause::kBodyTooLarge;
   } else if (ec == http::error::header_limit) {
-    r.problem = Problem::kHeadersTooLarge;
+    r.cause = Cause::kHeadersTooLarge;
   } else if (extension_too_long) {
     r.detail = "a chunk extension is longer than " + std::to_string(kMaxChunkExtensionBytes) +
                " bytes";
@@ -85,7 +85,7 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
     const size_t room = std::min<size_t>(4096, buffer.max_size() - buffer.size());
     if (room == 0) {
       Refusal refusal;
-      refusal.problem = Problem::kHeadersTooLarge;
+      refusal.cause = Cause::kHeadersTooLarge;
       refusal.detail = "the request header is larger than " +
                        std::to_string(limits.max_header_bytes) + " bytes";
       co_return Refused(std::move(refusal));

@@ -124,10 +124,10 @@ class Server {
   Task<void> RefuseConnection(tcp::socket socket) {
     ++refusing_;
     beast::tcp_stream stream(std::move(socket));
-    Response res = MakeProblem(Problem::kTooManyConnections,
+    Response res = MakeProblem(AnswerFor(Cause::kTooManyConnections),
                                "the gateway has " + std::to_string(max_connections_) +
                                    " client connections open; retry shortly",
-                               11, false, 1);
+                               11, false);
     boost::system::error_code ec;
     stream.expires_after(std::chrono::seconds(1));
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
@@ -177,11 +177,12 @@ class Server {
       if (read.kind == ReadResult::Kind::kRefused) {
         // Answered, then closed: what follows on the connection cannot be trusted.
         const Refusal& refusal = read.refusal;
-        services_.metrics.Count(refusal.outcome);
-        Response res = MakeProblem(refusal.problem, refusal.detail, 11, false);
+        const Answer& answer = AnswerFor(refusal.cause);
+        const Outcome outcome = answer.outcome.value_or(Outcome::kRejected);
+        services_.metrics.Count(outcome);
+        Response res = MakeProblem(answer, refusal.detail, 11, false);
         services_.log.Request({refusal.method, refusal.path, static_cast<int>(res.result_int()),
-                               OutcomeLabel(refusal.outcome), "", 0, 0.0,
-                               refusal.detail});
+                               OutcomeLabel(outcome), "", 0, 0.0, refusal.detail});
         stream.expires_after(std::chrono::seconds(5));
         co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
         if (!ec) co_await LingeringClose(stream);

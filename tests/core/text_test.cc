@@ -59,3 +59,28 @@ TEST(TextTest, PasswordsInUrlsAreRedacted) {
 
 }  // namespace
 }  // namespace idem::internal
+
+namespace idem::internal {
+namespace {
+
+TEST(TextTest, PercentDecodingInQueryForm) {
+  EXPECT_EQ(PercentDecode("Bearer%20a%2Bb+c", PercentForm::kQuery), "Bearer a+b c");
+  EXPECT_EQ(PercentDecode("%4a%4A", PercentForm::kQuery), "JJ");
+  // What is not an escape is kept as written.
+  EXPECT_EQ(PercentDecode("100%", PercentForm::kQuery), "100%");
+  EXPECT_EQ(PercentDecode("%4", PercentForm::kQuery), "%4");
+  EXPECT_EQ(PercentDecode("%zz%41", PercentForm::kQuery), "%zzA");
+  EXPECT_EQ(PercentDecode("%-1", PercentForm::kQuery), "%-1");
+  EXPECT_EQ(PercentDecode("", PercentForm::kQuery), "");
+}
+
+TEST(TextTest, PercentDecodingInStrictForm) {
+  EXPECT_EQ(PercentDecode("p%40ss+word%3a", PercentForm::kStrict), "p@ss+word:");
+  EXPECT_EQ(PercentDecode("%00", PercentForm::kStrict), std::string(1, '\0'));
+  for (const char* bad : {"%", "%4", "ab%", "%zz", "%-1", "%+1", "% 1"}) {
+    EXPECT_EQ(PercentDecode(bad, PercentForm::kStrict), std::nullopt) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace idem::internal

@@ -297,6 +297,62 @@ TEST_F(GatewayTest, AdminInspectsAndPurgesRecords) {
   EXPECT_NE(metrics.find("idem_gateway_store_seconds_count"), std::string::npos);
 }
 
+// A record that cannot be decoded is 500 record-corrupt on both ports, logged, and never run
+// again on its own; the operator's DELETE on the admin port removes it, and the next request
+// with the key runs.
+TEST_F(GatewayTest, ACorruptRecordIs500OnBothPortsUntilTheAdminPurgesIt) {
+  const std::string db = dir_.File("corrupt.db");
+  StartGateway("", "sqlite:" + db);
+  const Headers auth = {{"Authorization", "Bearer t"}};
+  ASSERT_EQ(Post("/orders", "broken", "b", auth).status, 201);
+  {
+    // The stored headers claim a 255-byte name and hold one byte.
+    sqlite3* handle = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+    sqlite3_busy_timeout(handle, 5000);
+    EXPECT_EQ(sqlite3_exec(handle,
+                           "UPDATE idem_records SET headers = x'000000ff41' WHERE key = 'broken'",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    EXPECT_EQ(sqlite3_changes(handle), 1);
+    sqlite3_close(handle);
+  }
+  auto client = Post("/orders", "broken", "b", auth);
+  EXPECT_EQ(client.status, 500) << client.body;
+  EXPECT_NE(client.body.find("urn:idem:problem:record-corrupt"), std::string::npos) << client.body;
+  EXPECT_TRUE(client.Header("Retry-After").empty());
+  const std::string record = "/v1/records?key=broken&tenant=Bearer%20t";
+  auto admin = Http(admin_address_, "GET", record);
+  EXPECT_EQ(admin.status, 500) << admin.body;
+  EXPECT_NE(admin.body.find("urn:idem:problem:record-corrupt"), std::string::npos) << admin.body;
+  EXPECT_EQ(Executions("broken"), 1) << "a corrupt record is never run again on its own";
+  // Both answers were logged as errors: the client port's, then the admin's.
+  size_t logged = 0;
+  for (int i = 0; i < 500 && logged < 2; ++i) {
+    const std::string out = gateway_->Output();
+    logged = 0;
+    for (size_t at = out.find("error record_corrupt"); at != std::string::npos;
+         at = out.find("error record_corrupt", at + 1)) {
+      ++logged;
+    }
+    if (logged < 2) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(logged, 2u) << gateway_->Output();
+
+  auto purged = Http(admin_address_, "DELETE", record);
+  EXPECT_EQ(purged.status, 200) << purged.body;
+  EXPECT_EQ(Http(admin_address_, "GET", record).status, 404);
+  auto again = Post("/orders", "broken", "b", auth);
+  EXPECT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(again.Header("Idempotent-Replayed"), "false");
+  EXPECT_EQ(Executions("broken"), 2);
+  EXPECT_EQ(Post("/orders", "broken", "b", auth).Header("Idempotent-Replayed"), "true");
+  const std::string metrics = Metrics();
+  EXPECT_NE(metrics.find("idem_gateway_requests_total{outcome=\"store_error\"} 1"),
+            std::string::npos)
+      << "the client port's answer is counted, the admin's is not: " << metrics;
+}
+
 TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
   StartGateway();
   HttpResponse slow;

@@ -18,7 +18,7 @@ http::request_header<> Header(std::string_view target, std::initializer_list<std
 std::optional<http::status> Verdict(const http::request_header<>& h) {
   auto r = CheckRequestHeader(h, "Authorization");
   if (!r) return std::nullopt;
-  return ProblemStatus(r->problem);
+  return ProblemStatus(*AnswerFor(r->cause).problem);
 }
 
 TEST(RequestChecksTest, TransferEncodingMustEndInOneChunked) {
@@ -57,8 +57,9 @@ TEST(RequestChecksTest, LookalikeFramingNamesTargetsExpectAndIdentityHeaders) {
   auto two_keys = CheckRequestHeader(
       Header("/p", {{"Idempotency-Key", "a"}, {"idempotency-key", "a"}}), "Authorization");
   ASSERT_TRUE(two_keys);
-  EXPECT_EQ(two_keys->problem, Problem::kInvalidKey);
-  EXPECT_EQ(two_keys->outcome, Outcome::kInvalidKey);
+  EXPECT_EQ(two_keys->cause, Cause::kSeveralKeys);
+  EXPECT_EQ(AnswerFor(two_keys->cause).problem, Problem::kInvalidKey);
+  EXPECT_EQ(AnswerFor(two_keys->cause).outcome, Outcome::kInvalidKey);
   EXPECT_EQ(Verdict(Header("/p", {{"Authorization", "a"}, {"authorization", "b"}})),
             http::status::bad_request);
   // The admin listener has no identity checks.

@@ -86,6 +86,39 @@ TEST(StoreExecutorTest, StoresThatNeverBlockRunOnTheCallersThreadAndStillComplet
   }
 }
 
+// Records the thread each Begin runs on and overrides nothing else, as a FaultStore does.
+class BeginThreadStore final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fp, Duration lease) override {
+    begin_thread = std::this_thread::get_id();
+    return StoreWrapper::Begin(scope, fp, lease);
+  }
+  std::thread::id begin_thread;
+};
+
+TEST(StoreExecutorTest, AWrapperSaysWhatItsTargetSaysAboutBlocking) {
+  auto memory = Memory();
+  ThreadRecordingStore blocking(*memory, /*never_blocks=*/false);
+  for (Store* target : {static_cast<Store*>(memory.get()), static_cast<Store*>(&blocking)}) {
+    BeginThreadStore wrapped(*target);
+    EXPECT_EQ(wrapped.NeverBlocks(), target->NeverBlocks());
+    asio::io_context io;
+    StoreExecutor executor(wrapped, {1, 16});
+    bool handled = false;
+    executor.AsyncBegin(Scope{"t", "", target == memory.get() ? "inline" : "pooled"}, Fp(),
+                        seconds(30), asio::bind_executor(io, [&](Result<BeginOutcome> r) {
+                          EXPECT_TRUE(r.ok());
+                          handled = true;
+                        }));
+    io.run();
+    EXPECT_TRUE(handled);
+    // Over the memory store the call runs inline, on this thread; over a blocking store, on
+    // the executor's pool.
+    EXPECT_EQ(wrapped.begin_thread == std::this_thread::get_id(), target->NeverBlocks());
+  }
+}
+
 TEST(StoreExecutorTest, CoroutinesRaceOneScopeAndExactlyOneAcquires) {
   auto store = Memory();
   asio::io_context io;
@@ -129,6 +162,8 @@ TEST(StoreExecutorTest, CoroutinesRaceOneScopeAndExactlyOneAcquires) {
 class GateStore final : public StoreWrapper {
  public:
   using StoreWrapper::StoreWrapper;
+  // It blocks, whatever the store it wraps says.
+  bool NeverBlocks() const override { return false; }
   Result<std::optional<Record>> Get(const Scope& s) override {
     std::unique_lock lock(mu_);
     ++waiting_;

@@ -10,6 +10,7 @@
 
 #include "core/record_machine.h"
 #include "core/response_codec.h"
+#include "core/store_checks.h"
 
 namespace idem {
 namespace {
@@ -85,7 +86,7 @@ class MemoryStore final : public Store {
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
@@ -132,7 +133,7 @@ class MemoryStore final : public Store {
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     std::string encoded = internal::EncodeResponse(response);  // outside the lock
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);

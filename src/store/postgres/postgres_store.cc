@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/store_checks.h"
 #include "store/postgres/pg_calls.h"
 #include "store/postgres/pg_pool.h"
 #include "store/postgres/pg_schema.h"
@@ -58,7 +59,7 @@ class PostgresStore final : public Store {
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     auto result = Call("begin", "idem_begin",
                        internal::pg::BeginParams(scope, fingerprint, lease,
                                                  options_.abandoned_retention, Now()));
@@ -70,7 +71,7 @@ class PostgresStore final : public Store {
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     auto done = CallBool("complete", "idem_complete",
                          internal::pg::CompleteParams(scope, token, response, ttl, Now()), scope);
     if (!done.ok()) return done.status();

@@ -3,6 +3,7 @@
 #include <libpq-fe.h>
 
 #include "idem/postgres.h"
+#include "core/store_checks.h"
 #include "store/postgres/pg_calls.h"
 
 namespace idem::postgres {
@@ -33,7 +34,7 @@ Result<PgResult> Run(PGconn* conn, std::string_view op, const char* sql,
 Result<BeginOutcome> BeginInTransaction(PGconn* conn, const Scope& scope,
                                         const Fingerprint& fingerprint, Duration lease,
                                         const TransactionOptions& options) {
-  if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+  IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
   auto result = Run(conn, "begin", internal::pg::kBeginSql,
                     internal::pg::BeginParams(scope, fingerprint, lease,
                                               options.abandoned_retention,
@@ -45,7 +46,7 @@ Result<BeginOutcome> BeginInTransaction(PGconn* conn, const Scope& scope,
 Result<CompleteOutcome> CompleteInTransaction(PGconn* conn, const Scope& scope,
                                               FencingToken token, const StoredResponse& response,
                                               Duration ttl, const TransactionOptions& options) {
-  if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+  IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
   auto result = Run(conn, "complete", internal::pg::kCompleteSql,
                     internal::pg::CompleteParams(scope, token, response, ttl,
                                                  internal::pg::NowFor(options.clock)));

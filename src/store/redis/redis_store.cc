@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "core/response_codec.h"
+#include "core/store_checks.h"
 #include "store/redis/redis_pool.h"
 #include "store/redis/redis_scripts.h"
 
@@ -44,7 +45,7 @@ class RedisStore final : public Store {
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     const std::string key = KeyFor(scope);
     const std::string now = Now();
     const std::string lease_ms = std::to_string(lease.count());
@@ -58,7 +59,7 @@ class RedisStore final : public Store {
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     const std::string key = KeyFor(scope);
     const std::string now = Now();
     const std::string token_text = std::to_string(token);

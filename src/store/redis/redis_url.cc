@@ -1,6 +1,6 @@
 #include "store/redis/redis_url.h"
 
-#include <charconv>
+#include <utility>
 
 #include "core/text.h"
 
@@ -9,26 +9,10 @@ namespace {
 
 constexpr std::string_view kScheme = "redis://";
 
-Result<std::string> PercentDecode(std::string_view what, std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out.push_back(text[i]);
-      continue;
-    }
-    int value = 0;
-    if (i + 2 >= text.size()) {
-      return InvalidArgumentError(std::string(what) + " has a truncated %-escape");
-    }
-    const auto [ptr, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
-    if (ec != std::errc() || ptr != text.data() + i + 3) {
-      return InvalidArgumentError(std::string(what) + " has a malformed %-escape");
-    }
-    out.push_back(static_cast<char>(value));
-    i += 2;
-  }
-  return out;
+Result<std::string> DecodeUserinfo(std::string_view what, std::string_view text) {
+  auto decoded = PercentDecode(text, PercentForm::kStrict);
+  if (!decoded) return InvalidArgumentError(std::string(what) + " has a malformed %-escape");
+  return std::move(*decoded);
 }
 
 bool ValidPrefix(std::string_view prefix) {
@@ -96,9 +80,9 @@ Result<RedisEndpoint> Parse(std::string_view url) {
       password = userinfo;
       user = {};
     }
-    auto decoded_user = PercentDecode("user", user);
+    auto decoded_user = DecodeUserinfo("user", user);
     if (!decoded_user.ok()) return decoded_user.status();
-    auto decoded_password = PercentDecode("password", password);
+    auto decoded_password = DecodeUserinfo("password", password);
     if (!decoded_password.ok()) return decoded_password.status();
     endpoint.user = std::move(*decoded_user);
     endpoint.password = std::move(*decoded_password);

@@ -17,6 +17,7 @@
 
 #include "core/record_machine.h"
 #include "core/response_codec.h"
+#include "core/store_checks.h"
 #include "store/sqlite/sqlite_errors.h"
 #include "store/sqlite/sqlite_record_schema.h"
 
@@ -212,7 +213,7 @@ class SqliteStore final : public Store {
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    if (lease <= Duration(0)) return InvalidArgumentError("begin: lease must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     {
       // Fast path without a write lock: replays, conflicts and mismatches only read.
       ConnectionLock lock(*this);
@@ -233,7 +234,7 @@ class SqliteStore final : public Store {
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    if (ttl <= Duration(0)) return InvalidArgumentError("complete: ttl must be positive");
+    IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     const std::string headers = internal::EncodeHeaders(response.headers);
     CompleteOutcome outcome = CompleteOutcome::kFenced;
     Status written = InWriteBatch([&]() -> Status {
