@@ -11,6 +11,7 @@
 
 #include "idem/store.h"
 #include "idem/worker.h"
+#include "util/sqlite_test_db.h"
 #include "util/temp_dir.h"
 
 namespace idem {
@@ -19,51 +20,29 @@ namespace {
 using std::chrono::milliseconds;
 using worker::IntentOutcome;
 
-class IntentDb {
+// The worker calls each in its own BEGIN IMMEDIATE ... COMMIT, as a caller runs them.
+class IntentDb : public testing::SqliteTestDb {
  public:
-  explicit IntentDb(const std::string& path) {
-    sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  ~IntentDb() { sqlite3_close(db_); }
-  IntentDb(const IntentDb&) = delete;
-  IntentDb& operator=(const IntentDb&) = delete;
-  sqlite3* get() const { return db_; }
-  bool Exec(const char* sql) { return sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) == SQLITE_OK; }
-  std::string Value(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-      return std::string("ERROR: ") + sqlite3_errmsg(db_);
-    }
-    std::string out;
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    return out;
-  }
-  // IntentBegin in its own BEGIN IMMEDIATE ... COMMIT, as a caller runs it.
+  using SqliteTestDb::SqliteTestDb;
+
   Result<worker::IntentBegun> Begin(const std::string& id, milliseconds lease) {
-    if (!Exec("BEGIN IMMEDIATE")) return UnavailableError(sqlite3_errmsg(db_));
+    if (!Exec("BEGIN IMMEDIATE").empty()) return UnavailableError(sqlite3_errmsg(db_));
     auto begun = worker::IntentBegin(db_, id, lease);
     Exec(begun.ok() ? "COMMIT" : "ROLLBACK");
     return begun;
   }
   Result<bool> Sent(const std::string& id, uint64_t token) {
-    if (!Exec("BEGIN IMMEDIATE")) return UnavailableError(sqlite3_errmsg(db_));
+    if (!Exec("BEGIN IMMEDIATE").empty()) return UnavailableError(sqlite3_errmsg(db_));
     auto sent = worker::IntentSent(db_, id, token);
     Exec(sent.ok() ? "COMMIT" : "ROLLBACK");
     return sent;
   }
   Result<bool> Release(const std::string& id, uint64_t token) {
-    if (!Exec("BEGIN IMMEDIATE")) return UnavailableError(sqlite3_errmsg(db_));
+    if (!Exec("BEGIN IMMEDIATE").empty()) return UnavailableError(sqlite3_errmsg(db_));
     auto released = worker::IntentRelease(db_, id, token);
     Exec(released.ok() ? "COMMIT" : "ROLLBACK");
     return released;
   }
-
- private:
-  sqlite3* db_ = nullptr;
 };
 
 class SqliteIntentTest : public ::testing::Test {
@@ -77,13 +56,13 @@ class SqliteIntentTest : public ::testing::Test {
 TEST_F(SqliteIntentTest, NeedsATransactionAndValidArguments) {
   EXPECT_EQ(worker::IntentBegin(a_.get(), "push:1").status().code(),
             StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(a_.Exec("BEGIN"));
+  ASSERT_EQ(a_.Exec("BEGIN"), "");
   EXPECT_EQ(worker::IntentBegin(a_.get(), "").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(worker::IntentBegin(a_.get(), "push:1", milliseconds(0)).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(worker::IntentSent(a_.get(), "push:1", 1, std::chrono::seconds(0)).status().code(),
             StatusCode::kInvalidArgument);
-  ASSERT_TRUE(a_.Exec("ROLLBACK"));
+  ASSERT_EQ(a_.Exec("ROLLBACK"), "");
 }
 
 // First time: acquired; meanwhile another owner finds it pending; once sent, everyone skips.
@@ -142,16 +121,16 @@ TEST_F(SqliteIntentTest, ReleaseLetsTheNextAttemptAcquire) {
 // A rolled-back begin leaves no record (and no consumed ownership): the next one acquires.
 TEST_F(SqliteIntentTest, RollbackLeavesNothing) {
   // Run first in the rolled-back transaction, the tables' creation is undone too.
-  ASSERT_TRUE(a_.Exec("BEGIN IMMEDIATE"));
+  ASSERT_EQ(a_.Exec("BEGIN IMMEDIATE"), "");
   ASSERT_TRUE(worker::IntentBegin(a_.get(), "push:8").ok());
-  ASSERT_TRUE(a_.Exec("ROLLBACK"));
+  ASSERT_EQ(a_.Exec("ROLLBACK"), "");
   EXPECT_EQ(b_.Value("SELECT count(*) FROM sqlite_master WHERE name = 'idem_records'"), "0");
   ASSERT_TRUE(b_.Begin("other", std::chrono::seconds(30)).ok());
-  ASSERT_TRUE(a_.Exec("BEGIN IMMEDIATE"));
+  ASSERT_EQ(a_.Exec("BEGIN IMMEDIATE"), "");
   auto begun = worker::IntentBegin(a_.get(), "push:9");
   ASSERT_TRUE(begun.ok()) << begun.status().ToString();
   EXPECT_EQ(begun->outcome, IntentOutcome::kAcquired);
-  ASSERT_TRUE(a_.Exec("ROLLBACK"));
+  ASSERT_EQ(a_.Exec("ROLLBACK"), "");
   EXPECT_EQ(b_.Value("SELECT count(*) FROM idem_records WHERE key = 'push:9'"), "0");
   auto again = b_.Begin("push:9", std::chrono::seconds(30));
   ASSERT_TRUE(again.ok());

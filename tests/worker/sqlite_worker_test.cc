@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "idem/worker.h"
+#include "util/sqlite_test_db.h"
 #include "util/temp_dir.h"
 
 namespace idem {
@@ -20,43 +21,7 @@ namespace {
 using std::chrono::milliseconds;
 using worker::TransitionOutcome;
 
-class Db {
- public:
-  explicit Db(const std::string& path) {
-    sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-    sqlite3_busy_timeout(db_, 5000);
-    Exec("PRAGMA journal_mode=WAL");
-  }
-  ~Db() { sqlite3_close(db_); }
-  Db(const Db&) = delete;
-  Db& operator=(const Db&) = delete;
-
-  sqlite3* get() const { return db_; }
-  // Runs `sql`; "" on success, else the error message.
-  std::string Exec(const std::string& sql) {
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
-    std::string out = rc == SQLITE_OK ? "" : (error != nullptr ? error : "error");
-    sqlite3_free(error);
-    return out;
-  }
-  // The first column of the first row as text ("" if none).
-  std::string Value(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-      return std::string("ERROR: ") + sqlite3_errmsg(db_);
-    }
-    std::string out;
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    return out;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
+using Db = testing::SqliteTestDb;
 
 class SqliteWorkerTest : public ::testing::Test {
  protected:
