@@ -86,6 +86,38 @@ Task<void> AcceptUpstream(tcp::acceptor& acceptor) {
   }
 }
 
+// A memory store that can be replaced by an empty one between inputs, so that one
+// StoreExecutor (and its thread) serves every input.
+class FreshStore : public Store {
+ public:
+  FreshStore() { Reset(); }
+  void Reset() {
+    auto store = OpenStore("memory");
+    if (!store.ok()) std::abort();
+    target_ = std::move(*store);
+  }
+
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
+                             Duration lease) override {
+    return target_->Begin(scope, fingerprint, lease);
+  }
+  Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
+                                   const StoredResponse& response, Duration ttl) override {
+    return target_->Complete(scope, token, response, ttl);
+  }
+  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
+    return target_->Release(scope, token);
+  }
+  Result<std::optional<Record>> Get(const Scope& scope) override { return target_->Get(scope); }
+  Result<bool> Purge(const Scope& scope) override { return target_->Purge(scope); }
+  Result<uint64_t> Sweep(TimePoint now) override { return target_->Sweep(now); }
+  std::string Describe() const override { return target_->Describe(); }
+  bool NeverBlocks() const override { return target_->NeverBlocks(); }
+
+ private:
+  std::unique_ptr<Store> target_;
+};
+
 struct Harness {
   Harness()
       : acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
@@ -160,6 +192,8 @@ struct Harness {
   GatewayOptions options;
   ReaderLimits limits;
   std::unique_ptr<UpstreamPool> upstream;
+  FreshStore store;
+  StoreExecutor executor{store, {1, 64}};
   Metrics metrics;
   Log log;
 };
@@ -270,11 +304,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   beast::tcp_stream stream(std::move(server));
   beast::flat_buffer buffer(ReaderBufferLimit(h.limits));
 
-  // A fresh store per input, so inputs do not depend on each other.
-  auto store = OpenStore("memory");
-  if (!store.ok()) std::abort();
-  StoreExecutor executor(**store, {1, 64});
-  Services services{h.options, executor, *h.upstream, h.metrics, h.log};
+  // A fresh store per input, so inputs do not depend on each other, behind the one executor.
+  h.store.Reset();
+  Services services{h.options, h.executor, *h.upstream, h.metrics, h.log};
 
   g_received.clear();
   for (int i = 0; i < 4; ++i) {
@@ -283,7 +315,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (g_received.size() != before) std::abort();  // reading forwards nothing
     if (read.kind != ReadResult::Kind::kRequest) break;
     if (read.request.count(http::field::expect) != 0) std::abort();  // met, never forwarded
-    CheckRequest(h, services, executor, read.request);
+    CheckRequest(h, services, h.executor, read.request);
     if (!read.request.keep_alive()) break;
   }
   if (g_upstream_parse_errors != 0) std::abort();
