@@ -21,6 +21,8 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/write.hpp>
 
+#include <sys/socket.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -288,18 +290,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The input, sent on a fresh loopback connection, then the client's half-close.
   // Both ends close with a reset (linger 0), so millions of inputs leave no TIME_WAIT behind.
+  // libFuzzer's timer signal (-timeout) interrupts blocking calls: each is carried on.
   boost::system::error_code ec;
   tcp::socket client(h.io);
   client.connect(h.client_side.local_endpoint(), ec);
+  while (ec == asio::error::interrupted) {
+    // The connection goes on in the background; wait for it to finish.
+    client.wait(tcp::socket::wait_write, ec);
+    if (!ec) {
+      int error = 0;
+      socklen_t len = sizeof(error);
+      if (::getsockopt(client.native_handle(), SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) {
+        ec = boost::system::error_code(error, boost::system::system_category());
+      }
+    }
+  }
   if (ec) {
     std::fprintf(stderr, "loopback connect failed: %s\n", ec.message().c_str());
     std::abort();
   }
-  tcp::socket server = h.client_side.accept();
+  tcp::socket server(h.io);
+  do {
+    h.client_side.accept(server, ec);
+  } while (ec == asio::error::interrupted);
+  if (ec) std::abort();
   client.set_option(asio::socket_base::linger(true, 0), ec);
   server.set_option(asio::socket_base::linger(true, 0), ec);
-  asio::write(client, asio::buffer(data, size), ec);
-  if (ec) std::abort();
+  for (size_t sent = 0; sent < size;) {
+    sent += client.write_some(asio::buffer(data + sent, size - sent), ec);
+    if (ec && ec != asio::error::interrupted) std::abort();
+  }
   client.shutdown(tcp::socket::shutdown_send, ec);
   beast::tcp_stream stream(std::move(server));
   beast::flat_buffer buffer(ReaderBufferLimit(h.limits));
