@@ -193,4 +193,11 @@ class Store {
 // kUnavailable or kFailedPrecondition with the path in the message.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options = {});
 
+// Brings the schema of the store at `url` to this build's version, as `idem migrate` does, and
+// says what it found, e.g. "postgresql://app@db:5432/orders schema version 4" (credentials
+// left out) or "sqlite:idem.db (durability=normal) schema is current". PostgreSQL installs or
+// upgrades the record tables and the worker and outbox building blocks in one transaction;
+// SQLite migrates on open; memory and Redis have no schema. Errors as OpenStore's.
+Result<std::string> Migrate(std::string_view url);
+
 }  // namespace idem

@@ -82,4 +82,17 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions opti
                               "'postgresql://USER[:PASS]@HOST:PORT/DB'");
 }
 
+Result<std::string> Migrate(std::string_view url) {
+  if (internal::pg::IsPostgresUrl(url)) {
+    auto version = MigratePostgresSchema(url);
+    if (!version.ok()) return version.status();
+    auto config = internal::pg::ParsePostgresUrl(url);
+    return (config.ok() ? config->display : std::string("postgresql")) + " schema version " +
+           std::to_string(*version);
+  }
+  auto store = OpenStore(url);
+  if (!store.ok()) return store.status();
+  return (*store)->Describe() + " schema is current";
+}
+
 }  // namespace idem

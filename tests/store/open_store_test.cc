@@ -18,6 +18,25 @@ TEST(OpenStoreTest, OpensMemoryAndSqlite) {
   EXPECT_NE((*sqlite)->Describe().find(dir.File("a.db")), std::string::npos);
 }
 
+TEST(OpenStoreTest, MigrateCreatesTheSqliteSchemaAndSaysWhatItFound) {
+  testing::TempDir dir;
+  const std::string url = "sqlite:" + dir.File("m.db");
+  auto first = Migrate(url);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_NE(first->find(dir.File("m.db")), std::string::npos) << *first;
+  EXPECT_NE(first->find("schema is current"), std::string::npos) << *first;
+  auto store = OpenStore(url);  // the file now holds the schema
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+
+  auto bad = Migrate("nosuch:x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  auto unreachable = Migrate("postgresql://nobody@127.0.0.1:1/db?connect_timeout=1");
+  ASSERT_FALSE(unreachable.ok());
+  EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable)
+      << unreachable.status().ToString();
+}
+
 TEST(OpenStoreTest, BadUrlsAreClearInvalidArguments) {
   for (const char* url : {"", "redis", "nosuch:x", "memory:extra", "memory?x=1"}) {
     auto store = OpenStore(url);

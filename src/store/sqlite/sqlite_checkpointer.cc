@@ -1,0 +1,128 @@
+#include "store/sqlite/sqlite_checkpointer.h"
+
+#include "store/sqlite/sqlite_errors.h"
+#include "store/sqlite/sqlite_statement.h"
+
+namespace idem::internal::sqlite {
+
+Status WalCheckpointer::Start(sqlite3* db) {
+  IDEM_RETURN_IF_ERROR(ExecSql(db, "PRAGMA wal_autocheckpoint = 0"));
+  IDEM_RETURN_IF_ERROR(ExecSql(db, "PRAGMA journal_size_limit = 4194304"));
+  IDEM_RETURN_IF_ERROR(OpenConnection());
+  sqlite3_wal_hook(db, &WalCheckpointer::OnCommit, this);
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void WalCheckpointer::Stop() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+  db_ = nullptr;
+}
+
+Status WalCheckpointer::OpenConnection() {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+  db_ = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+  int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
+  if (rc != SQLITE_OK) return FromSqlite(rc, db_, "open checkpoint connection");
+  sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout_.count()));
+  // Reading the schema opens the WAL on this connection (see the header).
+  rc = sqlite3_exec(db_, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return FromSqlite(rc, db_, "prime checkpoint connection");
+  return Status::Ok();
+}
+
+int WalCheckpointer::OnCommit(void* self, sqlite3*, const char*, int frames) {
+  auto* checkpointer = static_cast<WalCheckpointer*>(self);
+  checkpointer->wal_frames_.store(frames, std::memory_order_relaxed);
+  if (frames >= kWakeFrames && !checkpointer->wanted_.exchange(true)) {
+    std::lock_guard lock(checkpointer->mu_);
+    checkpointer->cv_.notify_all();
+  }
+  return SQLITE_OK;
+}
+
+void WalCheckpointer::Loop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, kInterval, [this] { return stop_ || wanted_.load(); });
+    if (stop_) break;
+    wanted_ = false;
+    lock.unlock();
+    bool emptied = false;
+    const int frames = Checkpoint(&emptied);
+    if (frames >= kLimitFrames && !emptied) {
+      // Writes kept coming during the pass: catch up with the store's calls held back.
+      hold_([&] {
+        catch_ups_.fetch_add(1, std::memory_order_relaxed);
+        (void)Checkpoint(&emptied);
+        // Still not empty with no write of the store running: a reader elsewhere pins the WAL
+        // (or the checkpoint failed). Holding writes back would not help; stop doing it until
+        // a checkpoint empties the WAL again.
+        wal_pinned_.store(!emptied, std::memory_order_relaxed);
+      });
+    }
+    lock.lock();
+    if (emptied) {
+      wal_pinned_.store(false, std::memory_order_relaxed);
+      // Every frame is in the database: the next write restarts the WAL from its start.
+      wal_frames_.store(0, std::memory_order_relaxed);
+      cv_.notify_all();  // wakes writers held back by ThrottleWhileWalFull
+    }
+  }
+}
+
+int WalCheckpointer::Checkpoint(bool* emptied) {
+  int wal_frames = -1, checkpointed = -1;
+  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &wal_frames,
+                                           &checkpointed);
+  if ((rc & 0xff) == SQLITE_BUSY) {
+    // Another checkpoint, or a writer restarting the WAL, held a lock: try on the next pass.
+    wanted_ = true;
+    return 0;
+  }
+  if (rc != SQLITE_OK || wal_frames < 0) {
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    wal_pinned_.store(true, std::memory_order_relaxed);
+    (void)OpenConnection();  // retried on the next pass if it fails again
+    return 0;
+  }
+  checkpoints_.fetch_add(1, std::memory_order_relaxed);
+  wal_frames_after_checkpoint_.store(wal_frames, std::memory_order_relaxed);
+  *emptied = checkpointed == wal_frames;
+  return wal_frames;
+}
+
+void WalCheckpointer::ThrottleWhileWalFull() {
+  if (wal_frames_.load(std::memory_order_relaxed) < kLimitFrames ||
+      wal_pinned_.load(std::memory_order_relaxed)) {
+    return;
+  }
+  std::unique_lock lock(mu_);
+  wanted_ = true;
+  cv_.notify_all();
+  throttled_.fetch_add(1, std::memory_order_relaxed);
+  cv_.wait_for(lock, kMaxThrottle, [this] {
+    return stop_ || wal_frames_.load(std::memory_order_relaxed) < kLimitFrames;
+  });
+}
+
+WalCheckpointer::Counters WalCheckpointer::counters() const {
+  Counters c;
+  c.checkpoints = checkpoints_.load();
+  c.catch_up_checkpoints = catch_ups_.load();
+  c.failures = failures_.load();
+  c.wal_frames_after_last_checkpoint = wal_frames_after_checkpoint_.load();
+  c.throttled_batches = throttled_.load();
+  return c;
+}
+
+}  // namespace idem::internal::sqlite

@@ -1,0 +1,27 @@
+#include "store/sqlite/sqlite_group_commit.h"
+
+namespace idem::internal::sqlite {
+
+Status GroupCommit::Write(const std::function<Status()>& body) {
+  PendingWrite mine{&body};
+  std::unique_lock lock(mu_);
+  queue_.push_back(&mine);
+  while (!mine.done) {
+    if (leader_active_) {
+      cv_.wait(lock);
+      continue;
+    }
+    leader_active_ = true;
+    std::vector<PendingWrite*> batch;
+    batch.swap(queue_);
+    lock.unlock();
+    run_batch_(batch);
+    lock.lock();
+    for (PendingWrite* w : batch) w->done = true;
+    leader_active_ = false;
+    cv_.notify_all();
+  }
+  return mine.result;
+}
+
+}  // namespace idem::internal::sqlite
