@@ -12,8 +12,11 @@
 #
 # Starts a throwaway nats-server -js and PostgreSQL 15 (fsync off) in a temp dir. Each case runs
 # on a stream of its own; the runtime cases alternate (without, with, without, with) and the
-# best of each is kept, so a noisy neighbour hurts both alike. Run it at low priority (nice)
-# on a shared machine. Not part of the test command.
+# best of each is kept, so a noisy neighbour hurts both alike. Next to messages/s it prints the
+# CPU time spent per message by every process involved (the client, nats-server, PostgreSQL,
+# and for idem consume the sidecar and the service), which a loaded machine disturbs far less
+# than throughput. Run it at low priority (nice) on a shared machine. Not part of the test
+# command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${BENCH_MESSAGES:-20000}
@@ -40,6 +43,11 @@ trap cleanup EXIT
 start_postgres "$dir/pg"
 pg="host=127.0.0.1 port=$pg_port user=postgres dbname=bench"
 $idem migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench" >/dev/null
+# The inbox's day partitions as a running deployment has them (the store's or a daily sweep
+# creates them ahead), so the runs measure claims, not the first claim of each day creating
+# its partition.
+"$pg_bin/psql" -q -X -h 127.0.0.1 -p "$pg_port" -U postgres -d bench \
+  -c "SELECT idem.inbox_sweep()" >/dev/null
 
 nats_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mkdir -p "$dir/js"
@@ -49,40 +57,68 @@ for _ in $(seq 100); do grep -q "Server is ready" "$dir/nats.log" && break; slee
 nats="nats://127.0.0.1:$nats_port"
 
 best() { sort -n | tail -1; }
+least() { sort -n | head -1; }
+# CPU time (user + system, in clock ticks) of the servers: nats-server, and PostgreSQL's
+# postmaster with its live backends and the ones that exited (cutime, cstime).
+ticks() { awk '{t += $14 + $15 + $16 + $17} END {print t}' \
+  $(for p in "${pids[0]}" "$pg_pid" $(pgrep -P "$pg_pid"); do
+      [[ -r /proc/$p/stat ]] && echo "/proc/$p/stat"; done) 2>/dev/null; }
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+# CPU microseconds per message: the client's own (cpu_us) plus the servers' ticks since $1.
+per_msg() { python3 -c "print(round(($2 + ($(ticks) - $1) * $tick_us) / $n, 1))"; }
 
 # --- 1. the C++ runtime, with and without the inbox ----------------------------------------------
-without=() with=()
+without=() with=() without_cpu=() with_cpu=()
 for round in 1 2; do
   for mode in noinbox inbox; do
     stream="RT_${mode^^}_$round"
     $bench publish "$nats" "$stream" "$n"
-    r=$($bench runtime "$nats" "$stream" "$pg" "$n" "$mode" | awk '/msgs\/s/ {print $2}')
-    if [[ $mode == inbox ]]; then with+=("$r"); else without+=("$r"); fi
+    t0=$(ticks)
+    out=$($bench runtime "$nats" "$stream" "$pg" "$n" "$mode")
+    r=$(awk '/msgs\/s/ {print $2}' <<<"$out")
+    c=$(per_msg "$t0" "$(awk '/cpu_us/ {print $2}' <<<"$out")")
+    if [[ $mode == inbox ]]; then with+=("$r") with_cpu+=("$c"); else without+=("$r") without_cpu+=("$c"); fi
   done
 done
 w=$(printf '%s\n' "${with[@]}" | best)
 wo=$(printf '%s\n' "${without[@]}" | best)
+wc_=$(printf '%s\n' "${with_cpu[@]}" | least)
+woc=$(printf '%s\n' "${without_cpu[@]}" | least)
 
 # --- 2. idem consume to a trivial service vs a raw pull-and-ack loop -------------------------------
 $bench publish "$nats" RAW "$n"
-raw=$($bench raw "$nats" RAW "$n" | awk '/msgs\/s/ {print $2}')
+t0=$(ticks)
+out=$($bench raw "$nats" RAW "$n")
+raw=$(awk '/msgs\/s/ {print $2}' <<<"$out")
+raw_cpu=$(per_msg "$t0" "$(awk '/cpu_us/ {print $2}' <<<"$out")")
 
 $bench sink >"$dir/sink.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$dir/sink.log" && break; sleep 0.05; done
 sink=$(awk '/listening on/ {print $3}' "$dir/sink.log")
+sink_pid=${pids[-1]}
 $bench publish "$nats" SIDE "$n"
+t0=$(ticks)
+s0=$(awk '{print $14 + $15}' "/proc/$sink_pid/stat")
 $idem consume --nats "$nats" --stream SIDE --consumer sidecar --deliver "http://$sink/apply" \
   --max-ack-pending 10000 >"$dir/consume.log" 2>&1 &
 pids+=($!)
 side=$($bench drain "$nats" SIDE sidecar "$n" | awk '/msgs\/s/ {print $2}')
+side_ticks=$(( $(awk '{print $14 + $15}' "/proc/${pids[-1]}/stat") ))
+sink_ticks=$(( $(awk '{print $14 + $15}' "/proc/$sink_pid/stat") - s0 ))
+side_cpu=$(per_msg "$t0" $(( (side_ticks + sink_ticks) * tick_us )))
+idem_cpu=$(python3 -c "print(round($side_ticks * $tick_us / $n, 1))")
+sink_cpu=$(python3 -c "print(round($sink_ticks * $tick_us / $n, 1))")
 
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 echo "messages per run: $n"
-printf '%-46s %10s\n' case msgs/s
-printf '%-46s %10s\n' "runtime, no inbox (BEGIN, INSERT, COMMIT, ack)" "$wo"
-printf '%-46s %10s\n' "runtime with the inbox claim" "$w"
-printf '%-46s %10s\n' "raw nats.c pull-and-ack loop" "$raw"
-printf '%-46s %10s\n' "idem consume -> trivial HTTP service" "$side"
-echo "inbox: $(ratio "$w" "$wo")x of the consumer without it (aim >= 0.85)"
-echo "idem consume: $(ratio "$side" "$raw")x of the raw pull-and-ack loop (aim >= 0.5)"
+printf '%-46s %10s %14s\n' case msgs/s 'cpu us/msg'
+printf '%-46s %10s %14s\n' "runtime, no inbox (BEGIN, INSERT, COMMIT, ack)" "$wo" "$woc"
+printf '%-46s %10s %14s\n' "runtime with the inbox claim" "$w" "$wc_"
+printf '%-46s %10s %14s\n' "raw nats.c pull-and-ack loop" "$raw" "$raw_cpu"
+printf '%-46s %10s %14s\n' "idem consume -> trivial HTTP service" "$side" "$side_cpu"
+echo "  of which idem consume $idem_cpu us/msg, the trivial service $sink_cpu us/msg"
+echo "inbox: $(ratio "$w" "$wo")x of the consumer without it (aim >= 0.85);" \
+  "CPU per message $(ratio "$woc" "$wc_")x"
+echo "idem consume: $(ratio "$side" "$raw")x of the raw pull-and-ack loop (aim >= 0.5);" \
+  "CPU per message $(ratio "$raw_cpu" "$side_cpu")x"

@@ -4,13 +4,15 @@
 //   consume_bench runtime NATS STREAM PG N inbox|noinbox
 //        JetStreamConsumer, a one-row INSERT per message as the business write, with or
 //        without the inbox claim; prints "msgs/s X"
-//   consume_bench raw NATS STREAM N              a bare nats.c pull-and-ack loop; "msgs/s X"
+//   consume_bench raw NATS STREAM N              a bare nats.c pull-and-ack loop; "msgs/s X",
+//                                                "cpu_us X"
 //   consume_bench sink                           a trivial HTTP service answering 200; prints
 //                                                "listening on 127.0.0.1:PORT"
 //   consume_bench drain NATS STREAM CONSUMER N   waits until CONSUMER (created by someone
 //                                                else) has acked all N messages; "msgs/s X"
 #include <libpq-fe.h>
 #include <nats/nats.h>
+#include <sys/resource.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -31,6 +33,14 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// This process's CPU time so far (user + system), in microseconds.
+int64_t SelfCpuMicros() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1'000'000LL + u.ru_utime.tv_usec +
+         u.ru_stime.tv_usec;
 }
 
 int Fail(const std::string& what, natsStatus s) {
@@ -125,6 +135,7 @@ int Runtime(const char* url, const std::string& stream, const char* pg, int n, b
   });
   const double secs = Seconds(start);
   std::cout << "msgs/s " << static_cast<int64_t>(n / secs) << "\n";
+  std::cout << "cpu_us " << SelfCpuMicros() << "\n";
   return s.ok() ? 0 : 1;
 }
 
@@ -155,6 +166,7 @@ int Raw(const char* url, const std::string& stream, int n) {
   }
   natsConnection_FlushTimeout(c.nc, 5000);
   std::cout << "msgs/s " << static_cast<int64_t>(n / Seconds(start)) << "\n";
+  std::cout << "cpu_us " << SelfCpuMicros() << "\n";
   natsSubscription_Destroy(sub);
   return 0;
 }

@@ -125,6 +125,7 @@ class JetStreamConsumer::Impl {
   }
 
   Status EnsureDatabase() {
+    if (pg_ == nullptr || PQstatus(pg_) == CONNECTION_BAD) claim_prepared_ = false;
     if (pg_ == nullptr) pg_ = PQconnectdb(conninfo_.c_str());
     else if (PQstatus(pg_) == CONNECTION_BAD) PQreset(pg_);
     if (PQstatus(pg_) != CONNECTION_OK) {
@@ -182,12 +183,38 @@ class JetStreamConsumer::Impl {
            ", delivery " + std::to_string(m.delivery_count()) + ")";
   }
 
+  // The claim as a prepared statement of this connection (kClaimStatement), so that each
+  // message's claim skips parsing and planning. Prepared once per connection; after an error
+  // it is dropped and prepared again, in case the handler deallocated it.
+  static constexpr const char* kClaimStatement = "idem_consumer_inbox_claim";
+  Status PrepareClaim() {
+    if (claim_prepared_) return Status::Ok();
+    PQclear(PQexec(pg_, (std::string("DEALLOCATE ") + kClaimStatement).c_str()));  // may not exist
+    PGresult* r = PQexec(pg_, (std::string("PREPARE ") + kClaimStatement +
+                               " (text, text) AS SELECT idem.inbox_claim($1, $2)").c_str());
+    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    Status out;
+    if (!ok) {
+      std::string e = PQerrorMessage(pg_);
+      while (!e.empty() && e.back() == '\n') e.pop_back();
+      const char* sqlstate = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      out = (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
+                ? FailedPreconditionError("inbox claim: " + e +
+                                          " (is the worker schema installed? idem migrate)")
+                : UnavailableError("prepare the inbox claim: " + e);
+    }
+    PQclear(r);
+    claim_prepared_ = ok;
+    return out;
+  }
+
   // BEGIN, and with the inbox the claim, in one round trip: the simple-query protocol runs
-  // "BEGIN; SELECT idem.inbox_claim(...)" as one message and answers with the claim (the same
-  // SQL function worker.h's InboxClaim calls). True when the handler should run.
+  // "BEGIN; EXECUTE <the prepared claim>(...)" as one message and answers with the claim (the
+  // same SQL function worker.h's InboxClaim calls). True when the handler should run.
   Result<bool> BeginAndClaim(const std::string& key) {
     std::string sql = "BEGIN";
     if (options_.inbox) {
+      IDEM_RETURN_IF_ERROR(PrepareClaim());
       char* consumer = PQescapeLiteral(pg_, options_.inbox_consumer.data(),
                                        options_.inbox_consumer.size());
       char* id = PQescapeLiteral(pg_, key.data(), key.size());
@@ -196,7 +223,7 @@ class JetStreamConsumer::Impl {
         PQfreemem(id);
         return UnavailableError(std::string("escape: ") + PQerrorMessage(pg_));
       }
-      sql += std::string("; SELECT idem.inbox_claim(") + consumer + ", " + id + ")";
+      sql += std::string("; EXECUTE ") + kClaimStatement + "(" + consumer + ", " + id + ")";
       PQfreemem(consumer);
       PQfreemem(id);
     }
@@ -213,6 +240,7 @@ class JetStreamConsumer::Impl {
                 ? FailedPreconditionError("inbox claim: " + e +
                                           " (is the worker schema installed? idem migrate)")
                 : UnavailableError((options_.inbox ? "BEGIN and inbox claim: " : "BEGIN: ") + e);
+      claim_prepared_ = false;
     }
     PQclear(r);
     return out;
@@ -272,6 +300,7 @@ class JetStreamConsumer::Impl {
   std::unique_ptr<NatsConnection> nats_;
   std::unique_ptr<PullSubscription> sub_;
   PGconn* pg_ = nullptr;
+  bool claim_prepared_ = false;  // kClaimStatement exists on pg_
   std::mt19937_64 rng_{std::random_device{}()};
   std::atomic<bool> stop_{false};
   std::mutex mu_;

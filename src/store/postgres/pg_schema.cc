@@ -2,6 +2,7 @@
 
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
+#include "store/postgres/pg_inbox_fast_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
@@ -20,6 +21,7 @@ constexpr Migration kMigrations[] = {
     {"worker layer (schema idem)", kSchemaV2Worker},
     {"emit layer: the outbox (schema idem)", outbox::internal::kOutboxSchemaSql},
     {"worker layer: inbox claims address their day partitions", kSchemaV4InboxDispatch},
+    {"worker layer: a one-statement fast path for inbox claims", kSchemaV5InboxFast},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
