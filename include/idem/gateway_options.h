@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -87,6 +88,11 @@ struct GatewayOptions {
   // Client connections open at once; beyond it a new connection gets 503 too-many-connections
   // and is closed. 0 (the default) picks DefaultMaxConnections().
   size_t max_connections = 0;
+
+  // The source of "now" for the gateway and its store: the retention guard's key ages, the
+  // sweep, the retries after a response, and every lease and TTL. Default: the system clock;
+  // tests pass a ManualClock. Not settable from flags or a config file.
+  std::shared_ptr<Clock> clock = SystemClock();
 
   // Routes in the order given; the first match decides. Requests no route matches use the
   // default: POST and PATCH require a key, every other method is passed through.

@@ -10,7 +10,7 @@
 // whole scope, never the tenant).
 #pragma once
 
-#include "gateway/proxy.h"
+#include "gateway/services.h"
 
 namespace idem::gateway {
 

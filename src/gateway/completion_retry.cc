@@ -116,9 +116,4 @@ void RetryAfterResponse(asio::any_io_executor executor, RetryServices services,
   asio::co_spawn(executor, RetryLoop(std::move(services), std::move(write)), asio::detached);
 }
 
-TimePoint WallTimeOf(std::chrono::steady_clock::time_point t) {
-  const auto age = std::chrono::steady_clock::now() - t;
-  return SystemClock()->Now() - std::chrono::ceil<Duration>(age);
-}
-
 }  // namespace idem::gateway

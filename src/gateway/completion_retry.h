@@ -67,7 +67,7 @@ struct UnfinishedWrite {
   StoredResponse response;  // kComplete only
   Duration ttl{0};          // kComplete only: the route's retention
   std::string key_digest;   // for the log
-  TimePoint lease_start;    // see RetrySchedule
+  TimePoint lease_start;    // see RetrySchedule: the request's arrival on services.clock
   Duration lease{0};
   Status failure = Status::Ok();  // why the attempt before the response failed, for the log
 };
@@ -87,9 +87,5 @@ struct RetryServices {
 // gateway's shutdown waits for store_writes_retrying() to reach 0, or stops the event loop).
 void RetryAfterResponse(asio::any_io_executor executor, RetryServices services,
                         UnfinishedWrite write);
-
-// The wall-clock time of a steady-clock reading taken earlier in this process (a request's
-// arrival), for UnfinishedWrite::lease_start.
-TimePoint WallTimeOf(std::chrono::steady_clock::time_point t);
 
 }  // namespace idem::gateway

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "gateway/proxy.h"
+#include "gateway/services.h"
 
 namespace idem::gateway {
 namespace {

@@ -73,7 +73,7 @@ struct Answer {
   // connections refused before a request is read).
   std::optional<Outcome> outcome;
   LogLevel log = LogLevel::kNone;
-  std::string_view event;  // the log line's event, when log != kNone
+  std::string_view event = {};  // the log line's event, when log != kNone
   RetryAfter retry_after = RetryAfter::kNone;
   // On a route with fail_open = true, a claim (Begin) that fails with this status forwards the
   // request unprotected instead of answering the problem.

@@ -19,6 +19,7 @@
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
+#include "gateway/upstream_pool.h"
 #include "idem/gateway.h"
 #include "idem/store.h"
 
@@ -220,7 +221,7 @@ class Server {
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (ec || draining_) co_return;
-      const TimePoint now = SystemClock()->Now();
+      const TimePoint now = options_.clock->Now();
       Result<uint64_t> swept = co_await services_.store.Run(
           [now](Store& store) { return store.Sweep(now); }, asio::use_awaitable);
       if (!swept.ok()) {
@@ -288,7 +289,9 @@ int RunGateway(const GatewayOptions& options) {
     log.Error("config", "no upstream: pass --upstream http://HOST:PORT");
     return 2;
   }
-  auto store = OpenStore(options.store);
+  StoreOptions store_options;
+  store_options.clock = options.clock;  // the store and the gateway read the same clock
+  auto store = OpenStore(options.store, store_options);
   if (!store.ok()) {
     log.Error("store", "cannot open store '" + internal::RedactUrlPassword(options.store) +
                            "': " + store.status().ToString());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gateway/http.h"
+#include "gateway/upstream.h"
 #include "idem/status.h"
 
 namespace idem::gateway {
@@ -23,20 +24,7 @@ struct UpstreamOptions {
   size_t max_response_body = 64 << 20;
 };
 
-struct UpstreamResult {
-  enum class Failure {
-    kNone,      // `response` holds the upstream's answer
-    kConnect,   // could not connect: the request never left the gateway
-    kTimeout,   // no complete answer in time: the upstream may still be working on it
-    kBroken,    // the connection failed mid-exchange: the upstream may have acted
-    kTooLarge,  // the answer's body exceeded the limit: the upstream did act
-  };
-  Failure failure = Failure::kNone;
-  std::string detail;
-  Response response;
-};
-
-class UpstreamPool {
+class UpstreamPool final : public Upstream {
  public:
   // `url` is http://HOST:PORT; HOST is resolved once, here.
   static Result<std::unique_ptr<UpstreamPool>> Create(asio::any_io_executor executor,
@@ -46,7 +34,8 @@ class UpstreamPool {
   // Sends `request` (its Host header is set to the upstream's) and reads the answer, giving up
   // (kTimeout) after `response_timeout`, or the pool's own response_timeout if it is shorter.
   // Interim 1xx responses are read past: on kNone, `response` is always a final (>= 200) one.
-  Task<UpstreamResult> Exchange(Request& request, std::chrono::milliseconds response_timeout);
+  Task<UpstreamResult> Exchange(Request& request,
+                                std::chrono::milliseconds response_timeout) override;
 
   // "127.0.0.1:9000" for logs.
   const std::string& authority() const { return authority_; }

@@ -17,12 +17,21 @@
 #include "util/http_client.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/wait_for.h"
 
 namespace idem::testing {
 namespace {
 
 using namespace std::chrono_literals;
 using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// The fencing token the example service echoes in its receipt ("fencing_token":"7"), or 0.
+uint64_t FencingTokenIn(const std::string& body) {
+  const std::string field = "\"fencing_token\":\"";
+  const size_t at = body.find(field);
+  if (at == std::string::npos) return 0;
+  return std::strtoull(body.c_str() + at + field.size(), nullptr, 10);
+}
 
 class GatewayTest : public ::testing::Test {
  protected:
@@ -69,6 +78,17 @@ class GatewayTest : public ::testing::Test {
   }
 
   std::string Metrics() { return Http(admin_address_, "GET", "/metrics").body; }
+
+  // Whether the anonymous tenant's record for `key` is in flight (the admin listener's view).
+  bool InFlight(const std::string& key) {
+    return Http(admin_address_, "GET", "/v1/records?key=" + key).body.find("\"in_flight\"") !=
+           std::string::npos;
+  }
+
+  // The gateway's output, once it contains `text` (or after 5 s, whatever it holds then).
+  bool Logged(const std::string& text) {
+    return WaitFor([&] { return gateway_->Output().find(text) != std::string::npos; }, 5s);
+  }
 
   TempDir dir_;
   std::unique_ptr<Process> service_;
@@ -164,16 +184,25 @@ lease = "1s"
   // The first attempt hangs in the upstream for 2.5 s, past its 1 s lease.
   HttpResponse first;
   std::thread slow([&] { first = Post("/pay", "hung", "body", {{"X-Sleep-Ms", "2500"}}); });
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(WaitFor([&] { return InFlight("hung"); }, 5s));
   auto during = Post("/pay", "hung", "body");
   EXPECT_EQ(during.status, 409) << "still inside the lease";
   EXPECT_FALSE(during.Header("Retry-After").empty());
-  std::this_thread::sleep_for(1000ms);
-  auto takeover = Post("/pay", "hung", "body");
+  // A client retrying on 409 takes the key over once the 1 s lease has run out on the
+  // gateway's real clock (the socket-free flow tests cover the same with a manual clock).
+  HttpResponse takeover;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        takeover = Post("/pay", "hung", "body");
+        return takeover.status != 409;
+      },
+      5s, 50ms));
   ASSERT_EQ(takeover.status, 201) << takeover.body;
-  EXPECT_NE(takeover.body.find("\"fencing_token\":\"2\""), std::string::npos) << takeover.body;
   slow.join();
   EXPECT_EQ(first.status, 201);
+  EXPECT_GT(FencingTokenIn(takeover.body), FencingTokenIn(first.body))
+      << "the takeover's token is above the hung attempt's: " << takeover.body << " / "
+      << first.body;
   // The record holds the new owner's response, not the zombie's.
   auto replay = Post("/pay", "hung", "body");
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
@@ -328,15 +357,17 @@ TEST_F(GatewayTest, ACorruptRecordIs500OnBothPortsUntilTheAdminPurgesIt) {
   EXPECT_EQ(Executions("broken"), 1) << "a corrupt record is never run again on its own";
   // Both answers were logged as errors: the client port's, then the admin's.
   size_t logged = 0;
-  for (int i = 0; i < 500 && logged < 2; ++i) {
-    const std::string out = gateway_->Output();
-    logged = 0;
-    for (size_t at = out.find("error record_corrupt"); at != std::string::npos;
-         at = out.find("error record_corrupt", at + 1)) {
-      ++logged;
-    }
-    if (logged < 2) std::this_thread::sleep_for(10ms);
-  }
+  WaitFor(
+      [&] {
+        const std::string out = gateway_->Output();
+        logged = 0;
+        for (size_t at = out.find("error record_corrupt"); at != std::string::npos;
+             at = out.find("error record_corrupt", at + 1)) {
+          ++logged;
+        }
+        return logged >= 2;
+      },
+      5s);
   EXPECT_EQ(logged, 2u) << gateway_->Output();
 
   auto purged = Http(admin_address_, "DELETE", record);
@@ -357,7 +388,7 @@ TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
   StartGateway();
   HttpResponse slow;
   std::thread t([&] { slow = Post("/pay", "draining", "b", {{"X-Sleep-Ms", "800"}}); });
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(WaitFor([&] { return InFlight("draining"); }, 5s));
   const int status = gateway_->Stop(SIGTERM);
   t.join();
   EXPECT_EQ(slow.status, 201) << slow.error;
@@ -429,16 +460,18 @@ lease = "5s"
   sqlite3* locker = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &locker), SQLITE_OK);
   int in_flight = 0;
-  for (int i = 0; i < 1000 && in_flight < 2; ++i) {
-    sqlite3_exec(
-        locker, "SELECT count(*) FROM idem_records",
-        [](void* out, int, char** values, char**) {
-          *static_cast<int*>(out) = values[0] ? std::atoi(values[0]) : 0;
-          return 0;
-        },
-        &in_flight, nullptr);
-    if (in_flight < 2) std::this_thread::sleep_for(5ms);
-  }
+  WaitFor(
+      [&] {
+        sqlite3_exec(
+            locker, "SELECT count(*) FROM idem_records",
+            [](void* out, int, char** values, char**) {
+              *static_cast<int*>(out) = values[0] ? std::atoi(values[0]) : 0;
+              return 0;
+            },
+            &in_flight, nullptr);
+        return in_flight >= 2;
+      },
+      5s, 5ms);
   ASSERT_EQ(in_flight, 2) << "the requests never began";
   ASSERT_EQ(sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
   client.join();
@@ -454,10 +487,14 @@ lease = "5s"
   // The completions land once the lock is gone, before the lease (5 s) runs out.
   for (const std::string key : {"complete-retry", "hung-up"}) {
     HttpResponse again;
-    do {
-      again = Post("/pay", key, "b");
-      if (again.status == 409) std::this_thread::sleep_for(100ms);
-    } while (again.status == 409 && std::chrono::steady_clock::now() < start + 5s);
+    WaitFor(
+        [&] {
+          again = Post("/pay", key, "b");
+          return again.status != 409;
+        },
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            start + 5s - std::chrono::steady_clock::now()),
+        100ms);
     EXPECT_EQ(again.status, 201) << key << ": " << again.body;
     EXPECT_EQ(again.Header("Idempotent-Replayed"), "true") << key;
   }
@@ -494,12 +531,7 @@ TEST_F(GatewayTest, ADeletedDatabaseFileMakesTheGatewayUnreadyAndFailClosed) {
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_NE(refused.body.find("urn:idem:problem:store-unavailable"), std::string::npos);
   EXPECT_EQ(Executions("after"), 0) << "fail closed: the upstream is not called";
-  bool logged = false;
-  for (int i = 0; i < 100 && !logged; ++i) {
-    logged = gateway_->Output().find("error not_ready") != std::string::npos;
-    if (!logged) std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(logged) << gateway_->Output();
+  EXPECT_TRUE(Logged("error not_ready")) << gateway_->Output();
 }
 
 TEST_F(GatewayTest, ExpiredRecordsAreSweptAndTheKeyExecutesAgain) {
@@ -531,12 +563,7 @@ retention = "1s"
     return count;
   };
   EXPECT_EQ(rows(), 2);
-  bool swept = false;
-  for (int i = 0; i < 500 && !swept; ++i) {
-    swept = gateway_->Output().find("removed 1 expired record") != std::string::npos;
-    if (!swept) std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(swept) << gateway_->Output();
+  EXPECT_TRUE(Logged("removed 1 expired record")) << gateway_->Output();
   EXPECT_EQ(rows(), 1) << "the record past its retention is gone, the live one kept";
   // Past its retention the key is forgotten: the same request executes again.
   auto again = Post("/short/pay", "ttl", "b");
@@ -557,7 +584,8 @@ upstream_response_timeout = "300ms"
   EXPECT_EQ(timed_out.status, 504);
   EXPECT_NE(timed_out.body.find("urn:idem:problem:upstream-timeout"), std::string::npos)
       << timed_out.body;
-  std::this_thread::sleep_for(700ms);  // the upstream finishes the first attempt meanwhile
+  // The upstream finishes the first attempt (it counts an execution when it answers).
+  ASSERT_TRUE(WaitFor([&] { return Executions("slow") == 1; }, 5s));
   auto retry = Post("/pay", "slow", "b");
   EXPECT_EQ(retry.status, 201) << retry.body;
   EXPECT_EQ(retry.Header("Idempotent-Replayed"), "false");
@@ -595,12 +623,8 @@ max_request_body = 16
   EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
   EXPECT_LT(std::chrono::steady_clock::now() - started, 3s) << "closed by the idle timeout";
   EXPECT_EQ(Post("/pay", "too-big", std::string(100, 'x')).status, 413);
-  bool logged = false;
-  for (int i = 0; i < 300 && !logged; ++i) {  // request lines are flushed every second
-    logged = gateway_->Output().find("status=413 outcome=rejected") != std::string::npos;
-    if (!logged) std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(logged) << gateway_->Output();
+  // Request lines are flushed every second.
+  EXPECT_TRUE(Logged("status=413 outcome=rejected")) << gateway_->Output();
 }
 
 TEST_F(GatewayTest, RoutesCannotBeSkippedWithEncodedOrDottedPaths) {

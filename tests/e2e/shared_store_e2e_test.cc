@@ -19,6 +19,7 @@
 #include "util/postgres_server.h"
 #include "util/redis_server.h"
 #include "util/temp_dir.h"
+#include "util/wait_for.h"
 
 namespace idem::testing {
 namespace {
@@ -151,12 +152,12 @@ TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) 
   // Both gateways reconnect by themselves; the completed record is still there.
   for (int gateway = 0; gateway < 2; ++gateway) {
     HttpResponse replay;
-    const auto deadline = SteadyClock::now() + 10s;
-    do {
-      replay = Post(gateway, "before", "b");
-      if (replay.status == 201) break;
-      std::this_thread::sleep_for(100ms);
-    } while (SteadyClock::now() < deadline);
+    WaitFor(
+        [&] {
+          replay = Post(gateway, "before", "b");
+          return replay.status == 201;
+        },
+        10s, 100ms);
     ASSERT_EQ(replay.status, 201) << replay.body;
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
     EXPECT_EQ(replay.body, first.body);
@@ -193,11 +194,21 @@ TEST_P(SharedStoreTest, KillingTheStoreUnderLoadNeverRunsAKeyTwiceAndNeverHangs)
       }
     });
   }
-  std::this_thread::sleep_for(400ms);
+  // Counts of the answers so far, to wait for the load to see each phase.
+  auto answered = [&](int status) {
+    std::lock_guard lock(mu);
+    int n = 0;
+    for (const auto& [key, answer] : first_answers) n += answer.status == status;
+    return n;
+  };
+  // Under load, then killed: wait until the clients have seen the store working, then dead,
+  // then back again (answers of each kind after the phase began).
+  ASSERT_TRUE(WaitFor([&] { return answered(201) >= kClients; }, 10s));
   server_->Kill();
-  std::this_thread::sleep_for(600ms);
+  ASSERT_TRUE(WaitFor([&] { return answered(503) >= kClients; }, 10s)) << "no 503 in the outage";
   const std::string restarted = server_->Restart();
-  std::this_thread::sleep_for(600ms);
+  const int created_before = answered(201);
+  WaitFor([&] { return answered(201) >= created_before + kClients; }, 10s);
   stop = true;
   for (auto& t : clients) t.join();
   ASSERT_EQ(restarted, "");
@@ -208,10 +219,14 @@ TEST_P(SharedStoreTest, KillingTheStoreUnderLoadNeverRunsAKeyTwiceAndNeverHangs)
   for (int gateway = 0; gateway < 2; ++gateway) {
     const auto deadline = SteadyClock::now() + 10s;
     int status = 0;
-    for (int i = 0; status != 201 && SteadyClock::now() < deadline; ++i) {
-      status = Post(gateway, "probe-" + std::to_string(gateway) + "-" + std::to_string(i), "b").status;
-      if (status != 201) std::this_thread::sleep_for(100ms);
-    }
+    int i = 0;
+    WaitFor(
+        [&] {
+          status = Post(gateway, "probe-" + std::to_string(gateway) + "-" + std::to_string(i++),
+                        "b").status;
+          return status == 201 || SteadyClock::now() >= deadline;
+        },
+        10s, 100ms);
     ASSERT_EQ(status, 201) << "gateway " << gateway << " did not recover";
   }
 
@@ -266,11 +281,13 @@ TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
   // Every request has claimed its key before the store goes away.
   for (int i = 0; i < kRequests; ++i) {
     HttpResponse record;
-    for (int tries = 0; tries < 100; ++tries) {
-      record = Http(gateway.admin_address, "GET", "/v1/records?key=restart-" + std::to_string(i));
-      if (record.status == 200) break;
-      std::this_thread::sleep_for(10ms);
-    }
+    WaitFor(
+        [&] {
+          record =
+              Http(gateway.admin_address, "GET", "/v1/records?key=restart-" + std::to_string(i));
+          return record.status == 200;
+        },
+        5s);
     ASSERT_EQ(record.status, 200) << "restart-" << i << " never began: " << record.body;
     ASSERT_NE(record.body.find("in_flight"), std::string::npos) << record.body;
   }
@@ -334,10 +351,12 @@ TEST(RedisLateBeginTest, AClaimThatRanAfterItsTimeoutHoldsTheKeyForOneLeaseThenR
   auto conflict = post();
   EXPECT_EQ(conflict.status, 409) << "the late claim holds the key: " << conflict.body;
   HttpResponse after;
-  do {
-    std::this_thread::sleep_for(100ms);
-    after = post();
-  } while (after.status == 409 && SteadyClock::now() - resumed < 6s);
+  WaitFor(
+      [&] {
+        after = post();
+        return after.status != 409;
+      },
+      6s, 100ms);
   EXPECT_EQ(after.status, 201) << after.body;
   EXPECT_GE(SteadyClock::now() - resumed, 2500ms) << "409 lasted for the claim's lease (3 s)";
   EXPECT_EQ(executions(), 1);

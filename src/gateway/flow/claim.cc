@@ -1,0 +1,117 @@
+#include "gateway/flow/claim.h"
+
+#include <algorithm>
+
+#include "gateway/flow/responses.h"
+#include "gateway/flow/trace.h"
+
+namespace idem::gateway::flow {
+namespace {
+
+int CeilSeconds(Duration d) { return static_cast<int>(std::max<int64_t>(1, (d.count() + 999) / 1000)); }
+
+// What a client is told when its claim failed.
+std::string ClaimFailureDetail(Problem problem) {
+  switch (problem) {
+    case Problem::kRecordCorrupt:
+      return "the stored record for this key is damaged; an operator can inspect or purge it";
+    case Problem::kStoreUnavailable:
+      return "the idempotency store did not answer; retry with the same key";
+    default:
+      return "the gateway failed to claim the key; see its log";
+  }
+}
+
+ClaimVerdict Respond(const Answer& answer, Response response) {
+  ClaimVerdict verdict;
+  verdict.action = ClaimVerdict::Action::kRespond;
+  verdict.answer = &answer;
+  verdict.response = std::move(response);
+  return verdict;
+}
+
+ClaimVerdict StoreFailed(const Status& status, const RoutePolicy& route, const Request& request,
+                         std::string_view key_digest) {
+  const Answer& answer = ProblemFor(status);
+  ClaimVerdict verdict;
+  verdict.answer = &answer;
+  verdict.detail = status.ToString();
+  if (route.fail_open && answer.fail_open) {
+    verdict.action = ClaimVerdict::Action::kForwardUnprotected;
+    return verdict;
+  }
+  verdict.action = ClaimVerdict::Action::kRespond;
+  verdict.log_message = "key " + std::string(key_digest) + ": " + verdict.detail;
+  verdict.response = MakeProblem(answer, ClaimFailureDetail(*answer.problem), request.version(),
+                                 request.keep_alive());
+  return verdict;
+}
+
+Response NotStoredProblem(const Answer& answer, const StoredResponse& stored,
+                          const Request& request) {
+  const std::string size = NotStoredMarker(stored).value_or("oversized");
+  return MakeProblem(
+      answer,
+      "this request was executed once (status " + std::to_string(stored.status) +
+          ") but its response" + (size == "oversized" ? "" : " of " + size + " bytes") +
+          " was larger than the gateway stores; it will not be executed again",
+      request.version(), request.keep_alive());
+}
+
+}  // namespace
+
+Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerprint& fingerprint,
+                                 Duration lease) {
+  // g++ 12: keep co_await arguments in named locals (see docs/architecture.md).
+  Scope begin_scope = scope;
+  const Fingerprint fp = fingerprint;
+  const Duration begin_lease = lease;
+  Result<BeginOutcome> begun = InternalError("not begun");
+  {
+    StoreTimer timer{s.metrics};
+    begun = co_await s.store.AsyncBegin(std::move(begin_scope), fp, begin_lease,
+                                        asio::use_awaitable);
+  }
+  co_return begun;
+}
+
+ClaimVerdict VerdictFor(const Result<BeginOutcome>& begun, const RoutePolicy& route,
+                        const Request& request, std::string_view key_digest) {
+  if (!begun.ok()) return StoreFailed(begun.status(), route, request, key_digest);
+
+  const Answer& claimed = ProblemFor(*begun);
+  if (const auto* replay = std::get_if<Replay>(&*begun)) {
+    if (claimed.problem) return Respond(claimed, NotStoredProblem(claimed, replay->response, request));
+    return Respond(claimed, ReplayResponse(replay->response, request));
+  }
+  if (const auto* in_flight = std::get_if<InFlight>(&*begun)) {
+    const int retry = CeilSeconds(in_flight->retry_after);
+    return Respond(claimed, MakeProblem(claimed,
+                                        "the first request with this key has not finished; "
+                                        "retry in " +
+                                            std::to_string(retry) + " s with the same key",
+                                        request.version(), request.keep_alive(), retry));
+  }
+  if (std::holds_alternative<Mismatch>(*begun)) {
+    return Respond(claimed,
+                   MakeProblem(claimed,
+                               "this Idempotency-Key was first used with a different request "
+                               "(another value of a part this route fingerprints); use a new "
+                               "key for a new operation",
+                               request.version(), request.keep_alive()));
+  }
+
+  ClaimVerdict verdict;
+  verdict.action = ClaimVerdict::Action::kExecute;
+  verdict.answer = &claimed;
+  verdict.token = *OwnedToken(*begun);
+  if (const auto* taken = std::get_if<TakenOver>(&*begun)) {
+    verdict.previous_token = taken->previous_token;
+    verdict.log_message = "key " + std::string(key_digest) + ": lease of token " +
+                          std::to_string(taken->previous_token) + " ran out; token " +
+                          std::to_string(verdict.token) + " takes over";
+  }
+  return verdict;
+}
+
+}  // namespace idem::gateway::flow

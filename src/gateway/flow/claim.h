@@ -1,0 +1,44 @@
+// Step 2 of the request flow: claim. Asks the store for the key (Begin), then decides, as a pure
+// function of what the store answered, whether the gateway answers now (a replay, 409 in flight,
+// 422 mismatch, 502 response-not-stored, a store failure) or the request executes upstream with
+// a fencing token.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gateway/http.h"
+#include "gateway/problem.h"
+#include "gateway/services.h"
+#include "idem/scope.h"
+
+namespace idem::gateway::flow {
+
+// Begin(scope, fingerprint, lease) on the store executor, timed into the store histogram.
+Task<Result<BeginOutcome>> Claim(Services& services, const Scope& scope,
+                                 const Fingerprint& fingerprint, Duration lease);
+
+struct ClaimVerdict {
+  enum class Action {
+    kRespond,             // send `response`, counted and logged under `answer`
+    kExecute,             // forward with fencing token `token`
+    kForwardUnprotected,  // the store failed on a fail_open route: forward without a claim
+  };
+  Action action = Action::kRespond;
+  // kRespond: the answer the response is counted under. kExecute: the claim's answer (for the
+  // takeover's log line). kForwardUnprotected: the store failure's.
+  const Answer* answer = nullptr;
+  Response response;                          // kRespond
+  FencingToken token = 0;                     // kExecute
+  std::optional<FencingToken> previous_token;  // kExecute after a takeover: the lapsed owner's
+  std::string detail;                         // the request log line's detail
+  std::string log_message;                    // non-empty: written with LogAnswer(*answer, ...)
+};
+
+// What to do after Begin answered `begun` for a request on `route` (the response is built for
+// `request`'s HTTP version and keep-alive; `key_digest` names the key in log messages).
+ClaimVerdict VerdictFor(const Result<BeginOutcome>& begun, const RoutePolicy& route,
+                        const Request& request, std::string_view key_digest);
+
+}  // namespace idem::gateway::flow

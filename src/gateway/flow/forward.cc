@@ -1,0 +1,42 @@
+#include "gateway/flow/forward.h"
+
+#include "gateway/flow/responses.h"
+#include "gateway/flow/trace.h"
+#include "gateway/problem.h"
+
+namespace idem::gateway::flow {
+namespace {
+
+Cause CauseOf(UpstreamResult::Failure failure) {
+  switch (failure) {
+    case UpstreamResult::Failure::kTimeout:
+      return Cause::kUpstreamTimeout;
+    case UpstreamResult::Failure::kTooLarge:
+      return Cause::kUpstreamTooLarge;
+    default:
+      return Cause::kUpstreamUnreachable;
+  }
+}
+
+}  // namespace
+
+Task<Forwarded> Forward(Services& s, Request& request) {
+  // Connection may not remove what the upstream's own duplicate defence relies on.
+  StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
+  const auto started = SteadyClock::now();
+  const std::chrono::milliseconds timeout = s.options.upstream_response_timeout;
+  UpstreamResult result = co_await s.upstream.Exchange(request, timeout);
+  s.metrics.upstream_seconds().Observe(MillisSince(started) / 1000.0);
+  Forwarded forwarded;
+  forwarded.failure = result.failure;
+  if (!forwarded.transport_failed()) {
+    forwarded.response = ClientResponse(std::move(result.response), request);
+    co_return std::move(forwarded);
+  }
+  forwarded.detail = result.detail;
+  forwarded.response = MakeProblem(AnswerFor(CauseOf(result.failure)), result.detail,
+                                   request.version(), request.keep_alive());
+  co_return std::move(forwarded);
+}
+
+}  // namespace idem::gateway::flow

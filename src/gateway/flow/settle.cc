@@ -1,0 +1,85 @@
+#include "gateway/flow/settle.h"
+
+#include "gateway/completion_retry.h"
+#include "gateway/flow/responses.h"
+
+namespace idem::gateway::flow {
+namespace {
+
+RetryServices RetryServicesOf(Services& s) {
+  return RetryServices{s.store, s.metrics, s.log, s.clock(), RetryPolicy{}};
+}
+
+// A transient failure: give the key back so the retry runs again instead of waiting for the
+// lease. (After a timeout the upstream may still act; the forwarded key lets it dedupe.)
+Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
+                      FencingToken token, const Trace& trace) {
+  Scope release_scope = scope;
+  const FencingToken release_token = token;
+  Result<ReleaseOutcome> released = InternalError("not released");
+  {
+    StoreTimer timer{s.metrics};
+    released =
+        co_await s.store.AsyncRelease(std::move(release_scope), release_token, asio::use_awaitable);
+  }
+  if (!released.ok()) {
+    // Keep trying after the response, while the lease lasts (completion_retry.h).
+    auto executor = co_await asio::this_coro::executor;
+    RetryAfterResponse(executor, RetryServicesOf(s),
+                       {StoreWrite::kRelease, scope, token, {}, Duration(0), trace.key_digest,
+                        trace.arrival(), route.lease, released.status()});
+  }
+}
+
+Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope,
+                       FencingToken token, const StoredResponse& stored, const Trace& trace) {
+  const Duration retention = route.retention;
+  const FencingToken complete_token = token;
+  Result<CompleteOutcome> completed = InternalError("not completed");
+  {
+    StoreTimer timer{s.metrics};
+    StoredResponse to_store = stored;
+    Scope attempt_scope = scope;
+    completed = co_await s.store.AsyncComplete(std::move(attempt_scope), complete_token,
+                                               std::move(to_store), retention, asio::use_awaitable);
+  }
+  if (!completed.ok()) {
+    // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
+    // lease execute again, so it is tried again after the response, while the lease lasts.
+    auto executor = co_await asio::this_coro::executor;
+    RetryAfterResponse(executor, RetryServicesOf(s),
+                       {StoreWrite::kComplete, scope, token, stored, retention,
+                        trace.key_digest, trace.arrival(), route.lease, completed.status()});
+  } else if (*completed == CompleteOutcome::kFenced) {
+    s.metrics.CountZombie();
+    s.log.Warn("fenced", "key " + trace.key_digest + ": token " + std::to_string(token) +
+                             " lost ownership before completing; its response was not stored");
+  }
+}
+
+}  // namespace
+
+bool IsTransient(unsigned status) { return status >= 500 || status == 408 || status == 429; }
+
+Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
+                     FencingToken token, Forwarded& forwarded, const Trace& trace) {
+  // The upstream acted beyond doubt when it answered, even if its answer was too large to read.
+  const bool too_large = forwarded.failure == UpstreamResult::Failure::kTooLarge;
+  const bool transient = forwarded.transport_failed()
+                             ? !too_large
+                             : IsTransient(forwarded.response.result_int());
+  if (transient) {
+    co_await ReleaseKey(s, route, scope, token, trace);
+    Outcome released = Outcome::kReleased;
+    co_return released;
+  }
+  const StoredResponse stored = too_large ? OversizedAnswer()
+                                    : ToStored(forwarded.response, route,
+                                               s.options.max_stored_response);
+  co_await CompleteKey(s, route, scope, token, stored, trace);
+  forwarded.response.set(kReplayedHeader, "false");
+  Outcome executed = Outcome::kExecuted;
+  co_return executed;
+}
+
+}  // namespace idem::gateway::flow

@@ -1,0 +1,24 @@
+// Step 4 of the request flow: settle. After the upstream answered (or failed), the key's record
+// is finished: Release after a transient failure (5xx, 408, 429, or a transport failure other
+// than a too-large answer), so a retry runs again at once; Complete otherwise, storing the
+// response for replays. A write that fails is retried after the response while the lease lasts
+// (completion_retry.h); the client gets its response either way.
+#pragma once
+
+#include "gateway/flow/forward.h"
+#include "gateway/flow/trace.h"
+#include "gateway/services.h"
+#include "idem/scope.h"
+
+namespace idem::gateway::flow {
+
+// Whether an upstream status counts as transient (the key is released, not completed).
+bool IsTransient(unsigned status);
+
+// Settles the claim of `scope` held with `token` after `forwarded`, and returns the request's
+// outcome: kReleased or kExecuted (then the response is marked Idempotent-Replayed: false).
+// `trace` gives the key digest for log lines and the arrival time for the retry's deadline.
+Task<Outcome> Settle(Services& services, const RoutePolicy& route, const Scope& scope,
+                     FencingToken token, Forwarded& forwarded, const Trace& trace);
+
+}  // namespace idem::gateway::flow

@@ -1,0 +1,507 @@
+// The gateway's request flow (HandleProxyRequest) without sockets: a scripted FakeUpstream, the
+// memory store behind a FaultStore, and a ManualClock, all on one single-threaded io_context.
+// Covers every row of docs/gateway.md's outcome table that the proxy path produces, every store
+// call failing in turn (the fail_count idea: fail call N for N = 1, 2, ... until a run sees no
+// fault), and lease expiry, takeover and fencing by moving the clock, never by sleeping.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <memory>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "gateway/problem.h"
+#include "gateway/proxy.h"
+#include "idem/keys.h"
+#include "idem/store.h"
+#include "util/fake_upstream.h"
+#include "util/fault_store.h"
+
+namespace idem::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeUpstream;
+using Failure = UpstreamResult::Failure;
+
+constexpr Duration kLease = 10s;
+
+// One gateway without listeners. Requests run on `io`, one thread (the test's).
+class Flow {
+ public:
+  Flow() {
+    options.clock = clock;
+    options.upstream = "http://127.0.0.1:1";
+    options.max_stored_response = 64;
+    RoutePolicy off;
+    off.path_prefix = "/off";
+    off.key = KeyRequirement::kOff;
+    RoutePolicy optional;
+    optional.path_prefix = "/optional";
+    optional.key = KeyRequirement::kOptional;
+    optional.lease = kLease;
+    RoutePolicy open;
+    open.path_prefix = "/open";
+    open.fail_open = true;
+    open.lease = kLease;
+    RoutePolicy v7;
+    v7.path_prefix = "/v7";
+    v7.key_format = KeyFormat::kUuidV7;
+    v7.retention = 1h;
+    v7.lease = kLease;
+    RoutePolicy rest;
+    rest.method = "POST";
+    rest.path_prefix = "/";
+    rest.lease = kLease;
+    options.routes = {off, optional, open, v7, rest};
+
+    StoreOptions store_options;
+    store_options.clock = clock;
+    auto opened = OpenStore("memory", store_options);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    memory = std::move(*opened);
+    faults = std::make_unique<testing::FaultStore>(*memory);
+    executor = std::make_unique<StoreExecutor>(*faults, StoreExecutor::Options{1, 4096});
+    services = std::make_unique<Services>(Services{options, *executor, upstream, metrics, log});
+  }
+
+  ~Flow() {
+    upstream.Release();
+    io.run();  // let retries after responses end before the executor goes
+  }
+
+  static Request Post(std::string target, std::string key, std::string body = R"({"amount":1})") {
+    Request req{http::verb::post, target, 11};
+    req.set(http::field::host, "gateway.test");
+    req.set(http::field::content_type, "application/json");
+    if (!key.empty()) req.set(kKeyHeader, key);
+    req.body() = std::move(body);
+    req.keep_alive(true);
+    req.prepare_payload();
+    return req;
+  }
+
+  // Starts a request; the caller drives `io`.
+  std::future<Response> Start(Request request) {
+    return asio::co_spawn(io, Handle(*services, std::move(request)), asio::use_future);
+  }
+
+  // Runs a request to its end, and every store write retried after its response.
+  Response Send(Request request) {
+    std::future<Response> response = Start(std::move(request));
+    io.run();
+    io.restart();
+    return response.get();
+  }
+
+  // Runs the event loop until `done` holds (at most 5 s, so a broken test fails, never hangs).
+  template <typename Pred>
+  bool RunUntil(Pred done) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      io.run_one_for(10ms);
+      if (io.stopped()) io.restart();
+    }
+    return true;
+  }
+
+  uint64_t count(Outcome outcome) const { return metrics.count(outcome); }
+
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
+  GatewayOptions options;
+  FakeUpstream upstream;
+  Metrics metrics;
+  Log log{false};
+  asio::io_context io;
+  std::unique_ptr<Store> memory;
+  std::unique_ptr<testing::FaultStore> faults;
+  std::unique_ptr<StoreExecutor> executor;  // after the store and io: destroyed before them
+  std::unique_ptr<Services> services;
+
+ private:
+  static Task<Response> Handle(Services& s, Request request) {
+    Response response = co_await HandleProxyRequest(s, request);
+    co_return std::move(response);
+  }
+};
+
+bool Ready(const std::future<Response>& f) { return f.wait_for(0s) == std::future_status::ready; }
+
+bool IsProblem(const Response& res, Problem problem) {
+  return res.result() == ProblemStatus(problem) &&
+         res.body().find(ProblemType(problem)) != std::string::npos;
+}
+
+std::string Header(const Response& res, std::string_view name) {
+  auto it = res.find(name);
+  return it == res.end() ? "(absent)" : std::string(it->value());
+}
+std::string Header(const Request& req, std::string_view name) {
+  auto it = req.find(name);
+  return it == req.end() ? "(absent)" : std::string(it->value());
+}
+
+uint64_t TokenSent(const Request& req) { return std::stoull(Header(req, kFencingTokenHeader)); }
+
+// ---- Admit -----------------------------------------------------------------------------------
+
+TEST(ProxyFlowTest, PassthroughRouteForwardsWithoutATokenAndStoresNothing) {
+  Flow flow;
+  Request req = Flow::Post("/off/report", "k-1");
+  req.set(kFencingTokenHeader, "999");  // a client's own token never reaches the upstream
+  const Response res = flow.Send(std::move(req));
+  EXPECT_EQ(res.result_int(), 201u);
+  EXPECT_EQ(res.body(), "created");
+  EXPECT_EQ(Header(res, kReplayedHeader), "(absent)");
+  ASSERT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(Header(flow.upstream.requests()[0], kFencingTokenHeader), "(absent)");
+  EXPECT_EQ(Header(flow.upstream.requests()[0], kKeyHeader), "k-1");
+  EXPECT_EQ(flow.count(Outcome::kPassthrough), 1u);
+  EXPECT_EQ(flow.faults->calls(), 0) << "a passthrough route never touches the store";
+  EXPECT_EQ(flow.upstream.last_timeout(), flow.options.upstream_response_timeout);
+}
+
+TEST(ProxyFlowTest, OptionalRoutePassesThroughWithoutAKeyAndProtectsWithOne) {
+  Flow flow;
+  EXPECT_EQ(flow.Send(Flow::Post("/optional/x", "")).result_int(), 201u);
+  EXPECT_EQ(flow.count(Outcome::kPassthrough), 1u);
+  EXPECT_EQ(flow.Send(Flow::Post("/optional/x", "k-2")).result_int(), 201u);
+  const Response replay = flow.Send(Flow::Post("/optional/x", "k-2"));
+  EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+  EXPECT_EQ(flow.upstream.calls(), 2);
+  EXPECT_EQ(flow.count(Outcome::kExecuted), 1u);
+  EXPECT_EQ(flow.count(Outcome::kReplayed), 1u);
+}
+
+TEST(ProxyFlowTest, MissingAndMalformedKeysAreRefusedBeforeTheStore) {
+  Flow flow;
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/pay", "")), Problem::kMissingKey));
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/pay", "\"unterminated")), Problem::kInvalidKey));
+  EXPECT_EQ(flow.count(Outcome::kMissingKey), 1u);
+  EXPECT_EQ(flow.count(Outcome::kInvalidKey), 1u);
+  EXPECT_EQ(flow.upstream.calls(), 0);
+  EXPECT_EQ(flow.faults->calls(), 0);
+}
+
+TEST(ProxyFlowTest, RetentionGuardReadsTheGatewaysClock) {
+  Flow flow;
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/v7/pay", "not-a-uuid")), Problem::kKeyFormat));
+
+  UuidV7Generator now_keys(flow.clock);
+  const std::string key = now_keys.Next()->ToString();
+  EXPECT_EQ(flow.Send(Flow::Post("/v7/pay", key)).result_int(), 201u);
+
+  UuidV7Generator future_keys(std::make_shared<ManualClock>(flow.clock->Now() + 6min));
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/v7/pay", future_keys.Next()->ToString())),
+                        Problem::kKeyInFuture));
+
+  flow.clock->Advance(1h + 1ms);  // the key is now older than the route's retention
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/v7/pay", key)), Problem::kKeyExpired));
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.count(Outcome::kInvalidKey), 1u);
+  EXPECT_EQ(flow.count(Outcome::kKeyExpired), 2u);
+}
+
+// ---- Claim -----------------------------------------------------------------------------------
+
+TEST(ProxyFlowTest, FirstRequestExecutesWithATokenAndRetriesReplay) {
+  Flow flow;
+  const Response first = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(first.result_int(), 201u);
+  EXPECT_EQ(first.body(), "created");
+  EXPECT_EQ(Header(first, kReplayedHeader), "false");
+  ASSERT_EQ(flow.upstream.calls(), 1);
+  EXPECT_GT(TokenSent(flow.upstream.requests()[0]), 0u);
+  EXPECT_EQ(Header(flow.upstream.requests()[0], kKeyHeader), "k-1");
+
+  const Response replay = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(replay.result_int(), 201u) << "a 201 stays 201";
+  EXPECT_EQ(replay.body(), "created");
+  EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+  EXPECT_EQ(Header(replay, "Content-Type"), "text/plain") << "a stored header is replayed";
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.count(Outcome::kExecuted), 1u);
+  EXPECT_EQ(flow.count(Outcome::kReplayed), 1u);
+}
+
+TEST(ProxyFlowTest, SameKeyOtherRequestIsAMismatch) {
+  Flow flow;
+  flow.Send(Flow::Post("/pay", "k-1", R"({"amount":1})"));
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/pay", "k-1", R"({"amount":2})")),
+                        Problem::kKeyReused));
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.count(Outcome::kMismatch), 1u);
+}
+
+TEST(ProxyFlowTest, SameKeyWhileInFlightIsAConflictWithTheLeaseLeft) {
+  Flow flow;
+  FakeUpstream::Step held;
+  held.hold = true;
+  flow.upstream.Script(held);
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+
+  flow.clock->Advance(3500ms);
+  std::future<Response> second = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(second); }));
+  const Response conflict = second.get();
+  EXPECT_TRUE(IsProblem(conflict, Problem::kKeyInFlight)) << conflict.body();
+  EXPECT_EQ(Header(conflict, "Retry-After"), "7") << "6.5 s of the lease left, rounded up";
+  EXPECT_FALSE(Ready(first));
+
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(first.get().result_int(), 201u);
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.count(Outcome::kConflict), 1u);
+}
+
+TEST(ProxyFlowTest, AfterTheLeaseARetryTakesOverAndTheLateAttemptIsFenced) {
+  Flow flow;
+  FakeUpstream::Step slow = FakeUpstream::Answer(201, "first attempt");
+  slow.hold = true;
+  flow.upstream.Script(slow);
+  flow.upstream.Script(FakeUpstream::Answer(201, "second attempt"));
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+
+  flow.clock->Advance(kLease + 1ms);  // the first attempt's lease runs out while it hangs
+  std::future<Response> second = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(second); }));
+  const Response taken = second.get();
+  EXPECT_EQ(taken.result_int(), 201u);
+  EXPECT_EQ(taken.body(), "second attempt");
+  ASSERT_EQ(flow.upstream.calls(), 2);
+  const uint64_t first_token = TokenSent(flow.upstream.requests()[0]);
+  const uint64_t second_token = TokenSent(flow.upstream.requests()[1]);
+  EXPECT_GT(second_token, first_token) << "the upstream can tell the current attempt";
+
+  flow.upstream.Release();  // the first attempt finishes late: its completion is fenced
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  const Response late = first.get();
+  EXPECT_EQ(late.result_int(), 201u);
+  EXPECT_EQ(late.body(), "first attempt") << "its own client still gets the upstream's answer";
+  EXPECT_EQ(Header(late, kReplayedHeader), "false");
+
+  const Response replay = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(replay.body(), "second attempt") << "the record keeps the new owner's result";
+  EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+  EXPECT_EQ(flow.count(Outcome::kExecuted), 2u);
+  EXPECT_NE(flow.metrics.Render().find("idem_gateway_takeovers_total 1"), std::string::npos);
+  EXPECT_NE(flow.metrics.Render().find("idem_gateway_fenced_completions_total 1"),
+            std::string::npos)
+      << flow.metrics.Render();
+}
+
+// ---- Forward and settle ----------------------------------------------------------------------
+
+TEST(ProxyFlowTest, TransientUpstreamAnswersReleaseTheKey) {
+  for (unsigned status : {500u, 503u, 408u, 429u}) {
+    SCOPED_TRACE(status);
+    Flow flow;
+    flow.upstream.Script(FakeUpstream::Answer(status, "try later"));
+    const Response res = flow.Send(Flow::Post("/pay", "k-1"));
+    EXPECT_EQ(res.result_int(), status);
+    EXPECT_EQ(res.body(), "try later");
+    EXPECT_EQ(Header(res, kReplayedHeader), "(absent)");
+    EXPECT_EQ(flow.count(Outcome::kReleased), 1u);
+    const Response retry = flow.Send(Flow::Post("/pay", "k-1"));
+    EXPECT_EQ(retry.result_int(), 201u) << "released: the retry runs again at once";
+    EXPECT_EQ(flow.upstream.calls(), 2);
+  }
+}
+
+TEST(ProxyFlowTest, TransportFailuresAreProblemsAndReleaseTheKey) {
+  struct Case {
+    Failure failure;
+    Problem problem;
+  };
+  for (const Case c : {Case{Failure::kConnect, Problem::kUpstreamUnavailable},
+                       Case{Failure::kBroken, Problem::kUpstreamUnavailable},
+                       Case{Failure::kTimeout, Problem::kUpstreamTimeout}}) {
+    SCOPED_TRACE(static_cast<int>(c.failure));
+    Flow flow;
+    flow.upstream.Script(FakeUpstream::Fail(c.failure));
+    const Response res = flow.Send(Flow::Post("/pay", "k-1"));
+    EXPECT_TRUE(IsProblem(res, c.problem)) << res.body();
+    EXPECT_EQ(flow.count(Outcome::kReleased), 1u);
+    EXPECT_EQ(flow.Send(Flow::Post("/pay", "k-1")).result_int(), 201u);
+    EXPECT_EQ(flow.upstream.calls(), 2);
+  }
+}
+
+TEST(ProxyFlowTest, OtherStatusesAreCompletedAndReplayed) {
+  for (unsigned status : {200u, 302u, 400u, 404u, 409u}) {
+    SCOPED_TRACE(status);
+    Flow flow;
+    flow.upstream.Script(FakeUpstream::Answer(status, "final"));
+    EXPECT_EQ(flow.Send(Flow::Post("/pay", "k-1")).result_int(), status);
+    const Response replay = flow.Send(Flow::Post("/pay", "k-1"));
+    EXPECT_EQ(replay.result_int(), status);
+    EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+    EXPECT_EQ(flow.upstream.calls(), 1);
+  }
+}
+
+TEST(ProxyFlowTest, ResponseOverTheStoredLimitIsSentOnceAndNeverRunAgain) {
+  Flow flow;
+  const std::string big(flow.options.max_stored_response + 1, 'x');
+  flow.upstream.Script(FakeUpstream::Answer(201, big));
+  const Response first = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(first.body(), big);
+  EXPECT_EQ(Header(first, kReplayedHeader), "false");
+  const Response retry = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_TRUE(IsProblem(retry, Problem::kResponseNotStored)) << retry.body();
+  EXPECT_NE(retry.body().find("status 201"), std::string::npos) << retry.body();
+  EXPECT_NE(retry.body().find(std::to_string(big.size()) + " bytes"), std::string::npos);
+  EXPECT_EQ(Header(retry, kNotStoredMarker), "(absent)") << "the marker is never sent";
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.count(Outcome::kExecuted), 1u);
+  EXPECT_EQ(flow.count(Outcome::kReplayed), 1u);
+}
+
+TEST(ProxyFlowTest, UpstreamAnswerTooLargeToReadIsCompletedAsNotStored) {
+  Flow flow;
+  flow.upstream.Script(FakeUpstream::Fail(Failure::kTooLarge));
+  const Response first = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_TRUE(IsProblem(first, Problem::kUpstreamTooLarge)) << first.body();
+  EXPECT_EQ(Header(first, kReplayedHeader), "false");
+  const Response retry = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_TRUE(IsProblem(retry, Problem::kResponseNotStored)) << retry.body();
+  EXPECT_EQ(flow.upstream.calls(), 1) << "the upstream acted: never again";
+  EXPECT_EQ(flow.count(Outcome::kExecuted), 1u);
+  EXPECT_EQ(flow.count(Outcome::kReplayed), 1u);
+}
+
+// ---- Store failures --------------------------------------------------------------------------
+
+TEST(ProxyFlowTest, BeginFailingAnswers503WithoutCallingTheUpstream) {
+  Flow flow;
+  flow.faults->FailFrom(1, UnavailableError("injected"), 1);
+  const Response res = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_TRUE(IsProblem(res, Problem::kStoreUnavailable)) << res.body();
+  EXPECT_EQ(Header(res, "Retry-After"), "1");
+  EXPECT_EQ(flow.upstream.calls(), 0);
+  EXPECT_EQ(flow.count(Outcome::kStoreError), 1u);
+}
+
+TEST(ProxyFlowTest, CorruptRecordIs500EvenOnAFailOpenRoute) {
+  Flow flow;
+  flow.faults->FailFrom(1, DataLossError("injected: cannot decode"), 2);
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/pay", "k-1")), Problem::kRecordCorrupt));
+  EXPECT_TRUE(IsProblem(flow.Send(Flow::Post("/open/pay", "k-1")), Problem::kRecordCorrupt));
+  EXPECT_EQ(flow.upstream.calls(), 0) << "a corrupt record is never bypassed";
+  EXPECT_EQ(flow.count(Outcome::kStoreError), 2u);
+}
+
+TEST(ProxyFlowTest, FailOpenRouteForwardsUnprotectedWhenTheStoreFails) {
+  Flow flow;
+  flow.faults->FailFrom(1, UnavailableError("injected"), 1);
+  const Response res = flow.Send(Flow::Post("/open/pay", "k-1"));
+  EXPECT_EQ(res.result_int(), 201u);
+  ASSERT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(Header(flow.upstream.requests()[0], kFencingTokenHeader), "(absent)");
+  EXPECT_EQ(flow.count(Outcome::kStoreError), 1u);
+  EXPECT_EQ(flow.faults->calls(), 1) << "no completion for a request that holds no claim";
+}
+
+TEST(ProxyFlowTest, FailedCompletionIsRetriedAfterTheResponse) {
+  Flow flow;
+  flow.faults->FailFrom(2, UnavailableError("injected"), 1);  // call 2: the Complete
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(first.get().result_int(), 201u) << "the client is not kept waiting";
+  EXPECT_EQ(flow.metrics.store_writes_retrying(), 1);
+
+  // Meanwhile the record is still in flight: a retry is told to wait, never run again.
+  const Response during = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(flow.metrics.store_writes_retrying(), 0) << "Send ran the retry to its end";
+  EXPECT_TRUE(during.result_int() == 409 || Header(during, kReplayedHeader) == "true")
+      << during.result_int();
+  const Response replay = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+  EXPECT_EQ(replay.body(), "created");
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.metrics.write_attempts(StoreWrite::kComplete, true), 1u);
+}
+
+TEST(ProxyFlowTest, FailedReleaseIsRetriedAfterTheResponse) {
+  Flow flow;
+  flow.upstream.Script(FakeUpstream::Answer(503, "busy"));
+  flow.faults->FailFrom(2, UnavailableError("injected"), 1);  // call 2: the Release
+  const Response res = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(res.result_int(), 503u);
+  EXPECT_EQ(flow.metrics.write_attempts(StoreWrite::kRelease, true), 1u);
+  EXPECT_EQ(flow.Send(Flow::Post("/pay", "k-1")).result_int(), 201u)
+      << "the release landed: the retry runs again";
+  EXPECT_EQ(flow.upstream.calls(), 2);
+}
+
+TEST(ProxyFlowTest, CompletionRetriesGiveUpAsTheLeaseRunsOut) {
+  Flow flow;
+  flow.faults->FailFrom(2, UnavailableError("injected"));  // every call after the Begin
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(first.get().result_int(), 201u);
+  flow.clock->Advance(kLease);
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.metrics.store_writes_retrying() == 0; }));
+  EXPECT_EQ(flow.metrics.writes_abandoned(StoreWrite::kComplete), 1u);
+}
+
+// Every store call of a client's exchange fails in turn (N = 1, 2, ...): whichever it is, the
+// client retrying on 503 ends with the upstream's answer, executed exactly once, then replayed.
+TEST(ProxyFlowTest, EveryStoreCallFailingInTurnStillExecutesOnce) {
+  int n = 1;
+  for (;; ++n) {
+    SCOPED_TRACE("store call " + std::to_string(n) + " fails");
+    ASSERT_LT(n, 20) << "the exchange never ran without a fault";
+    Flow flow;
+    flow.faults->FailFrom(n, UnavailableError("injected"), 1);
+    auto send_like_a_client = [&] {
+      Response res;
+      for (int attempt = 0; attempt < 5; ++attempt) {
+        res = flow.Send(Flow::Post("/pay", "k-1"));
+        if (res.result_int() != 503 && res.result_int() != 409) break;
+      }
+      return res;
+    };
+    const Response first = send_like_a_client();
+    EXPECT_EQ(first.result_int(), 201u);
+    EXPECT_EQ(first.body(), "created");
+    const Response again = send_like_a_client();
+    EXPECT_EQ(again.result_int(), 201u);
+    EXPECT_EQ(Header(again, kReplayedHeader), "true");
+    EXPECT_EQ(flow.upstream.calls(), 1);
+    if (flow.faults->calls() < n) break;  // call N never came: every failure point was covered
+  }
+  EXPECT_EQ(n, 4) << "three store calls: Begin, Complete, and the replay's Begin";
+}
+
+// The same with an upstream that first answers 503: the Release fails in turn too.
+TEST(ProxyFlowTest, EveryStoreCallFailingInTurnAfterATransientAnswer) {
+  int n = 1;
+  for (;; ++n) {
+    SCOPED_TRACE("store call " + std::to_string(n) + " fails");
+    ASSERT_LT(n, 20) << "the exchange never ran without a fault";
+    Flow flow;
+    flow.upstream.Script(FakeUpstream::Answer(503, "busy"));
+    flow.faults->FailFrom(n, UnavailableError("injected"), 1);
+    Response last;
+    for (int attempt = 0; attempt < 6; ++attempt) {
+      last = flow.Send(Flow::Post("/pay", "k-1"));
+      if (last.result_int() == 201) break;
+    }
+    EXPECT_EQ(last.result_int(), 201u);
+    // The 503 released the key (at once or after the response), so the upstream ran again once;
+    // a store 503 before it never reached the upstream.
+    EXPECT_EQ(flow.upstream.calls(), 2);
+    if (flow.faults->calls() < n) break;
+  }
+  EXPECT_EQ(n, 5) << "four store calls: Begin, Release, the retry's Begin, Complete";
+}
+
+}  // namespace
+}  // namespace idem::gateway
