@@ -712,7 +712,7 @@ TEST_F(PgWorkerTest, UpgradeFromVersion3KeepsClaimsEffective) {
   // The upgrade replaces functions this session has compiled: it picks the new ones up.
   auto version = MigratePostgresSchema(server_.Url(database_));
   ASSERT_TRUE(version.ok()) << version.status().ToString();
-  EXPECT_EQ(*version, 4);
+  EXPECT_EQ(*version, internal::pg::kSchemaVersion);
   EXPECT_EQ(Sql("SELECT count(*) FROM pg_proc WHERE proname = 'inbox_at'"), "1");
   for (int i = 0; i < 20; ++i) {
     const std::string m = "'m" + std::to_string(i) + "'";

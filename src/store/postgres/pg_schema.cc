@@ -1,5 +1,6 @@
 #include "store/postgres/pg_schema.h"
 
+#include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_schema_sql.h"
@@ -20,6 +21,7 @@ constexpr Migration kMigrations[] = {
     {"worker layer (schema idem)", kSchemaV2Worker},
     {"emit layer: the outbox (schema idem)", outbox::internal::kOutboxSchemaSql},
     {"worker layer: inbox claims address their day partitions", kSchemaV4InboxDispatch},
+    {"emit layer: the relay's claim and mark on kept plans", outbox::internal::kOutboxPlansSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

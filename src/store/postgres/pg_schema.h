@@ -15,9 +15,11 @@ namespace idem::internal::pg {
 //   4  idem.inbox_claim probes and inserts into its day partitions directly (a generated
 //      dispatch function, idem.inbox_at) instead of through the partitioned parent; the
 //      inbox's tables and rows are unchanged
+//   5  the relay's claim, mark and release functions run on kept plans without JIT (the claim
+//      in two statements); the outbox's tables are unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
