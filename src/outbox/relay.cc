@@ -201,7 +201,7 @@ void Relay::ClaimAhead() {
       std::unique_ptr<OutboxDb>& db = c.claim_db[slot];
       if (db == nullptr || !db->healthy()) {
         db.reset();
-        auto opened = OutboxDb::Open(options_.db_url);
+        auto opened = OutboxDb::Open(options_.db_url, /*listen=*/false);
         if (!opened.ok()) return opened.status();
         db = std::move(*opened);
       }
@@ -405,7 +405,7 @@ void Relay::MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicate
     Conn& c = *conn_;
     if (c.mark_db == nullptr || !c.mark_db->healthy()) {
       c.mark_db.reset();
-      auto db = OutboxDb::Open(options_.db_url);
+      auto db = OutboxDb::Open(options_.db_url, /*listen=*/false);
       if (!db.ok()) {
         MarkFailed(acked.size(), db.status());
         return;
