@@ -4,6 +4,7 @@
 #
 #   bench/relay-bench.sh                    100,000 events of 128 bytes, latency for 10 s
 #   BENCH_EVENTS=50000 BENCH_LATENCY_SECONDS=5 bench/relay-bench.sh
+#   BENCH_RELAY_LOG=FILE                    keeps the relay's log (it is deleted otherwise)
 #
 # 1. Throughput. The reference publishes BENCH_EVENTS messages (Nats-Msg-Id each, up to 1000
 #    unacknowledged) and waits for every PubAck. The relay drains the same number of outbox
@@ -25,7 +26,7 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   cmake --build build/release --target idem idem_relay_bench -j2 >/dev/null
 fi
 bench=build/release/bench/idem_relay_bench
-idem=build/release/idem
+idem=${BENCH_IDEM:-build/release/idem}  # BENCH_IDEM: another build's idem, to compare
 
 source bench/lib/postgres-server.sh
 dir=$(mktemp -d)
@@ -35,6 +36,7 @@ cleanup() {
   [[ -n $relay_pid ]] && kill -TERM "$relay_pid" 2>/dev/null && wait "$relay_pid" 2>/dev/null || true
   [[ -n $nats_pid ]] && kill -TERM "$nats_pid" 2>/dev/null && wait "$nats_pid" 2>/dev/null || true
   stop_postgres
+  [[ -n ${BENCH_RELAY_LOG:-} && -f $dir/relay.log ]] && cp "$dir/relay.log" "$BENCH_RELAY_LOG"
   rm -rf "$dir"
 }
 trap cleanup EXIT

@@ -3,6 +3,7 @@
 #include <nats/nats.h>
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -42,9 +43,26 @@ struct JetStreamPublisher::State {
 
   std::mutex mu;
   std::condition_variable cv;
-  // The batch in flight: message pointer -> its index in `results`.
-  std::unordered_map<const natsMsg*, size_t> in_flight;  // guarded by mu
-  std::vector<PublishResult>* results = nullptr;         // guarded by mu
+  // The batches in flight, by id, with how many of their messages still await an answer.
+  struct Batch {
+    std::vector<PublishResult> results;
+    size_t waiting = 0;
+  };
+  std::map<BatchId, Batch> batches;  // guarded by mu
+  // Every message in flight: message pointer -> its batch and index.
+  std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>> in_flight;  // guarded by mu
+  BatchId next_batch = 1;                                                  // guarded by mu
+
+  // Records the answer for message `it` (mu held) and forgets it.
+  void Settle(std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>>::iterator it,
+              PublishResult result) {
+    auto b = batches.find(it->second.first);
+    if (b != batches.end()) {
+      b->second.results[it->second.second] = std::move(result);
+      --b->second.waiting;
+    }
+    in_flight.erase(it);
+  }
 
   ~State() {
     if (js != nullptr) jsCtx_Destroy(js);
@@ -59,12 +77,14 @@ struct JetStreamPublisher::State {
     {
       std::lock_guard lock(self->mu);
       auto it = self->in_flight.find(msg);
-      if (it != self->in_flight.end() && self->results != nullptr) {
-        PublishResult& r = (*self->results)[it->second];
+      if (it != self->in_flight.end()) {
+        PublishResult r;
+        r.error = "no PubAck";
         if (ack != nullptr) {
           r.kind = PublishResult::Kind::kAcked;
           r.stream_seq = ack->Sequence;
           r.duplicate = ack->Duplicate;
+          r.error.clear();
         } else if (err != nullptr) {
           r.kind = IsPermanent(err->Err, err->ErrCode) ? PublishResult::Kind::kRejected
                                                        : PublishResult::Kind::kFailed;
@@ -74,7 +94,7 @@ struct JetStreamPublisher::State {
                                              std::to_string(static_cast<int>(err->ErrCode)) + "]"
                                        : "");
         }
-        self->in_flight.erase(it);
+        self->Settle(it, std::move(r));
       }
     }
     self->cv.notify_all();
@@ -173,14 +193,17 @@ Result<StreamFacts> JetStreamPublisher::EnsureStream(const StreamSpec& spec) {
   return ReadStream(spec.name);
 }
 
-std::vector<PublishResult> JetStreamPublisher::PublishBatch(const std::vector<OutMessage>& messages,
-                                                            int max_pending) {
+JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessage>& messages,
+                                                     int max_pending) {
   State& st = *state_;
-  std::vector<PublishResult> results(messages.size());
-  for (auto& r : results) r.error = "no PubAck";
+  BatchId id = 0;
+  State::Batch* batch = nullptr;  // std::map: stable while the entry exists
   {
     std::lock_guard lock(st.mu);
-    st.results = &results;
+    id = st.next_batch++;
+    batch = &st.batches[id];
+    batch->results.resize(messages.size());
+    for (auto& r : batch->results) r.error = "no PubAck";
   }
   jsPubOptions po;
   jsPubOptions_Init(&po);
@@ -202,35 +225,51 @@ std::vector<PublishResult> JetStreamPublisher::PublishBatch(const std::vector<Ou
     po.MsgId = m.msg_id.c_str();
     if (s == NATS_OK) {
       std::lock_guard lock(st.mu);
-      st.in_flight.emplace(msg, i);
+      st.in_flight.emplace(msg, std::make_pair(id, i));
+      ++batch->waiting;
     }
     natsMsg* sent = msg;
     if (s == NATS_OK) s = js_PublishMsgAsync(st.js, &msg, &po);
     if (s != NATS_OK) {
+      PublishResult r;
+      r.kind = IsPermanent(s, static_cast<jsErrCode>(0)) ? PublishResult::Kind::kRejected
+                                                         : PublishResult::Kind::kFailed;
+      r.error = NatsError(s);
       std::lock_guard lock(st.mu);
-      st.in_flight.erase(sent);
-      results[i].kind =
-          IsPermanent(s, static_cast<jsErrCode>(0)) ? PublishResult::Kind::kRejected : PublishResult::Kind::kFailed;
-      results[i].error = NatsError(s);
+      auto it = st.in_flight.find(sent);
+      if (it != st.in_flight.end()) {
+        st.Settle(it, std::move(r));
+      } else {
+        batch->results[i] = std::move(r);
+      }
     }
     natsMsg_Destroy(msg);  // no-op when the library took it
   }
-  {
-    std::unique_lock lock(st.mu);
-    st.cv.wait_for(lock, st.ack_timeout + std::chrono::seconds(1), [&] { return st.in_flight.empty(); });
-  }
-  // Whatever is still unanswered: take it back from the library (late acks are then dropped).
-  natsMsgList pending{};
-  if (js_PublishAsyncGetPendingList(&pending, st.js) == NATS_OK) natsMsgList_Destroy(&pending);
-  {
-    std::lock_guard lock(st.mu);
-    for (const auto& [msg, i] : st.in_flight) {
-      results[i].kind = PublishResult::Kind::kFailed;
-      results[i].error = "no PubAck within " + std::to_string(st.ack_timeout.count()) + " ms";
+  return id;
+}
+
+std::vector<PublishResult> JetStreamPublisher::Wait(BatchId id) {
+  State& st = *state_;
+  std::unique_lock lock(st.mu);
+  auto b = st.batches.find(id);
+  if (b == st.batches.end()) return {};
+  st.cv.wait_for(lock, st.ack_timeout + std::chrono::seconds(1),
+                 [&] { return b->second.waiting == 0; });
+  if (b->second.waiting > 0) {
+    // Whatever is still unanswered, in any batch: take it back from the library (late acks are
+    // then dropped) and fail it.
+    lock.unlock();
+    natsMsgList pending{};
+    if (js_PublishAsyncGetPendingList(&pending, st.js) == NATS_OK) natsMsgList_Destroy(&pending);
+    lock.lock();
+    while (!st.in_flight.empty()) {
+      PublishResult r;
+      r.error = "no PubAck within " + std::to_string(st.ack_timeout.count()) + " ms";
+      st.Settle(st.in_flight.begin(), std::move(r));
     }
-    st.in_flight.clear();
-    st.results = nullptr;
   }
+  std::vector<PublishResult> results = std::move(b->second.results);
+  st.batches.erase(b);
   return results;
 }
 

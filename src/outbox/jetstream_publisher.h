@@ -66,10 +66,21 @@ class JetStreamPublisher {
 
   bool connected() const;
 
-  // Publishes `messages` in order, at most `max_pending` unacknowledged at a time, and waits
-  // for every PubAck or error (each bounded by the ack timeout). One result per message.
+  // Publishes `messages` in order, at most `max_pending` unacknowledged at a time (counting the
+  // messages of every batch still in flight), and returns once the last one is handed to
+  // nats.c, without waiting for the PubAcks: Wait collects them. Several batches may be in
+  // flight, so the stream works on one batch while the caller prepares the next.
+  using BatchId = uint64_t;
+  BatchId Send(const std::vector<OutMessage>& messages, int max_pending);
+  // Waits for every PubAck or error of batch `id` (each bounded by the ack timeout); one result
+  // per message, in order. When the wait runs out, every message of every batch still in
+  // flight is taken back from nats.c (a late PubAck is dropped) and fails with "no PubAck".
+  std::vector<PublishResult> Wait(BatchId id);
+  // Send, then Wait.
   std::vector<PublishResult> PublishBatch(const std::vector<OutMessage>& messages,
-                                          int max_pending);
+                                          int max_pending) {
+    return Wait(Send(messages, max_pending));
+  }
 
   JetStreamPublisher(const JetStreamPublisher&) = delete;
   JetStreamPublisher& operator=(const JetStreamPublisher&) = delete;

@@ -68,7 +68,7 @@ void LogNotice(void*, const char* message) {
 
 }  // namespace
 
-Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url) {
+Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool listen) {
   auto config = internal::pg::ParsePostgresUrl(url);
   if (!config.ok()) return config.status();
   auto conn = internal::pg::PgConnection::Connect(config->keywords, config->values,
@@ -94,8 +94,10 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url) {
       "SELECT idem.outbox_release($1, $2::bigint[], $3::integer[], $4)::bigint"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare stats", kStats,
                                  "SELECT lag_seconds, pending, parked FROM idem.outbox_stats()"));
-  auto listened = c.Exec("listen", "LISTEN idem_outbox");
-  if (!listened.ok()) return listened.status();
+  if (listen) {
+    auto listened = c.Exec("listen", "LISTEN idem_outbox");
+    if (!listened.ok()) return listened.status();
+  }
   return db;
 }
 

@@ -45,10 +45,12 @@ struct OutboxStats {
 
 class OutboxDb {
  public:
-  // Connects (URL as the PostgreSQL store's), brings the schema to the current version and
-  // LISTENs for enqueues. kUnavailable when the server cannot be reached; kInvalidArgument for
-  // a bad URL; kFailedPrecondition for a schema newer than this build.
-  static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url);
+  // Connects (URL as the PostgreSQL store's), brings the schema to the current version and,
+  // with `listen`, LISTENs for enqueues (only a connection that calls WaitForNotify should:
+  // libpq queues every notification until it is read). kUnavailable when the server cannot be
+  // reached; kInvalidArgument for a bad URL; kFailedPrecondition for a schema newer than this
+  // build.
+  static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
 
   // Claims up to `limit` rows for `relay` with a lease (see idem.outbox_claim), in id order.
   Result<std::vector<ClaimedRow>> Claim(const std::string& relay, int limit,

@@ -23,6 +23,7 @@ constexpr auto kStreamEvery = std::chrono::seconds(30);
 constexpr auto kSweepEvery = std::chrono::hours(1);
 constexpr milliseconds kSlice{100};
 constexpr int kMaxLoggedPerBatch = 10;
+constexpr int kClaimsAhead = 2;  // claims running while a batch is published
 
 // Log lines stay one line: libpq's messages carry newlines and tabs.
 std::string OneLine(std::string text) {
@@ -59,6 +60,7 @@ bool CrashAfterPublish() {
 struct Relay::Conn {
   std::unique_ptr<OutboxDb> db;
   std::unique_ptr<OutboxDb> mark_db;  // used only by the marking task
+  std::unique_ptr<OutboxDb> claim_db[kClaimsAhead];  // used only by the claims ahead
   std::unique_ptr<JetStreamPublisher> nats;
   std::optional<StreamFacts> facts;
   SteadyClock::time_point stream_read{};
@@ -187,48 +189,81 @@ void Relay::RefreshPeriodic() {
   }
 }
 
+void Relay::ClaimAhead() {
+  Conn& c = *conn_;
+  while (ahead_.size() < static_cast<size_t>(kClaimsAhead) && !stop_.load()) {
+    int slot = 0;  // a claim connection no claim in flight uses
+    while (std::any_of(ahead_.begin(), ahead_.end(), [&](const Ahead& a) { return a.slot == slot; })) {
+      ++slot;
+    }
+    ahead_.push_back({slot, std::async(std::launch::async, [&c, slot, this]()
+                                           -> Result<std::vector<ClaimedRow>> {
+      std::unique_ptr<OutboxDb>& db = c.claim_db[slot];
+      if (db == nullptr || !db->healthy()) {
+        db.reset();
+        auto opened = OutboxDb::Open(options_.db_url, /*listen=*/false);
+        if (!opened.ok()) return opened.status();
+        db = std::move(*opened);
+      }
+      return db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+    })});
+  }
+}
+
+Result<std::vector<ClaimedRow>> Relay::NextClaimed() {
+  if (ahead_.empty()) {
+    return conn_->db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+  }
+  Ahead next = std::move(ahead_.front());
+  ahead_.pop_front();
+  return next.claim.get();
+}
+
 void Relay::GiveBackPrefetched(const std::string& why) {
-  if (!prefetched_ || !prefetched_->ok() || (*prefetched_)->empty()) {
-    prefetched_.reset();
-    return;
+  while (!ahead_.empty()) {
+    Result<std::vector<ClaimedRow>> claimed = NextClaimed();
+    if (!claimed.ok() || claimed->empty() || conn_->db == nullptr) continue;
+    std::vector<const ClaimedRow*> rows;
+    for (const ClaimedRow& row : *claimed) rows.push_back(&row);
+    auto released = conn_->db->Release(options_.relay_id, rows, why);
+    if (!released.ok()) {
+      spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", rows.size(),
+                   OneLine(released.ToString()));
+    }
   }
-  std::vector<const ClaimedRow*> rows;
-  for (const ClaimedRow& row : **prefetched_) rows.push_back(&row);
-  auto released = conn_->db->Release(options_.relay_id, rows, why);
-  if (!released.ok()) {
-    spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", rows.size(),
-                 OneLine(released.ToString()));
-  }
-  prefetched_.reset();
 }
 
 bool Relay::PublishOneBatch() {
   Conn& c = *conn_;
-  Result<std::vector<ClaimedRow>> claimed =
-      prefetched_ ? std::move(*prefetched_)
-                  : c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
-  prefetched_.reset();
+  Result<std::vector<ClaimedRow>> claimed = NextClaimed();
   if (!claimed.ok()) {
+    GiveBackPrefetched("not published: a claim failed");
     metrics_.postgres_errors.fetch_add(1);
     metrics_.postgres_up.store(c.db->healthy());
+    SettleInFlight();
     Backoff("claiming outbox rows", claimed.status());
     return false;
   }
   metrics_.postgres_up.store(true);
   std::vector<ClaimedRow>& rows = *claimed;
-  if (rows.empty()) return false;
+  if (rows.empty()) {
+    SettleInFlight();
+    return false;
+  }
+  const bool full = rows.size() == static_cast<size_t>(options_.batch);
   metrics_.ObserveBatch(rows.size());
   const StreamFacts& facts = *c.facts;
   const int64_t limit =
       facts.max_msg_size > 0 ? std::min(facts.max_msg_size, facts.max_payload) : facts.max_payload;
 
   std::vector<OutMessage> messages;
-  std::vector<const ClaimedRow*> sent;
+  InFlightBatch batch;
   messages.reserve(rows.size());
   int beyond_logged = 0;
-  for (const ClaimedRow& row : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    ClaimedRow& row = rows[i];
     if (row.attempts > 1) metrics_.reclaimed.fetch_add(1);
-    OutMessage m{row.event_id, row.subject, row.payload, row.headers};
+    OutMessage m{row.event_id, row.subject, std::move(row.payload), std::move(row.headers)};
     std::string park;
     ParkReason reason = ParkReason::kRejected;
     if (!AnySubjectMatches(facts.subjects, row.subject)) {
@@ -259,33 +294,57 @@ bool Relay::PublishOneBatch() {
       }
     }
     messages.push_back(std::move(m));
-    sent.push_back(&row);
+    batch.sent.push_back(i);
   }
   if (beyond_logged > kMaxLoggedPerBatch) {
     spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
   }
-  if (messages.empty()) return rows.size() == static_cast<size_t>(options_.batch);
-
-  // A full batch suggests more are waiting: claim the next one on the main connection while
-  // this one is published (joined below, before the connection is used again). Claiming ahead
-  // cannot break a key's order: the next claim skips every later event of a key this batch
-  // still holds.
-  std::future<Result<std::vector<ClaimedRow>>> prefetch;
-  if (rows.size() == static_cast<size_t>(options_.batch) && !stop_.load()) {
-    prefetch = std::async(std::launch::async, [&c, this] {
-      return c.db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
-    });
+  if (messages.empty()) {
+    if (!full) SettleInFlight();
+    return full;
   }
-  const std::vector<PublishResult> results = c.nats->PublishBatch(messages, options_.max_pending);
-  if (prefetch.valid()) prefetched_ = prefetch.get();
 
+  // A full batch suggests more are waiting: claim the next ones on their own connections while
+  // this one is published, kClaimsAhead at a time. Claiming ahead cannot break a key's order:
+  // a claim skips every later event of a key an earlier batch still holds (claimed, in flight,
+  // or published and not yet marked), exactly as it does for another relay's.
+  if (full && !stop_.load()) ClaimAhead();
+  // Publish this batch without waiting for its PubAcks, then collect the previous batch's
+  // (they arrived meanwhile): the stream always has work, while the claims and marks run.
+  batch.id = c.nats->Send(messages, options_.max_pending);
+  batch.messages = messages.size();
+  batch.rows = std::move(rows);
+  std::optional<InFlightBatch> previous = std::move(in_flight_);
+  in_flight_ = std::move(batch);
+  bool ok = true;
+  if (previous) ok = Settle(*previous, c.nats->Wait(previous->id));
+  // Keep this batch in flight only while all is well and more is coming; else settle it now
+  // (an idle relay leaves nothing published and unmarked).
+  const bool more = ok && full && !stop_.load() && !ahead_.empty();
+  if (!more) ok = SettleInFlight() && ok;
+  if (!ok) return false;
+  backoff_ = milliseconds(0);
+  return more || full;
+}
+
+bool Relay::SettleInFlight() {
+  if (!in_flight_) return true;
+  InFlightBatch batch = std::move(*in_flight_);
+  in_flight_.reset();
+  return Settle(batch, conn_->nats->Wait(batch.id));
+}
+
+bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& results) {
+  Conn& c = *conn_;
+  const StreamFacts& facts = *c.facts;
+  const bool db_usable = c.db != nullptr && c.db->healthy();
   std::vector<PublishedRow> acked;
   std::vector<const ClaimedRow*> failed;
   std::string first_error;
   uint64_t duplicates = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
+  for (size_t i = 0; i < results.size() && i < batch.sent.size(); ++i) {
     const PublishResult& r = results[i];
-    const ClaimedRow& row = *sent[i];
+    const ClaimedRow& row = batch.rows[batch.sent[i]];
     switch (r.kind) {
       case PublishResult::Kind::kAcked:
         acked.push_back({row.id, row.day, r.stream_seq, r.duplicate});
@@ -295,8 +354,13 @@ bool Relay::PublishOneBatch() {
         metrics_.CountParked(ParkReason::kRejected);
         const std::string why = "rejected by stream " + facts.name + ": " + r.error;
         spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, why);
-        auto parked = c.db->Park(row, why);
-        if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
+        if (db_usable) {
+          auto parked = c.db->Park(row, why);
+          if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
+        } else {
+          spdlog::warn("relay: parking event {}: postgresql unreachable (the claim lapses after "
+                       "the lease)", row.event_id);
+        }
         break;
       }
       case PublishResult::Kind::kFailed:
@@ -312,21 +376,23 @@ bool Relay::PublishOneBatch() {
     raise(SIGKILL);
   }
   if (!acked.empty()) MarkInBackground(std::move(acked), duplicates);
-  if (!failed.empty()) {
-    GiveBackPrefetched("not published: an earlier batch failed");
-    metrics_.publish_errors.fetch_add(failed.size());
+  if (failed.empty()) return true;
+  // A failed batch stops the pipeline: the batch still in flight is settled too (its rows are
+  // marked or given back) and rows claimed ahead are given back, before the backoff.
+  if (in_flight_) SettleInFlight();
+  GiveBackPrefetched("not published: an earlier batch failed");
+  metrics_.publish_errors.fetch_add(failed.size());
+  if (db_usable) {
     auto released = c.db->Release(options_.relay_id, failed, first_error);
     if (!released.ok()) {
       spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", failed.size(),
                    released.ToString());
     }
-    Backoff("publishing " + std::to_string(failed.size()) + " of " +
-                std::to_string(messages.size()) + " events",
-            UnavailableError(first_error));
-    return false;
   }
-  backoff_ = milliseconds(0);
-  return prefetched_.has_value() || rows.size() == static_cast<size_t>(options_.batch);
+  Backoff("publishing " + std::to_string(failed.size()) + " of " +
+              std::to_string(batch.messages) + " events",
+          UnavailableError(first_error));
+  return false;
 }
 
 // Marks run on their own connection while the loop claims and publishes the next batch: the
@@ -339,7 +405,7 @@ void Relay::MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicate
     Conn& c = *conn_;
     if (c.mark_db == nullptr || !c.mark_db->healthy()) {
       c.mark_db.reset();
-      auto db = OutboxDb::Open(options_.db_url);
+      auto db = OutboxDb::Open(options_.db_url, /*listen=*/false);
       if (!db.ok()) {
         MarkFailed(acked.size(), db.status());
         return;
@@ -391,6 +457,7 @@ Status Relay::Run() {
     const bool nats_up = conn_->nats->connected();
     metrics_.nats_up.store(nats_up);
     if (!nats_up) {
+      SettleInFlight();
       GiveBackPrefetched("not published: nats disconnected");
       if (!conn_->logged_nats_down) {
         spdlog::warn("relay: nats {} disconnected; waiting for the reconnect (the outbox keeps "
@@ -422,7 +489,8 @@ Status Relay::Run() {
       RefreshPeriodic();
     }
   }
-  if (conn_->db != nullptr) GiveBackPrefetched("relay stopped");
+  if (conn_->nats != nullptr) SettleInFlight();
+  GiveBackPrefetched("relay stopped");
   FinishMarking();
   spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {})",
                options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <future>
 #include <memory>
 #include <optional>
@@ -55,13 +56,31 @@ class Relay {
  private:
   struct Conn;
   Status Connect();
+  // A published batch whose PubAcks are still being collected.
+  struct InFlightBatch {
+    JetStreamPublisher::BatchId id = 0;
+    std::vector<ClaimedRow> rows;
+    std::vector<size_t> sent;  // the rows published, by index into rows, in publish order
+    size_t messages = 0;
+  };
   bool PublishOneBatch();  // false when the outbox had nothing to claim or a call failed
+  // Collects the PubAcks of the batch in flight, if any, and settles it. False if a publish
+  // failed (after giving back claims and backing off).
+  bool SettleInFlight();
+  // Marks the acknowledged rows (in the background), parks rejected ones, gives failed ones
+  // back. False if a publish failed.
+  bool Settle(InFlightBatch& batch, const std::vector<PublishResult>& results);
   void RefreshPeriodic();
   void Backoff(const std::string& what, const Status& status);
   void SleepFor(std::chrono::milliseconds d);
   void MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates);
   void MarkFailed(size_t rows, const Status& status);
   void FinishMarking();
+  // Starts claims on the claim connections until kClaimsAhead are running.
+  void ClaimAhead();
+  // The oldest claim ahead (waiting for it), or a claim on the main connection if none runs.
+  Result<std::vector<ClaimedRow>> NextClaimed();
+  // Waits for the claims ahead and gives their rows back at once.
   void GiveBackPrefetched(const std::string& why);
 
   RelayOptions options_;
@@ -70,8 +89,14 @@ class Relay {
   std::unique_ptr<Conn> conn_;
   std::chrono::milliseconds backoff_{0};
   std::future<void> marking_;  // the mark in flight, if any
-  // The batch claimed ahead while the previous one was being published.
-  std::optional<Result<std::vector<ClaimedRow>>> prefetched_;
+  // The claims running ahead (each on its own claim connection, `slot`), oldest first.
+  struct Ahead {
+    int slot = 0;
+    std::future<Result<std::vector<ClaimedRow>>> claim;
+  };
+  std::deque<Ahead> ahead_;
+  // The batch published last, its PubAcks not yet collected (kept only while more follow).
+  std::optional<InFlightBatch> in_flight_;
 };
 
 }  // namespace idem::outbox

@@ -1,5 +1,6 @@
 #include "store/postgres/pg_schema.h"
 
+#include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_inbox_fast_sql.h"
@@ -22,6 +23,7 @@ constexpr Migration kMigrations[] = {
     {"emit layer: the outbox (schema idem)", outbox::internal::kOutboxSchemaSql},
     {"worker layer: inbox claims address their day partitions", kSchemaV4InboxDispatch},
     {"worker layer: a one-statement fast path for inbox claims", kSchemaV5InboxFast},
+    {"emit layer: the relay's claim and mark on kept plans", outbox::internal::kOutboxPlansSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

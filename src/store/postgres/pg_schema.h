@@ -18,9 +18,11 @@ namespace idem::internal::pg {
 //   5  idem.inbox_claim is generated with the partitions too: its common case (default
 //      retention) is one lock-and-lookup statement and one insert; version 4's claim stays as
 //      idem.inbox_claim_full for every other case; tables and rows unchanged
+//   6  the relay's claim, mark and release functions run on kept plans without JIT (the claim
+//      in two statements); the outbox's tables are unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
