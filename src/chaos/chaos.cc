@@ -76,14 +76,25 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   if (options.faults.empty()) {
     options.faults.assign(std::begin(kAllFaultModes), std::end(kAllFaultModes));
   }
-  if (!layer1) {
-    // Without the gateway there is no gateway to kill.
-    std::erase(options.faults, FaultMode::kGatewayKill);
-    if (options.faults.empty()) {
-      err << "idem chaos: gateway_kill needs layer 1 (the gateway) on\n";
-      return 2;
+  // Modes this run cannot inject (no gateway to kill with layer 1 off, no Redis to restart with
+  // another store) are left out, and the report says so.
+  RunFacts facts;
+  std::vector<FaultMode> runnable;
+  for (FaultMode m : options.faults) {
+    const std::string why = WhyNotRunnable(m, options.store, layer1);
+    if (why.empty()) {
+      runnable.push_back(m);
+    } else {
+      facts.skipped.push_back(std::string(FaultModeName(m)) + ": " + why);
     }
   }
+  if (runnable.empty()) {
+    err << "idem chaos: no fault mode can run with these settings:";
+    for (const auto& s : facts.skipped) err << " " << s << ";";
+    err << "\n";
+    return 2;
+  }
+  options.faults = runnable;
   std::vector<Operation> plan = MakePlan(options);
 
   std::error_code ec;
@@ -133,7 +144,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
       err << ", kills: gateway " << pipeline.gateway_kills() << ", consumer "
           << services.consumer_kills() << ", relay " << pipeline.relay_crashes()
           << ", nats-server " << pipeline.nats_restarts() << ", PostgreSQL "
-          << pipeline.postgres_restarts() << "; "
+          << pipeline.postgres_restarts() << ", Redis " << pipeline.redis_restarts() << "; "
           << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
     }
     if (options.progress && tty) err << "\n";
@@ -154,18 +165,19 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   progress.join();
 
   std::string error;
-  const auto evidence = ReadEvidence(conn, &error);
+  auto evidence = ReadEvidence(conn, &error);
+  for (const std::string& op : driver.gateway_replays()) evidence[op].gateway_replayed = true;
   PQfinish(conn);
   if (!error.empty()) {
     err << "idem chaos: " << error << "\n";
     return 2;
   }
-  RunFacts facts;
   facts.relay_crashes = pipeline.relay_crashes();
   facts.gateway_kills = pipeline.gateway_kills();
   facts.consumer_kills = services.consumer_kills();
   facts.nats_restarts = pipeline.nats_restarts();
   facts.postgres_restarts = pipeline.postgres_restarts();
+  facts.redis_restarts = pipeline.redis_restarts();
   facts.problems = driver.problems();
   if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
   pipeline.Stop();

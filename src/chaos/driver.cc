@@ -18,6 +18,10 @@ Driver::Answer Driver::Send(const Operation& op, int64_t amount, std::chrono::mi
   const auto r = servers::Http(pipeline_.entry_address(), "POST", "/charge",
                                {{"Idempotency-Key", op.id}, {"Content-Type", "application/json"}},
                                body, timeout);
+  if (r.status != 0 && r.Header("Idempotent-Replayed") == "true") {
+    std::lock_guard lock(mu_);
+    replayed_.insert(op.id);
+  }
   return {r.status, r.status == 0 ? r.error : r.body};
 }
 
@@ -112,6 +116,20 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       }
       break;
     }
+    case FaultMode::kRedisRestart: {
+      // The request is sent, and 0-3 ms later the gateway's Redis dies: the gateway answers
+      // 503 while it is down (the client retries with the same key) and finds the record
+      // again once it is back (append-only file, fsync always). Other clients hit it too.
+      std::lock_guard lock(server_mu_);
+      std::thread first([&] { Send(op, op.amount, 3s); });
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+      if (!pipeline_.KillRedis()) Problem(op.id + ": no Redis to kill");
+      std::this_thread::sleep_for(kRedisDown);
+      if (!pipeline_.RestartRedis()) Problem(op.id + ": " + pipeline_.error());
+      first.join();
+      expect_success(SendUntilDone(op, op.amount), "retry after the Redis restart");
+      break;
+    }
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.
@@ -150,6 +168,11 @@ void Driver::Run() {
       Problem(op->id + " (late retry): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
     }
   }
+}
+
+std::set<std::string> Driver::gateway_replays() const {
+  std::lock_guard lock(mu_);
+  return replayed_;
 }
 
 std::vector<std::string> Driver::problems() const {

@@ -15,6 +15,7 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kZombie: return "zombie";
     case FaultMode::kNatsRestart: return "nats_restart";
     case FaultMode::kPostgresRestart: return "postgres_restart";
+    case FaultMode::kRedisRestart: return "redis_restart";
   }
   return "?";
 }
@@ -61,6 +62,22 @@ int ExpectedLayer(FaultMode mode) {
     case FaultMode::kNatsRestart:
     case FaultMode::kPostgresRestart: return 0;
     default: return 1;
+  }
+}
+
+}  // namespace idem::chaos
+
+namespace idem::chaos {
+
+std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1) {
+  switch (mode) {
+    case FaultMode::kGatewayKill:
+      return layer1 ? "" : "needs layer 1 (there is no gateway to kill)";
+    case FaultMode::kRedisRestart:
+      if (!layer1) return "needs layer 1 (the gateway's Redis store)";
+      return store == "redis" ? "" : "needs --store redis";
+    default:
+      return "";
   }
 }
 

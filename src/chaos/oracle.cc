@@ -41,6 +41,13 @@ Outcome Attribute(FaultMode mode, const Evidence& ev) {
       // connection); the evidence of the operation's own event says which layer dropped one.
       if (ev.stream_deduped > 0) return Outcome::kCaught3;
       return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
+    case FaultMode::kRedisRestart:
+      // Caught by layer 1 when a retry was answered from a record (the gateway's, found again
+      // in Redis after the restart, or the service's own); unexercised when the first attempt
+      // never reached the service.
+      if (ev.gateway_replayed || ev.service_replays > 0) return Outcome::kCaught1;
+      if (ev.stream_deduped > 0) return Outcome::kCaught3;
+      return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kZombie:
       // Caught when the retry took the key over (a second fencing token reached the service)
       // and the hung attempt's write still did not become a second charge.
@@ -103,6 +110,10 @@ std::map<std::string, Evidence> ReadEvidence(PGconn* conn, std::string* error) {
                  }) &&
       ForEachRow(conn, "SELECT op, count(*) FROM chaos_rejects GROUP BY op", error,
                  [&](PGresult* r, int i) { ev[PQgetvalue(r, i, 0)].rejected = IntAt(r, i, 1); }) &&
+      ForEachRow(conn, "SELECT op, count(*) FROM chaos_replays GROUP BY op", error,
+                 [&](PGresult* r, int i) {
+                   ev[PQgetvalue(r, i, 0)].service_replays = IntAt(r, i, 1);
+                 }) &&
       ForEachRow(conn, "SELECT op, count(DISTINCT token) FROM chaos_attempts GROUP BY op", error,
                  [&](PGresult* r, int i) {
                    ev[PQgetvalue(r, i, 0)].fencing_tokens = IntAt(r, i, 1);

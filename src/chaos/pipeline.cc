@@ -268,6 +268,28 @@ bool Pipeline::RestartPostgres() {
   });
 }
 
+bool Pipeline::KillRedis() {
+  Impl& p = *impl_;
+  if (!p.redis) return false;
+  return p.OnSupervisor([this, &p] {
+    ++redis_restarts_;
+    p.redis->Kill();
+    return true;
+  });
+}
+
+bool Pipeline::RestartRedis() {
+  Impl& p = *impl_;
+  if (!p.redis) return false;
+  return p.OnSupervisor([&p] {
+    if (auto e = p.redis->Restart(); !e.empty()) {
+      p.error = "redis-server restart: " + e;
+      return false;
+    }
+    return true;
+  });
+}
+
 int Pipeline::FencedCompletions() const {
   int fenced = 0;
   std::error_code ec;

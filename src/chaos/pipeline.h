@@ -73,6 +73,13 @@ class Pipeline {
   // (crash recovery; every connection breaks). False if it does not come back.
   bool RestartPostgres();
 
+  // SIGKILL the gateway's redis-server (--store redis); the gateway answers 503 until
+  // RestartRedis starts it again on the same port and append-only file. False if there is no
+  // Redis or it does not come back (error() says why).
+  bool KillRedis();
+  bool RestartRedis();
+
+  int redis_restarts() const { return redis_restarts_.load(); }
   int nats_restarts() const { return nats_restarts_.load(); }
   int postgres_restarts() const { return postgres_restarts_.load(); }
   int relay_crashes() const { return relay_crashes_.load(); }
@@ -89,6 +96,7 @@ class Pipeline {
   std::atomic<int> gateway_kills_{0};
   std::atomic<int> nats_restarts_{0};
   std::atomic<int> postgres_restarts_{0};
+  std::atomic<int> redis_restarts_{0};
 };
 
 }  // namespace idem::chaos

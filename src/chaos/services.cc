@@ -70,7 +70,8 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
                    "  event_id text NOT NULL, delivery int NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
-                   "  token text NOT NULL);")) {
+                   "  token text NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_replays (op text NOT NULL);")) {
     error = std::string("creating the chaos tables: ") + PQerrorMessage(conn);
   }
   PQfinish(conn);
@@ -129,7 +130,12 @@ struct Services::Impl {
       auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30));
       if (!begun.ok()) return Rollback(conn, {503, begun.status().ToString()});
       if (auto* replay = std::get_if<Replay>(&*begun)) {
-        return Rollback(conn, {replay->response.status, replay->response.body});
+        Reply reply = Rollback(conn, {replay->response.status, replay->response.body});
+        // The evidence that the service's key record (layer 1) stopped a second charge.
+        if (!Value(conn, "INSERT INTO chaos_replays (op) VALUES ($1)", {op})) {
+          return {503, "replay log failed"};
+        }
+        return reply;
       }
       if (std::holds_alternative<Mismatch>(*begun)) return Rollback(conn, {422, "key reused"});
       if (std::holds_alternative<InFlight>(*begun)) return Rollback(conn, {409, "in flight"});

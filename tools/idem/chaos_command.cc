@@ -30,8 +30,8 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "one). Exit code 0: exactly once; 1: something escaped or was lost; 2: the run could not\n"
       "be set up.\n\n"
       "Fault modes: retry_soon, retry_later, concurrent, other_body, gateway_kill,\n"
-      "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart\n"
-      "(docs/chaos.md says how each is injected).\n\n"
+      "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart,\n"
+      "redis_restart (with --store redis) (docs/chaos.md says how each is injected).\n\n"
       "Examples:\n"
       "  idem chaos --ops 1000 --seed 7\n"
       "  idem chaos --duration 600 --faults gateway_kill,relay_kill\n"
@@ -57,7 +57,7 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
   cmd->add_option("--disable-layer", flags->disabled,
                   "Turn a layer off to see what it is worth (repeatable): 1 = requests bypass the\n"
                   "gateway and the service records no key; 2 = the consumer claims no inbox row;\n"
-                  "3 = the stream keeps no duplicate window (1 ms), so republished events reach\n"
+                  "3 = the stream keeps no useful duplicate window (100 ms), so republished events reach\n"
                   "the consumer")
       ->check(CLI::IsMember({1, 2, 3}));
   cmd->add_option("--store", flags->options.store,
@@ -78,7 +78,8 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       std::cerr << "idem chaos: --faults: " << error << "\n";
       return 2;
     }
-    flags->options.faults = *faults;
+    // "all": every mode this run can inject (the report names the ones it cannot).
+    if (flags->faults != "all") flags->options.faults = *faults;
     flags->options.disabled_layers = {flags->disabled.begin(), flags->disabled.end()};
     flags->options.progress = !flags->quiet;
     if (flags->options.duration_seconds > 0 && ops->count() == 0) {
