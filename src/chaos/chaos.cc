@@ -144,7 +144,8 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
       err << ", kills: gateway " << pipeline.gateway_kills() << ", consumer "
           << services.consumer_kills() << ", relay " << pipeline.relay_crashes()
           << ", nats-server " << pipeline.nats_restarts() << ", PostgreSQL "
-          << pipeline.postgres_restarts() << ", Redis " << pipeline.redis_restarts() << "; "
+          << pipeline.postgres_restarts() << ", Redis " << pipeline.redis_restarts()
+          << "; consumer replays " << pipeline.replays() << "; "
           << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
     }
     if (options.progress && tty) err << "\n";
@@ -178,6 +179,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   facts.nats_restarts = pipeline.nats_restarts();
   facts.postgres_restarts = pipeline.postgres_restarts();
   facts.redis_restarts = pipeline.redis_restarts();
+  facts.consumer_replays = pipeline.replays();
   facts.problems = driver.problems();
   if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
   pipeline.Stop();

@@ -130,6 +130,11 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       expect_success(SendUntilDone(op, op.amount), "retry after the Redis restart");
       break;
     }
+    case FaultMode::kConsumerReplay:
+      // Once the event was applied, a consumer re-reads the stream from its sequence.
+      expect_success(SendUntilDone(op, op.amount), "send");
+      if (!pipeline_.ReplayFrom(op.id)) Problem(op.id + ": " + pipeline_.error());
+      break;
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.

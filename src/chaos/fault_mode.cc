@@ -16,6 +16,7 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kNatsRestart: return "nats_restart";
     case FaultMode::kPostgresRestart: return "postgres_restart";
     case FaultMode::kRedisRestart: return "redis_restart";
+    case FaultMode::kConsumerReplay: return "consumer_replay";
   }
   return "?";
 }
@@ -57,6 +58,7 @@ std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std:
 int ExpectedLayer(FaultMode mode) {
   switch (mode) {
     case FaultMode::kConsumerKill:
+    case FaultMode::kConsumerReplay:
     case FaultMode::kRedeliveryStorm: return 2;
     case FaultMode::kRelayKill: return 3;
     case FaultMode::kNatsRestart:

@@ -22,17 +22,19 @@ enum class FaultMode {
   kNatsRestart,      // nats-server SIGKILLed and restarted on the same port and store
   kPostgresRestart,  // PostgreSQL's postmaster SIGKILLed and restarted on the same data dir
   kRedisRestart,     // the gateway's redis-server SIGKILLed with the request in flight, restarted
+  kConsumerReplay,   // a second consumer re-reads the stream from the event's sequence
 };
 
 inline constexpr FaultMode kAllFaultModes[] = {
     FaultMode::kRetrySoon,   FaultMode::kRetryLater,   FaultMode::kConcurrent,
     FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
     FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm, FaultMode::kZombie,
-    FaultMode::kNatsRestart, FaultMode::kPostgresRestart, FaultMode::kRedisRestart};
+    FaultMode::kNatsRestart, FaultMode::kPostgresRestart, FaultMode::kRedisRestart,
+    FaultMode::kConsumerReplay};
 
 // "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
 // "relay_kill", "redelivery_storm", "zombie", "nats_restart", "postgres_restart",
-// "redis_restart".
+// "redis_restart", "consumer_replay".
 std::string_view FaultModeName(FaultMode mode);
 // The mode named `name`, or nullopt.
 std::optional<FaultMode> ParseFaultMode(std::string_view name);

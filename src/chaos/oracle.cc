@@ -30,6 +30,7 @@ enum class Outcome { kLost, kEscaped, kCaught1, kCaught2, kCaught3, kUnexercised
 Outcome Attribute(FaultMode mode, const Evidence& ev) {
   switch (mode) {
     case FaultMode::kConsumerKill:
+    case FaultMode::kConsumerReplay:
     case FaultMode::kRedeliveryStorm:
       return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kRelayKill:

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <future>
 
+#include <libpq-fe.h>
+
 #include "idem/store.h"
 #include "chaos/services.h"
 #include "servers/free_port.h"
@@ -16,6 +18,7 @@
 #include "servers/process.h"
 #include "servers/redis_server.h"
 #include "servers/temp_dir.h"
+#include "worker/jetstream.h"
 
 namespace idem::chaos {
 
@@ -40,6 +43,9 @@ struct Pipeline::Impl {
   std::unique_ptr<Process> consumer;           // GUARDED_BY(mu)
   bool relay_armed = false;                    // GUARDED_BY(mu): the running relay will crash
   std::string error;                           // GUARDED_BY(mu)
+  std::unique_ptr<Process> replayer;           // GUARDED_BY(mu): the replaying consumer
+  std::mutex replay_mu;                        // one replay at a time
+  std::unique_ptr<worker::NatsConnection> nats_admin;  // GUARDED_BY(replay_mu)
 
   std::atomic<bool> stopping{false};
   std::thread supervisor;
@@ -96,15 +102,17 @@ struct Pipeline::Impl {
     return "";
   }
 
+  std::vector<std::string> ConsumeArgv(const std::string& name) const {
+    return {config.idem_binary, "consume", "--nats", nats->Url(), "--stream", "CHAOS",
+            "--consumer", name, "--deliver",
+            "http://127.0.0.1:" + std::to_string(service_port) + "/apply",
+            "--ack-wait", "2s", "--timeout", "1s", "--nak-delay", "10ms",
+            "--max-nak-delay", "50ms", "--max-in-flight", "8"};
+  }
+
   // REQUIRES: mu held.
   std::string LaunchConsumer() {
-    consumer = std::make_unique<Process>(
-        std::vector<std::string>{config.idem_binary, "consume", "--nats", nats->Url(), "--stream",
-                                 "CHAOS", "--consumer", "chaos-apply", "--deliver",
-                                 "http://127.0.0.1:" + std::to_string(service_port) + "/apply",
-                                 "--ack-wait", "2s", "--timeout", "1s", "--nak-delay", "10ms",
-                                 "--max-nak-delay", "50ms", "--max-in-flight", "8"},
-        Log("consume"));
+    consumer = std::make_unique<Process>(ConsumeArgv("chaos-apply"), Log("consume"));
     if (!consumer->WaitForLine("pulling from", 15s)) {
       // The relay creates the stream; when it could not, its log says why.
       return "idem consume did not start:\n" + consumer->Output() +
@@ -268,6 +276,124 @@ bool Pipeline::RestartPostgres() {
   });
 }
 
+namespace {
+
+// The first column of the first row of `sql` with one text parameter, as a number; -1 if
+// there is no row, the value is NULL or the query failed.
+int64_t QueryNumber(PGconn* conn, const char* sql, const std::string& param) {
+  const char* values[] = {param.c_str()};
+  PGresult* r = PQexecParams(conn, sql, 1, nullptr, values, nullptr, nullptr, 0);
+  int64_t out = -1;
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)) {
+    out = std::atoll(PQgetvalue(r, 0, 0));
+  }
+  PQclear(r);
+  return out;
+}
+
+// Polls `f` every 50 ms until it returns true or `limit` passes.
+template <typename F>
+bool Poll(std::chrono::milliseconds limit, F f) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Pipeline::ReplayFrom(const std::string& op) {
+  Impl& p = *impl_;
+  std::lock_guard replay_lock(p.replay_mu);
+  auto fail = [&p](std::string why) {
+    std::lock_guard lock(p.mu);
+    p.error = "consumer replay: " + why;
+    return false;
+  };
+  PGconn* conn = PQconnectdb(conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // postgres_restart's FATAL
+  const auto query = [&](const char* sql) {
+    if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
+    return QueryNumber(conn, sql, op);
+  };
+  const char* kDeliveries =
+      "SELECT (SELECT count(*) FROM chaos_applied WHERE op = $1) + "
+      "(SELECT count(*) FROM chaos_rejects WHERE op = $1)";
+  int64_t seq = -1;
+  int64_t before = 0;
+  const bool applied = Poll(30s, [&] {
+    seq = query("SELECT min(seq) FROM chaos_applied WHERE op = $1 AND seq > 0");
+    before = query(kDeliveries);
+    return seq > 0 && before > 0;
+  });
+  if (!applied) {
+    PQfinish(conn);
+    return fail(op + " was not applied within 30 s");
+  }
+
+  // The replaying consumer, created here so that it starts at the event's sequence (idem
+  // consume creates a missing consumer from the stream's start and binds to an existing one).
+  const std::string name = "chaos-replay-" + std::to_string(++replays_);
+  if (!p.nats_admin) {
+    auto connected = worker::NatsConnection::Connect(p.nats->Url(), "idem-chaos-replay");
+    if (!connected.ok()) {
+      PQfinish(conn);
+      return fail(connected.status().ToString());
+    }
+    p.nats_admin = std::move(*connected);
+  }
+  jsConsumerConfig cc;
+  jsConsumerConfig_Init(&cc);
+  cc.Durable = name.c_str();
+  cc.AckPolicy = js_AckExplicit;
+  cc.DeliverPolicy = js_DeliverByStartSequence;
+  cc.OptStartSeq = static_cast<uint64_t>(seq);
+  cc.AckWait = int64_t{2000} * 1000 * 1000;  // as the consumer's --ack-wait
+  cc.MaxAckPending = 1000;
+  cc.MaxDeliver = -1;
+  Status created;
+  Poll(10s, [&] {  // nats-server may be restarting (nats_restart)
+    jsConsumerInfo* info = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_AddConsumer(&info, p.nats_admin->js(), "CHAOS", &cc, nullptr, &jerr);
+    if (info != nullptr) jsConsumerInfo_Destroy(info);
+    created = s == NATS_OK ? Status() : worker::FromNats(s, "create consumer " + name, jerr);
+    return created.ok();
+  });
+  if (!created.ok()) {
+    PQfinish(conn);
+    return fail(created.ToString());
+  }
+
+  std::string launch_error = p.OnSupervisor([&p, &name] {
+    p.replayer = std::make_unique<Process>(p.ConsumeArgv(name), p.Log("replay"));
+    if (p.replayer->WaitForLine("pulling from", 15s)) return std::string();
+    return "idem consume did not start:\n" + p.replayer->Output();
+  });
+  // The replayed event reaches the apply service again: refused by the inbox (layer 2) or,
+  // with layer 2 off, applied a second time.
+  const bool redelivered =
+      launch_error.empty() && Poll(15s, [&] { return query(kDeliveries) > before; });
+  PQfinish(conn);
+  p.OnSupervisor([&p] {
+    if (p.replayer) p.replayer->Stop(SIGTERM, 10s);
+    p.replayer.reset();
+  });
+  Status deleted;
+  Poll(10s, [&] {
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_DeleteConsumer(p.nats_admin->js(), "CHAOS", name.c_str(), nullptr, &jerr);
+    deleted = s == NATS_OK ? Status() : worker::FromNats(s, "delete consumer " + name, jerr);
+    return deleted.ok();
+  });
+  if (!launch_error.empty()) return fail(launch_error);
+  if (!redelivered) return fail(op + " was not delivered again within 15 s");
+  if (!deleted.ok()) return fail(deleted.ToString());
+  return true;
+}
+
 bool Pipeline::KillRedis() {
   Impl& p = *impl_;
   if (!p.redis) return false;
@@ -321,6 +447,8 @@ void Pipeline::Stop() {
   if (p.gateway) p.gateway->Stop(SIGTERM, 5s);
   if (p.consumer) p.consumer->Stop(SIGTERM, 5s);
   if (p.relay) p.relay->Stop(SIGTERM, 5s);
+  if (p.replayer) p.replayer->Stop(SIGTERM, 5s);
+  p.replayer.reset();
   p.gateway.reset();
   p.consumer.reset();
   p.relay.reset();

@@ -73,6 +73,13 @@ class Pipeline {
   // (crash recovery; every connection breaks). False if it does not come back.
   bool RestartPostgres();
 
+  // A consumer replaying old sequences: waits (up to 30 s) until `op`'s event was applied,
+  // creates a second durable consumer on the stream that starts at that event's sequence
+  // (DeliverByStartSequence), runs an `idem consume` on it until the event has been delivered
+  // again (up to 15 s), then stops it and deletes the consumer. Every message from that sequence
+  // on comes again to the apply service. False (error() says why) if a step failed.
+  bool ReplayFrom(const std::string& op);
+
   // SIGKILL the gateway's redis-server (--store redis); the gateway answers 503 until
   // RestartRedis starts it again on the same port and append-only file. False if there is no
   // Redis or it does not come back (error() says why).
@@ -83,6 +90,7 @@ class Pipeline {
   int nats_restarts() const { return nats_restarts_.load(); }
   int postgres_restarts() const { return postgres_restarts_.load(); }
   int relay_crashes() const { return relay_crashes_.load(); }
+  int replays() const { return replays_.load(); }
   int gateway_kills() const { return gateway_kills_.load(); }
   std::string error() const;
   void Stop();
@@ -97,6 +105,7 @@ class Pipeline {
   std::atomic<int> nats_restarts_{0};
   std::atomic<int> postgres_restarts_{0};
   std::atomic<int> redis_restarts_{0};
+  std::atomic<int> replays_{0};
 };
 
 }  // namespace idem::chaos

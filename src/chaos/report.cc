@@ -82,6 +82,7 @@ void PrintJson(const ChaosOptions& options, const Verdict& v, const RunFacts& fa
                                 {"nats", facts.nats_restarts},
                                 {"postgres", facts.postgres_restarts},
                                 {"redis", facts.redis_restarts}}},
+                     {"consumer_replays", facts.consumer_replays},
                      {"skipped", facts.skipped},
                      {"fenced_completions", facts.fenced_completions},
                      {"problems", facts.problems}};

@@ -21,6 +21,7 @@ struct RunFacts {
   int postgres_restarts = 0;
   int fenced_completions = 0;  // late (zombie) completions the gateways refused
   int redis_restarts = 0;
+  int consumer_replays = 0;  // replaying consumers run (consumer_replay)
   std::vector<std::string> problems;  // client-side surprises (ops never answered, ...)
   std::vector<std::string> skipped;   // "mode: why" for modes this run could not inject
 };

@@ -66,7 +66,8 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "CREATE TABLE IF NOT EXISTS chaos_charges (id bigserial PRIMARY KEY, "
                    "  op text NOT NULL, amount bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_applied (op text NOT NULL, "
-                   "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL);"
+                   "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL, "
+                   "  seq bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
                    "  event_id text NOT NULL, delivery int NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
@@ -158,7 +159,8 @@ struct Services::Impl {
     return {201, response};
   }
 
-  Reply Apply(PGconn* conn, const std::string& key, int delivery, const std::string& body) {
+  Reply Apply(PGconn* conn, const std::string& key, int delivery, const std::string& seq,
+              const std::string& body) {
     const json in = json::parse(body, nullptr, false);
     if (key.empty() || !in.is_object() || !in.contains("op") || !in["op"].is_string() ||
         !in.contains("amount") || !in["amount"].is_number_integer() || !in.contains("event")) {
@@ -182,9 +184,10 @@ struct Services::Impl {
       }
     } else {
       if (!Value(conn,
-                 "INSERT INTO chaos_applied (op, event_id, amount, delivery) "
-                 "VALUES ($1, $2, $3, $4)",
-                 {op, event, std::to_string(amount), std::to_string(delivery)})) {
+                 "INSERT INTO chaos_applied (op, event_id, amount, delivery, seq) "
+                 "VALUES ($1, $2, $3, $4, $5::bigint)",
+                 {op, event, std::to_string(amount), std::to_string(delivery),
+                  seq.empty() ? "0" : seq})) {
         return Rollback(conn, {503, "insert failed"});
       }
       if (!Exec(conn, "COMMIT")) return {503, "COMMIT failed"};
@@ -224,7 +227,7 @@ struct Services::Impl {
         reply = Charge(conn, key, std::string(req["Idempotency-Fencing-Token"]), req.body());
       } else if (req.method() == http::verb::post && target == "/apply") {
         reply = Apply(conn, key, std::atoi(std::string(req["Idem-Delivery-Count"]).c_str()),
-                      req.body());
+                      std::string(req["Idem-Stream-Sequence"]), req.body());
       }
       http::response<http::string_body> res{static_cast<http::status>(reply.status),
                                             req.version()};

@@ -101,6 +101,21 @@ TEST(ChaosTest, ZombieCompletionsAreFenced) {
   EXPECT_EQ(run.report["fenced_completions"], (*m)["injected"]) << run.output;
 }
 
+// A second consumer re-reads the stream from an applied event's sequence: every replayed
+// message is refused by the inbox (layer 2).
+TEST(ChaosTest, ReplayedSequencesAreCaughtByTheInbox) {
+  const ChaosRun run = RunChaos(
+      {"--faults", "consumer_replay", "--ops", "12", "--fault-rate", "0.5", "--seed", "3"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const json* m = Mode(run.report, "consumer_replay");
+  ASSERT_NE(m, nullptr) << run.output;
+  EXPECT_GT((*m)["injected"].get<int>(), 2) << m->dump();
+  EXPECT_EQ((*m)["caught"]["2"], (*m)["injected"]) << m->dump();
+  EXPECT_EQ(run.report["consumer_replays"], (*m)["injected"]) << run.output;
+  EXPECT_TRUE(run.report["problems"].empty()) << run.output;
+}
+
 // Requests bypass the gateway and the service records no key: client duplicates escape.
 TEST(ChaosTest, WithoutLayer1ClientDuplicatesEscape) {
   const ChaosRun run = RunChaos({"--ops", "80", "--fault-rate", "0.5", "--seed", "5",
@@ -123,11 +138,11 @@ TEST(ChaosTest, WithoutLayer1ClientDuplicatesEscape) {
 TEST(ChaosTest, WithoutLayer2RedeliveriesEscape) {
   const ChaosRun run = RunChaos({"--ops", "60", "--fault-rate", "0.5", "--seed", "5",
                                  "--disable-layer", "2", "--faults",
-                                 "consumer_kill,redelivery_storm"});
+                                 "consumer_kill,redelivery_storm,consumer_replay"});
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_EQ(run.report["lost"], 0) << run.output;
-  for (const char* name : {"consumer_kill", "redelivery_storm"}) {
+  for (const char* name : {"consumer_kill", "redelivery_storm", "consumer_replay"}) {
     const json* m = Mode(run.report, name);
     ASSERT_NE(m, nullptr) << name;
     EXPECT_GT((*m)["injected"].get<int>(), 0) << name;

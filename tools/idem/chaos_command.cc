@@ -31,7 +31,7 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "be set up.\n\n"
       "Fault modes: retry_soon, retry_later, concurrent, other_body, gateway_kill,\n"
       "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart,\n"
-      "redis_restart (with --store redis) (docs/chaos.md says how each is injected).\n\n"
+      "redis_restart (with --store redis), consumer_replay (docs/chaos.md says how each is injected).\n\n"
       "Examples:\n"
       "  idem chaos --ops 1000 --seed 7\n"
       "  idem chaos --duration 600 --faults gateway_kill,relay_kill\n"
