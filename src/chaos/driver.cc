@@ -95,6 +95,31 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       if (!pipeline_.WaitForRelayCrash(before)) Problem(op.id + ": the armed relay did not crash");
       break;
     }
+    case FaultMode::kRelayOutage: {
+      // The relay is stopped while the operation is sent, so its event is in the next batch; a
+      // relay armed to crash after publishing that batch is started, and no other until the
+      // outage is over: the stream's window is cut to kOutageWindow and the relay stays down
+      // kOutageDown, so the broker forgets the batch's ids. Then a relay republishes it and the
+      // window is set back. relay_mu_ keeps relay_kill out meanwhile.
+      std::lock_guard lock(relay_mu_);
+      pipeline_.HoldRelay();
+      expect_success(SendUntilDone(op, op.amount), "send");
+      const int before = pipeline_.ArmRelayCrash(/*hold_after_crash=*/true);
+      const bool crashed = pipeline_.WaitForRelayCrash(before);
+      if (!crashed) Problem(op.id + ": the armed relay did not crash");
+      if (crashed && !pipeline_.RecordOutageBatch()) Problem(op.id + ": " + pipeline_.error());
+      const bool shortened = crashed && pipeline_.SetDuplicateWindow(kOutageWindow);
+      if (crashed && !shortened) Problem(op.id + ": " + pipeline_.error());
+      std::this_thread::sleep_for(kOutageDown);
+      pipeline_.ReleaseRelay();
+      if (crashed && !pipeline_.WaitForOutageRepublished()) {
+        Problem(op.id + ": " + pipeline_.error());
+      }
+      if (shortened && !pipeline_.SetDuplicateWindow(pipeline_.duplicate_window())) {
+        Problem(op.id + ": " + pipeline_.error());
+      }
+      break;
+    }
     case FaultMode::kZombie: {
       // The first attempt hangs in the service (kZombieHang); the client gives up on it after
       // the lease and retries, which takes the key over. The hung attempt finishes later.

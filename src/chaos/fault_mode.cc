@@ -17,6 +17,7 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kPostgresRestart: return "postgres_restart";
     case FaultMode::kRedisRestart: return "redis_restart";
     case FaultMode::kConsumerReplay: return "consumer_replay";
+    case FaultMode::kRelayOutage: return "relay_outage";
   }
   return "?";
 }
@@ -59,6 +60,7 @@ int ExpectedLayer(FaultMode mode) {
   switch (mode) {
     case FaultMode::kConsumerKill:
     case FaultMode::kConsumerReplay:
+    case FaultMode::kRelayOutage:
     case FaultMode::kRedeliveryStorm: return 2;
     case FaultMode::kRelayKill: return 3;
     case FaultMode::kNatsRestart:

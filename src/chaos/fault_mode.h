@@ -23,6 +23,7 @@ enum class FaultMode {
   kPostgresRestart,  // PostgreSQL's postmaster SIGKILLed and restarted on the same data dir
   kRedisRestart,     // the gateway's redis-server SIGKILLed with the request in flight, restarted
   kConsumerReplay,   // a second consumer re-reads the stream from the event's sequence
+  kRelayOutage,      // the relay killed after publish, before mark, down past the dup window
 };
 
 inline constexpr FaultMode kAllFaultModes[] = {
@@ -30,11 +31,11 @@ inline constexpr FaultMode kAllFaultModes[] = {
     FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
     FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm, FaultMode::kZombie,
     FaultMode::kNatsRestart, FaultMode::kPostgresRestart, FaultMode::kRedisRestart,
-    FaultMode::kConsumerReplay};
+    FaultMode::kConsumerReplay, FaultMode::kRelayOutage};
 
 // "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
 // "relay_kill", "redelivery_storm", "zombie", "nats_restart", "postgres_restart",
-// "redis_restart", "consumer_replay".
+// "redis_restart", "consumer_replay", "relay_outage".
 std::string_view FaultModeName(FaultMode mode);
 // The mode named `name`, or nullopt.
 std::optional<FaultMode> ParseFaultMode(std::string_view name);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 
 #include <libpq-fe.h>
 
@@ -42,10 +43,12 @@ struct Pipeline::Impl {
   std::unique_ptr<Process> relay;              // GUARDED_BY(mu)
   std::unique_ptr<Process> consumer;           // GUARDED_BY(mu)
   bool relay_armed = false;                    // GUARDED_BY(mu): the running relay will crash
+  bool hold_after_crash = false;               // GUARDED_BY(mu): the armed relay's crash
+  bool relay_held = false;                     // GUARDED_BY(mu): no relay is started
   std::string error;                           // GUARDED_BY(mu)
-  std::unique_ptr<Process> replayer;           // GUARDED_BY(mu): the replaying consumer
-  std::mutex replay_mu;                        // one replay at a time
-  std::unique_ptr<worker::NatsConnection> nats_admin;  // GUARDED_BY(replay_mu)
+  std::map<std::string, std::unique_ptr<Process>> replayers;  // GUARDED_BY(mu): by consumer
+  std::mutex admin_mu;                         // guards making nats_admin
+  std::unique_ptr<worker::NatsConnection> nats_admin;  // set once, then thread-safe (nats.c)
 
   std::atomic<bool> stopping{false};
   std::thread supervisor;
@@ -90,7 +93,8 @@ struct Pipeline::Impl {
                           pg->Url(db), std::string("--nats"), nats->Url(),
                           std::string("--create-stream"), std::string("CHAOS"),
                           std::string("--subjects"), std::string("chaos.>"),
-                          std::string("--duplicate-window"), config.duplicate_window,
+                          std::string("--duplicate-window"),
+                          std::to_string(config.duplicate_window.count()) + "ms",
                           std::string("--claim-lease"), std::string("1s"),
                           std::string("--poll-interval"), std::string("200ms"),
                           std::string("--admin-listen"), std::string("127.0.0.1:0")}) {
@@ -99,6 +103,16 @@ struct Pipeline::Impl {
     relay = std::make_unique<Process>(argv, Log("relay"));
     relay_armed = crash;
     if (!relay->WaitForLine("admin on", 15s)) return "idem relay did not start:\n" + relay->Output();
+    return "";
+  }
+
+  // Connects nats_admin on first use. Empty on success, else why not.
+  std::string EnsureAdmin() {
+    std::lock_guard admin_lock(admin_mu);
+    if (nats_admin) return "";
+    auto connected = worker::NatsConnection::Connect(nats->Url(), "idem-chaos");
+    if (!connected.ok()) return connected.status().ToString();
+    nats_admin = std::move(*connected);
     return "";
   }
 
@@ -130,9 +144,15 @@ struct Pipeline::Impl {
         tasks.pop_front();
       }
       if (stopping) break;
-      if (relay && !relay->Running()) {
-        if (relay_armed) ++owner->relay_crashes_;
-        if (auto e = LaunchRelay(false); !e.empty()) error = e;
+      if (relay && !relay->Running() && !relay_held) {
+        if (relay_armed) {
+          ++owner->relay_crashes_;
+          relay_armed = false;
+          relay_held = hold_after_crash;
+        }
+        if (!relay_held) {
+          if (auto e = LaunchRelay(false); !e.empty()) error = e;
+        }
       }
       if (consumer && !consumer->Running()) {
         if (auto e = LaunchConsumer(); !e.empty()) error = e;
@@ -205,6 +225,36 @@ std::string Pipeline::entry_address() const {
   return "127.0.0.1:" + std::to_string(impl_->service_port);
 }
 
+namespace {
+
+// The first column of the first row of `sql` with text parameters, as a number; -1 if there
+// is no row, the value is NULL or the query failed.
+int64_t QueryNumber(PGconn* conn, const char* sql, const std::vector<std::string>& params) {
+  std::vector<const char*> values;
+  for (const auto& p : params) values.push_back(p.c_str());
+  PGresult* r = PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(),
+                             nullptr, nullptr, 0);
+  int64_t out = -1;
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)) {
+    out = std::atoll(PQgetvalue(r, 0, 0));
+  }
+  PQclear(r);
+  return out;
+}
+
+// Polls `f` every 50 ms until it returns true or `limit` passes.
+template <typename F>
+bool Poll(std::chrono::milliseconds limit, F f) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Pipeline::KillAndRestartGateway() {
   Impl& p = *impl_;
   return p.OnSupervisor([this] { return KillAndRestartGatewayLocked(); });
@@ -226,14 +276,96 @@ bool Pipeline::KillAndRestartGatewayLocked() {
   return false;
 }
 
-int Pipeline::ArmRelayCrash() {
+int Pipeline::ArmRelayCrash(bool hold_after_crash) {
   Impl& p = *impl_;
   const int before = relay_crashes_.load();
-  p.OnSupervisor([&p] {
+  p.OnSupervisor([&p, hold_after_crash] {
     if (p.relay) p.relay->Stop(SIGTERM, 10s);
+    p.relay_held = false;
+    p.hold_after_crash = hold_after_crash;
     if (auto e = p.LaunchRelay(true); !e.empty()) p.error = e;
   });
   return before;
+}
+
+void Pipeline::HoldRelay() {
+  Impl& p = *impl_;
+  p.OnSupervisor([&p] {
+    if (p.relay) p.relay->Stop(SIGTERM, 10s);
+    p.relay_held = true;
+  });
+}
+
+void Pipeline::ReleaseRelay() {
+  Impl& p = *impl_;
+  p.OnSupervisor([&p] { p.relay_held = false; });
+}
+
+bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
+  Impl& p = *impl_;
+  if (auto e = p.EnsureAdmin(); !e.empty()) {
+    std::lock_guard lock(p.mu);
+    p.error = e;
+    return false;
+  }
+  Status done;
+  Poll(10s, [&] {  // nats-server may be restarting (nats_restart)
+    jsStreamInfo* info = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_GetStreamInfo(&info, p.nats_admin->js(), "CHAOS", nullptr, &jerr);
+    if (s == NATS_OK) {
+      info->Config->Duplicates = std::chrono::nanoseconds(window).count();
+      jsStreamInfo* updated = nullptr;
+      s = js_UpdateStream(&updated, p.nats_admin->js(), info->Config, nullptr, &jerr);
+      if (updated != nullptr) jsStreamInfo_Destroy(updated);
+    }
+    if (info != nullptr) jsStreamInfo_Destroy(info);
+    done = s == NATS_OK ? Status() : worker::FromNats(s, "setting the stream's window", jerr);
+    return done.ok();
+  });
+  if (!done.ok()) {
+    std::lock_guard lock(p.mu);
+    p.error = done.ToString();
+  }
+  return done.ok();
+}
+
+std::chrono::milliseconds Pipeline::duplicate_window() const {
+  return impl_->config.duplicate_window;
+}
+
+bool Pipeline::WaitForOutageRepublished() {
+  PGconn* conn = PQconnectdb(conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  const bool done = Poll(30s, [&] {
+    if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
+    return QueryNumber(conn,
+                       "SELECT count(*) FROM idem.outbox o JOIN chaos_outage_events e "
+                       "USING (event_id) WHERE o.state = 0",
+                       {}) == 0;
+  });
+  PQfinish(conn);
+  if (!done) {
+    std::lock_guard lock(impl_->mu);
+    impl_->error = "a relay outage's rows were not republished within 30 s";
+  }
+  return done;
+}
+
+bool Pipeline::RecordOutageBatch() {
+  PGconn* conn = PQconnectdb(conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PGresult* r = PQexec(conn,
+                       "INSERT INTO chaos_outage_events (event_id) SELECT event_id "
+                       "FROM idem.outbox WHERE state = 0 AND attempts > 0");
+  const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  if (!ok) {
+    std::lock_guard lock(impl_->mu);
+    impl_->error = std::string("recording a relay outage's rows: ") + PQerrorMessage(conn);
+  }
+  PQclear(r);
+  PQfinish(conn);
+  return ok;
 }
 
 bool Pipeline::WaitForRelayCrash(int before) {
@@ -276,37 +408,8 @@ bool Pipeline::RestartPostgres() {
   });
 }
 
-namespace {
-
-// The first column of the first row of `sql` with one text parameter, as a number; -1 if
-// there is no row, the value is NULL or the query failed.
-int64_t QueryNumber(PGconn* conn, const char* sql, const std::string& param) {
-  const char* values[] = {param.c_str()};
-  PGresult* r = PQexecParams(conn, sql, 1, nullptr, values, nullptr, nullptr, 0);
-  int64_t out = -1;
-  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)) {
-    out = std::atoll(PQgetvalue(r, 0, 0));
-  }
-  PQclear(r);
-  return out;
-}
-
-// Polls `f` every 50 ms until it returns true or `limit` passes.
-template <typename F>
-bool Poll(std::chrono::milliseconds limit, F f) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
-}
-
-}  // namespace
-
 bool Pipeline::ReplayFrom(const std::string& op) {
   Impl& p = *impl_;
-  std::lock_guard replay_lock(p.replay_mu);
   auto fail = [&p](std::string why) {
     std::lock_guard lock(p.mu);
     p.error = "consumer replay: " + why;
@@ -316,7 +419,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // postgres_restart's FATAL
   const auto query = [&](const char* sql) {
     if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
-    return QueryNumber(conn, sql, op);
+    return QueryNumber(conn, sql, {op});
   };
   const char* kDeliveries =
       "SELECT (SELECT count(*) FROM chaos_applied WHERE op = $1) + "
@@ -335,14 +438,10 @@ bool Pipeline::ReplayFrom(const std::string& op) {
 
   // The replaying consumer, created here so that it starts at the event's sequence (idem
   // consume creates a missing consumer from the stream's start and binds to an existing one).
-  const std::string name = "chaos-replay-" + std::to_string(++replays_);
-  if (!p.nats_admin) {
-    auto connected = worker::NatsConnection::Connect(p.nats->Url(), "idem-chaos-replay");
-    if (!connected.ok()) {
-      PQfinish(conn);
-      return fail(connected.status().ToString());
-    }
-    p.nats_admin = std::move(*connected);
+  const std::string name = "chaos-replay-" + std::to_string(++replays_);  // unique per replay
+  if (auto e = p.EnsureAdmin(); !e.empty()) {
+    PQfinish(conn);
+    return fail(e);
   }
   jsConsumerConfig cc;
   jsConsumerConfig_Init(&cc);
@@ -368,18 +467,21 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   }
 
   std::string launch_error = p.OnSupervisor([&p, &name] {
-    p.replayer = std::make_unique<Process>(p.ConsumeArgv(name), p.Log("replay"));
-    if (p.replayer->WaitForLine("pulling from", 15s)) return std::string();
-    return "idem consume did not start:\n" + p.replayer->Output();
+    auto& replayer = p.replayers[name];
+    replayer = std::make_unique<Process>(p.ConsumeArgv(name), p.Log("replay"));
+    if (replayer->WaitForLine("pulling from", 15s)) return std::string();
+    return "idem consume did not start:\n" + replayer->Output();
   });
   // The replayed event reaches the apply service again: refused by the inbox (layer 2) or,
   // with layer 2 off, applied a second time.
   const bool redelivered =
       launch_error.empty() && Poll(15s, [&] { return query(kDeliveries) > before; });
   PQfinish(conn);
-  p.OnSupervisor([&p] {
-    if (p.replayer) p.replayer->Stop(SIGTERM, 10s);
-    p.replayer.reset();
+  p.OnSupervisor([&p, &name] {
+    auto it = p.replayers.find(name);
+    if (it == p.replayers.end()) return;
+    it->second->Stop(SIGTERM, 10s);
+    p.replayers.erase(it);
   });
   Status deleted;
   Poll(10s, [&] {
@@ -447,8 +549,8 @@ void Pipeline::Stop() {
   if (p.gateway) p.gateway->Stop(SIGTERM, 5s);
   if (p.consumer) p.consumer->Stop(SIGTERM, 5s);
   if (p.relay) p.relay->Stop(SIGTERM, 5s);
-  if (p.replayer) p.replayer->Stop(SIGTERM, 5s);
-  p.replayer.reset();
+  for (auto& [name, replayer] : p.replayers) replayer->Stop(SIGTERM, 5s);
+  p.replayers.clear();
   p.gateway.reset();
   p.consumer.reset();
   p.relay.reset();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,7 +22,15 @@ namespace idem::chaos {
 // claimed again (the 1 s claim lease), so every republished copy is stored and delivered. The
 // relay still sends Nats-Msg-Id: the consumer uses it as the message's inbox key (layer 2), and
 // publishing without it would blind the inbox too, not just the broker.
-inline constexpr const char* kNoDuplicateWindow = "100ms";
+inline constexpr std::chrono::milliseconds kNoDuplicateWindow{100};
+// The stream's window with layer 3 on.
+inline constexpr std::chrono::milliseconds kDuplicateWindow{120000};
+// relay_outage: while the relay is down the stream's window is cut to this (the smallest
+// JetStream accepts), and the outage lasts kOutageDown, several windows: the broker forgets the
+// crashed batch's ids. The window is set back once the batch has been republished, so no other
+// fault runs under the short window (relay_kill's copies must still be dropped by the stream).
+inline constexpr std::chrono::milliseconds kOutageWindow{100};
+inline constexpr std::chrono::milliseconds kOutageDown{600};
 
 class Pipeline {
  public:
@@ -31,7 +40,7 @@ class Pipeline {
     bool gateway = true;      // false: layer 1 off, no gateway is started
     // The stream's duplicate window (the relay creates the stream with it). Layer 3 off: the
     // smallest window JetStream accepts, so a republished copy is not dropped.
-    std::string duplicate_window = "2m";
+    std::chrono::milliseconds duplicate_window = kDuplicateWindow;
   };
 
   explicit Pipeline(Config config);
@@ -56,7 +65,21 @@ class Pipeline {
   // Stops the relay (SIGTERM) and starts one that SIGKILLs itself after its next published
   // batch and before marking it; the supervisor then starts a normal one. Returns the crash
   // count before, for WaitForRelayCrash.
-  int ArmRelayCrash();
+  // With `hold_after_crash`, no relay is started after the crash until ReleaseRelay (an
+  // outage).
+  int ArmRelayCrash(bool hold_after_crash = false);
+  // Stops the relay (SIGTERM) and keeps it stopped until the next ArmRelayCrash: rows pile up
+  // in the outbox meanwhile.
+  void HoldRelay();
+  // Lets the supervisor start a relay again after HoldRelay or a held crash.
+  void ReleaseRelay();
+  // Sets the stream's duplicate window (JetStream purges the ids older than a shortened window
+  // at once). False (error() says why) if NATS refused.
+  bool SetDuplicateWindow(std::chrono::milliseconds window);
+  std::chrono::milliseconds duplicate_window() const;
+  // Waits (up to 30 s) until every row RecordOutageBatch recorded has been marked published.
+  bool WaitForOutageRepublished();
+  bool RecordOutageBatch();
   // Waits (up to 10 s) until relay_crashes() exceeds `before`; false if it did not.
   bool WaitForRelayCrash(int before);
   // SIGKILL the consumer sidecar now; the supervisor starts it again.

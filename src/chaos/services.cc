@@ -72,7 +72,8 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "  event_id text NOT NULL, delivery int NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
                    "  token text NOT NULL);"
-                   "CREATE TABLE IF NOT EXISTS chaos_replays (op text NOT NULL);")) {
+                   "CREATE TABLE IF NOT EXISTS chaos_replays (op text NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_outage_events (event_id text NOT NULL);")) {
     error = std::string("creating the chaos tables: ") + PQerrorMessage(conn);
   }
   PQfinish(conn);

@@ -31,7 +31,8 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "be set up.\n\n"
       "Fault modes: retry_soon, retry_later, concurrent, other_body, gateway_kill,\n"
       "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart,\n"
-      "redis_restart (with --store redis), consumer_replay (docs/chaos.md says how each is injected).\n\n"
+      "redis_restart (only with --store redis), consumer_replay, relay_outage\n"
+      "(docs/chaos.md says how each is injected).\n\n"
       "Examples:\n"
       "  idem chaos --ops 1000 --seed 7\n"
       "  idem chaos --duration 600 --faults gateway_kill,relay_kill\n"
@@ -57,8 +58,8 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
   cmd->add_option("--disable-layer", flags->disabled,
                   "Turn a layer off to see what it is worth (repeatable): 1 = requests bypass the\n"
                   "gateway and the service records no key; 2 = the consumer claims no inbox row;\n"
-                  "3 = the stream keeps no useful duplicate window (100 ms), so republished events reach\n"
-                  "the consumer")
+                  "3 = the stream keeps no useful duplicate window (100 ms), so republished\n"
+                  "events reach the consumer")
       ->check(CLI::IsMember({1, 2, 3}));
   cmd->add_option("--store", flags->options.store,
                   "The gateway's store: sqlite, memory, redis or postgresql")
