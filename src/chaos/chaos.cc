@@ -81,7 +81,14 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   RunFacts facts;
   std::vector<FaultMode> runnable;
   for (FaultMode m : options.faults) {
-    const std::string why = WhyNotRunnable(m, options.store, layer1);
+    std::string why = WhyNotRunnable(m, options.store, layer1);
+    if (m == FaultMode::kNatsRestart && !options.nats_url.empty()) {
+      why = "needs a nats-server of its own (--nats given)";
+    } else if (m == FaultMode::kPostgresRestart && !options.postgres_url.empty()) {
+      why = "needs a PostgreSQL of its own (--postgres given)";
+    } else if (m == FaultMode::kRedisRestart && why.empty() && !options.redis_url.empty()) {
+      why = "needs a redis-server of its own (--redis given)";
+    }
     if (why.empty()) {
       runnable.push_back(m);
     } else {
@@ -100,6 +107,9 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   Pipeline::Config pc{self, options.store, layer1};
+  pc.postgres_url = options.postgres_url;
+  pc.nats_url = options.nats_url;
+  pc.redis_url = options.redis_url;
   if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
   Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
@@ -108,6 +118,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   }
   Services::Config sc;
   sc.conninfo = pipeline.conninfo();
+  sc.subject = pipeline.subject();
   sc.layer1 = layer1;
   sc.layer2 = layer2;
   for (const Operation& op : plan) {
@@ -157,6 +168,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   }
 
   PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // as every chaos connection
   WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);
   {
     std::lock_guard lock(mu);

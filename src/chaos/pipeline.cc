@@ -1,6 +1,7 @@
 #include "chaos/pipeline.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <deque>
@@ -32,7 +33,12 @@ struct Pipeline::Impl {
   std::unique_ptr<servers::PostgresServer> pg;
   std::unique_ptr<servers::NatsServer> nats;
   std::unique_ptr<servers::RedisServer> redis;
-  std::string db;           // the chaos database
+  std::string db_url;       // the chaos database, as a postgresql:// URL
+  std::string db_conninfo;  // ... as a libpq connection string
+  std::string nats_url;
+  std::string stream = "CHAOS";
+  std::string subject = "chaos.charged";
+  std::vector<std::string> created_databases;  // on the user's PostgreSQL: dropped at Stop
   std::string store_url;    // the gateway's store
   std::string gateway_listen;
   int service_port = 0;
@@ -90,9 +96,9 @@ struct Pipeline::Impl {
     // with libpq reading the environment on another thread.
     if (crash) argv = {"/usr/bin/env", "IDEM_RELAY_TEST_CRASH_POINT=after_publish"};
     for (std::string a : {config.idem_binary, std::string("relay"), std::string("--db"),
-                          pg->Url(db), std::string("--nats"), nats->Url(),
-                          std::string("--create-stream"), std::string("CHAOS"),
-                          std::string("--subjects"), std::string("chaos.>"),
+                          db_url, std::string("--nats"), nats_url,
+                          std::string("--create-stream"), stream,
+                          std::string("--subjects"), subject,
                           std::string("--duplicate-window"),
                           std::to_string(config.duplicate_window.count()) + "ms",
                           std::string("--claim-lease"), std::string("1s"),
@@ -110,14 +116,14 @@ struct Pipeline::Impl {
   std::string EnsureAdmin() {
     std::lock_guard admin_lock(admin_mu);
     if (nats_admin) return "";
-    auto connected = worker::NatsConnection::Connect(nats->Url(), "idem-chaos");
+    auto connected = worker::NatsConnection::Connect(nats_url, "idem-chaos");
     if (!connected.ok()) return connected.status().ToString();
     nats_admin = std::move(*connected);
     return "";
   }
 
   std::vector<std::string> ConsumeArgv(const std::string& name) const {
-    return {config.idem_binary, "consume", "--nats", nats->Url(), "--stream", "CHAOS",
+    return {config.idem_binary, "consume", "--nats", nats_url, "--stream", stream,
             "--consumer", name, "--deliver",
             "http://127.0.0.1:" + std::to_string(service_port) + "/apply",
             "--ack-wait", "2s", "--timeout", "1s", "--nak-delay", "10ms",
@@ -167,35 +173,100 @@ Pipeline::Pipeline(Config config) : impl_(std::make_unique<Impl>()) {
 
 Pipeline::~Pipeline() { Stop(); }
 
+namespace {
+
+// `url` (postgresql://...) naming the database `db` instead of its own.
+std::string WithDatabase(const std::string& url, const std::string& db) {
+  const size_t scheme = url.find("://");
+  const size_t authority = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t query = url.find('?', authority);
+  const size_t path = url.find('/', authority);
+  const size_t end = query == std::string::npos ? url.size() : query;
+  const size_t start = path == std::string::npos || path > end ? end : path;
+  return url.substr(0, start) + "/" + db + url.substr(end);
+}
+
+// Runs one statement on `url`; "" on success, else why not.
+std::string ExecOn(const std::string& url, const std::string& sql) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  std::string error;
+  if (PQstatus(conn) != CONNECTION_OK) {
+    error = PQerrorMessage(conn);
+  } else {
+    PGresult* r = PQexec(conn, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) error = PQerrorMessage(conn);
+    PQclear(r);
+  }
+  PQfinish(conn);
+  return error;
+}
+
+}  // namespace
+
 std::string Pipeline::StartServers() {
   Impl& p = *impl_;
-  p.pg = std::make_unique<servers::PostgresServer>();
-  if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
-  p.nats = std::make_unique<servers::NatsServer>();
-  if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
-  p.db = p.pg->CreateDatabase();
+  const Config& c = p.config;
+  // On the user's servers everything of the run gets a name of its own.
+  const std::string run = std::to_string(getpid()) + "_" +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count());
+  auto new_database = [&](std::string* url) -> std::string {
+    if (c.postgres_url.empty()) {
+      const std::string db = p.pg->CreateDatabase();
+      *url = p.pg->Url(db);
+      return "";
+    }
+    const std::string db = "idem_chaos_" + run + "_" + std::to_string(p.created_databases.size());
+    if (auto e = ExecOn(c.postgres_url, "CREATE DATABASE " + db); !e.empty()) {
+      return "creating database " + db + " on " + c.postgres_url + ": " + e;
+    }
+    p.created_databases.push_back(db);
+    *url = WithDatabase(c.postgres_url, db);
+    return "";
+  };
+  if (c.postgres_url.empty()) {
+    p.pg = std::make_unique<servers::PostgresServer>();
+    if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
+  }
+  if (c.nats_url.empty()) {
+    p.nats = std::make_unique<servers::NatsServer>();
+    if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
+    p.nats_url = p.nats->Url();
+  } else {
+    p.nats_url = c.nats_url;
+    p.stream = "CHAOS_" + run;
+    p.subject = "chaos_" + run + ".charged";
+  }
+  if (auto e = new_database(&p.db_url); !e.empty()) return e;
+  p.db_conninfo = p.db_url;  // libpq takes URLs
   {
-    auto store = OpenStore(p.pg->Url(p.db));  // creates or upgrades idem's schema
+    auto store = OpenStore(p.db_url);  // creates or upgrades idem's schema
     if (!store.ok()) return "creating idem's schema: " + store.status().ToString();
   }
   if (auto e = CreateChaosSchema(conninfo()); !e.empty()) return e;
-  if (p.config.store == "sqlite") {
+  if (c.store == "sqlite") {
     p.store_url = "sqlite:" + p.dir.File("gateway.db");
-  } else if (p.config.store == "memory") {
+  } else if (c.store == "memory") {
     p.store_url = "memory";
-  } else if (p.config.store == "redis") {
+  } else if (c.store == "redis" && !c.redis_url.empty()) {
+    p.store_url = c.redis_url + (c.redis_url.find('?') == std::string::npos ? "?" : "&") +
+                  "prefix=idem-chaos-" + run;
+  } else if (c.store == "redis") {
     p.redis = std::make_unique<servers::RedisServer>(servers::RedisServer::Options{true});
     if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
     p.store_url = p.redis->Url();
-  } else if (p.config.store == "postgresql") {
-    p.store_url = p.pg->Url(p.pg->CreateDatabase());
+  } else if (c.store == "postgresql") {
+    if (auto e = new_database(&p.store_url); !e.empty()) return e;
   } else {
-    return "unknown store '" + p.config.store + "' (sqlite, memory, redis or postgresql)";
+    return "unknown store '" + c.store + "' (sqlite, memory, redis or postgresql)";
   }
   return "";
 }
 
-std::string Pipeline::conninfo() const { return impl_->pg->ConnInfo(impl_->db); }
+std::string Pipeline::conninfo() const { return impl_->db_conninfo; }
+
+std::string Pipeline::subject() const { return impl_->subject; }
 
 std::string Pipeline::StartProcesses(int service_port) {
   Impl& p = *impl_;
@@ -312,7 +383,7 @@ bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
   Poll(10s, [&] {  // nats-server may be restarting (nats_restart)
     jsStreamInfo* info = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = js_GetStreamInfo(&info, p.nats_admin->js(), "CHAOS", nullptr, &jerr);
+    natsStatus s = js_GetStreamInfo(&info, p.nats_admin->js(), p.stream.c_str(), nullptr, &jerr);
     if (s == NATS_OK) {
       info->Config->Duplicates = std::chrono::nanoseconds(window).count();
       jsStreamInfo* updated = nullptr;
@@ -385,6 +456,7 @@ void Pipeline::KillConsumer() {
 
 bool Pipeline::RestartNats() {
   Impl& p = *impl_;
+  if (!p.nats) return false;
   // On the supervisor thread: the restarted server is a child of the thread that starts it.
   return p.OnSupervisor([this, &p] {
     ++nats_restarts_;
@@ -398,6 +470,7 @@ bool Pipeline::RestartNats() {
 
 bool Pipeline::RestartPostgres() {
   Impl& p = *impl_;
+  if (!p.pg) return false;
   return p.OnSupervisor([this, &p] {
     ++postgres_restarts_;
     if (!p.pg->Restart()) {
@@ -456,7 +529,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   Poll(10s, [&] {  // nats-server may be restarting (nats_restart)
     jsConsumerInfo* info = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = js_AddConsumer(&info, p.nats_admin->js(), "CHAOS", &cc, nullptr, &jerr);
+    natsStatus s = js_AddConsumer(&info, p.nats_admin->js(), p.stream.c_str(), &cc, nullptr, &jerr);
     if (info != nullptr) jsConsumerInfo_Destroy(info);
     created = s == NATS_OK ? Status() : worker::FromNats(s, "create consumer " + name, jerr);
     return created.ok();
@@ -486,7 +559,8 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   Status deleted;
   Poll(10s, [&] {
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = js_DeleteConsumer(p.nats_admin->js(), "CHAOS", name.c_str(), nullptr, &jerr);
+    natsStatus s = js_DeleteConsumer(p.nats_admin->js(), p.stream.c_str(), name.c_str(), nullptr,
+                                     &jerr);
     deleted = s == NATS_OK ? Status() : worker::FromNats(s, "delete consumer " + name, jerr);
     return deleted.ok();
   });
@@ -554,6 +628,15 @@ void Pipeline::Stop() {
   p.gateway.reset();
   p.consumer.reset();
   p.relay.reset();
+  if (!p.config.nats_url.empty() && p.EnsureAdmin().empty()) {
+    // The run's stream on the user's server (with its consumers) goes.
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    js_DeleteStream(p.nats_admin->js(), p.stream.c_str(), nullptr, &jerr);
+  }
+  for (const auto& db : p.created_databases) {
+    ExecOn(p.config.postgres_url, "DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
+  }
+  p.created_databases.clear();
 }
 
 }  // namespace idem::chaos

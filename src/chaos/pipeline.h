@@ -41,6 +41,8 @@ class Pipeline {
     // The stream's duplicate window (the relay creates the stream with it). Layer 3 off: the
     // smallest window JetStream accepts, so a republished copy is not dropped.
     std::chrono::milliseconds duplicate_window = kDuplicateWindow;
+    // Servers to use instead of starting them (ChaosOptions); empty: start one.
+    std::string postgres_url, nats_url, redis_url;
   };
 
   explicit Pipeline(Config config);
@@ -51,6 +53,8 @@ class Pipeline {
   std::string StartServers();
   // libpq connection string of the chaos database. REQUIRES: StartServers succeeded.
   std::string conninfo() const;
+  // The subject the payments service publishes its events on (the stream covers it).
+  std::string subject() const;
 
   // Starts the relay (which creates the stream), the consumer delivering to
   // http://127.0.0.1:SERVICE_PORT/apply and the gateway in front of /charge, then the

@@ -148,7 +148,7 @@ struct Services::Impl {
     if (!id) return Rollback(conn, {503, "insert failed"});
     const std::string event_id = "charge-" + *id;
     const json payload{{"op", op}, {"amount", amount}, {"event", event_id}};
-    auto enqueued = outbox::Enqueue(conn, {event_id, "chaos.charged", payload.dump(), {}, {}});
+    auto enqueued = outbox::Enqueue(conn, {event_id, config.subject, payload.dump(), {}, {}});
     if (!enqueued.ok()) return Rollback(conn, {503, enqueued.status().ToString()});
     const std::string response = json{{"charge", std::stoll(*id)}}.dump();
     if (token) {

@@ -49,6 +49,7 @@ class Services {
  public:
   struct Config {
     std::string conninfo;                          // libpq connection string
+    std::string subject = "chaos.charged";         // the events' subject
     bool layer1 = true;                            // record the key in the charge transaction
     bool layer2 = true;                            // claim the inbox in the apply transaction
     std::map<std::string, FaultMode> faults;       // op id -> its fault

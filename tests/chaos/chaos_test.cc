@@ -7,7 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/nats_server.h"
+#include "util/postgres_server.h"
 #include "util/process.h"
+#include "util/redis_server.h"
 #include "util/temp_dir.h"
 
 namespace idem::testing {
@@ -216,6 +219,35 @@ TEST(ChaosTest, RedisRestartsUnderTheGatewayAreExactlyOnce) {
   EXPECT_GT((*m)["caught"]["1"].get<int>(), 0) << m->dump();
   EXPECT_EQ((*m)["caught"]["1"].get<int>() + (*m)["unexercised"].get<int>(), injected)
       << m->dump();
+}
+
+// Pointed at servers the user already runs: the run uses them (a database, a stream and a key
+// prefix of its own, removed at the end) and leaves out the modes that restart them.
+TEST(ChaosTest, RunsOnServersTheUserRuns) {
+  PostgresServer pg;
+  ASSERT_EQ(pg.error(), "");
+  NatsServer nats;
+  ASSERT_EQ(nats.Start(), "");
+  RedisServer redis;
+  ASSERT_EQ(redis.Start(), "");
+  const std::string databases_before = pg.Query("postgres", "SELECT count(*) FROM pg_database");
+  const ChaosRun run = RunChaos(
+      {"--postgres", pg.Url("postgres"), "--nats", nats.Url(), "--store", "redis", "--redis",
+       redis.Url(), "--faults", "retry_soon,consumer_kill,nats_restart,postgres_restart,"
+       "redis_restart", "--ops", "20", "--fault-rate", "0.5", "--seed", "3"});
+  ASSERT_TRUE(run.report.is_object()) << run.output;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.report["ops"], 20);
+  EXPECT_EQ(run.report["escaped"], 0);
+  EXPECT_EQ(run.report["lost"], 0);
+  EXPECT_GT(Mode(run.report, "retry_soon")->at("caught")["1"].get<int>(), 0) << run.output;
+  EXPECT_GT(Mode(run.report, "consumer_kill")->at("caught")["2"].get<int>(), 0) << run.output;
+  ASSERT_EQ(run.report["skipped"].size(), 3u) << run.output;
+  EXPECT_EQ(run.report["kills"]["nats"], 0);
+  EXPECT_EQ(run.report["kills"]["postgres"], 0);
+  EXPECT_EQ(run.report["kills"]["redis"], 0);
+  // The run's databases are gone again.
+  EXPECT_EQ(pg.Query("postgres", "SELECT count(*) FROM pg_database"), databases_before);
 }
 
 // Asking only for modes the run cannot inject is an error (DurationRunsForTheGivenTime shows

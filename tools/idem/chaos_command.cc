@@ -65,6 +65,18 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
                   "The gateway's store: sqlite, memory, redis or postgresql")
       ->capture_default_str()
       ->check(CLI::IsMember({"sqlite", "memory", "redis", "postgresql"}));
+  cmd->add_option("--postgres", flags->options.postgres_url,
+                  "Use this running PostgreSQL (postgresql://USER[:PASS]@HOST:PORT/DB, a role that\n"
+                  "may CREATE DATABASE) instead of starting one: the run creates its databases on\n"
+                  "it and drops them at the end; postgres_restart is left out");
+  cmd->add_option("--nats", flags->options.nats_url,
+                  "Use this running nats-server (nats://HOST:PORT, JetStream on) instead of\n"
+                  "starting one: the run creates a stream CHAOS_<run> and deletes it at the end;\n"
+                  "nats_restart is left out");
+  cmd->add_option("--redis", flags->options.redis_url,
+                  "With --store redis: use this running Redis (redis://...) instead of starting\n"
+                  "one; the gateway's keys get a prefix of the run's own; redis_restart is left\n"
+                  "out");
   cmd->add_option("--clients", flags->options.clients, "Client threads sending payments")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
