@@ -106,7 +106,10 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
 
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  Pipeline::Config pc{self, options.store, layer1};
+  Pipeline::Config pc;
+  pc.idem_binary = self;
+  pc.store = options.store;
+  pc.gateway = layer1;
   pc.postgres_url = options.postgres_url;
   pc.nats_url = options.nats_url;
   pc.redis_url = options.redis_url;
