@@ -424,18 +424,19 @@ bool Pipeline::WaitForOutageRepublished() {
 }
 
 bool Pipeline::RecordOutageBatch() {
-  PGconn* conn = PQconnectdb(conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
-  PGresult* r = PQexec(conn,
-                       "INSERT INTO chaos_outage_events (event_id) SELECT event_id "
-                       "FROM idem.outbox WHERE state = 0 AND attempts > 0");
-  const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+  // Retried for a while: a postgres_restart may be under way (the relay stays down meanwhile,
+  // so the rows wait).
+  std::string error;
+  const bool ok = Poll(20s, [&] {
+    error = ExecOn(conninfo(),
+                   "INSERT INTO chaos_outage_events (event_id) SELECT event_id "
+                   "FROM idem.outbox WHERE state = 0 AND attempts > 0");
+    return error.empty();
+  });
   if (!ok) {
     std::lock_guard lock(impl_->mu);
-    impl_->error = std::string("recording a relay outage's rows: ") + PQerrorMessage(conn);
+    impl_->error = "recording a relay outage's rows: " + error;
   }
-  PQclear(r);
-  PQfinish(conn);
   return ok;
 }
 
