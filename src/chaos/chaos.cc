@@ -76,19 +76,43 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   if (options.faults.empty()) {
     options.faults.assign(std::begin(kAllFaultModes), std::end(kAllFaultModes));
   }
-  if (!layer1) {
-    // Without the gateway there is no gateway to kill.
-    std::erase(options.faults, FaultMode::kGatewayKill);
-    if (options.faults.empty()) {
-      err << "idem chaos: gateway_kill needs layer 1 (the gateway) on\n";
-      return 2;
+  // Modes this run cannot inject (no gateway to kill with layer 1 off, no Redis to restart with
+  // another store) are left out, and the report says so.
+  RunFacts facts;
+  std::vector<FaultMode> runnable;
+  for (FaultMode m : options.faults) {
+    std::string why = WhyNotRunnable(m, options.store, layer1);
+    if (m == FaultMode::kNatsRestart && !options.nats_url.empty()) {
+      why = "needs a nats-server of its own (--nats given)";
+    } else if (m == FaultMode::kPostgresRestart && !options.postgres_url.empty()) {
+      why = "needs a PostgreSQL of its own (--postgres given)";
+    } else if (m == FaultMode::kRedisRestart && why.empty() && !options.redis_url.empty()) {
+      why = "needs a redis-server of its own (--redis given)";
+    }
+    if (why.empty()) {
+      runnable.push_back(m);
+    } else {
+      facts.skipped.push_back(std::string(FaultModeName(m)) + ": " + why);
     }
   }
+  if (runnable.empty()) {
+    err << "idem chaos: no fault mode can run with these settings:";
+    for (const auto& s : facts.skipped) err << " " << s << ";";
+    err << "\n";
+    return 2;
+  }
+  options.faults = runnable;
   std::vector<Operation> plan = MakePlan(options);
 
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  Pipeline::Config pc{self, options.store, layer1};
+  Pipeline::Config pc;
+  pc.idem_binary = self;
+  pc.store = options.store;
+  pc.gateway = layer1;
+  pc.postgres_url = options.postgres_url;
+  pc.nats_url = options.nats_url;
+  pc.redis_url = options.redis_url;
   if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
   Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
@@ -97,6 +121,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   }
   Services::Config sc;
   sc.conninfo = pipeline.conninfo();
+  sc.subject = pipeline.subject();
   sc.layer1 = layer1;
   sc.layer2 = layer2;
   for (const Operation& op : plan) {
@@ -133,7 +158,8 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
       err << ", kills: gateway " << pipeline.gateway_kills() << ", consumer "
           << services.consumer_kills() << ", relay " << pipeline.relay_crashes()
           << ", nats-server " << pipeline.nats_restarts() << ", PostgreSQL "
-          << pipeline.postgres_restarts() << "; "
+          << pipeline.postgres_restarts() << ", Redis " << pipeline.redis_restarts()
+          << "; consumer replays " << pipeline.replays() << "; "
           << static_cast<int>(s) << " s" << (tty ? "" : "\n") << std::flush;
     }
     if (options.progress && tty) err << "\n";
@@ -145,6 +171,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   }
 
   PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // as every chaos connection
   WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);
   {
     std::lock_guard lock(mu);
@@ -154,18 +181,20 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   progress.join();
 
   std::string error;
-  const auto evidence = ReadEvidence(conn, &error);
+  auto evidence = ReadEvidence(conn, &error);
+  for (const std::string& op : driver.gateway_replays()) evidence[op].gateway_replayed = true;
   PQfinish(conn);
   if (!error.empty()) {
     err << "idem chaos: " << error << "\n";
     return 2;
   }
-  RunFacts facts;
   facts.relay_crashes = pipeline.relay_crashes();
   facts.gateway_kills = pipeline.gateway_kills();
   facts.consumer_kills = services.consumer_kills();
   facts.nats_restarts = pipeline.nats_restarts();
   facts.postgres_restarts = pipeline.postgres_restarts();
+  facts.redis_restarts = pipeline.redis_restarts();
+  facts.consumer_replays = pipeline.replays();
   facts.problems = driver.problems();
   if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
   pipeline.Stop();

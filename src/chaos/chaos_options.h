@@ -21,6 +21,12 @@ struct ChaosOptions {
   std::set<int> disabled_layers;         // 1 ingest, 2 worker, 3 emit
   std::string store = "sqlite";          // the gateway's store: sqlite, memory, redis, postgresql
   int clients = 4;                       // client threads sending operations
+  // Servers the user already runs (empty: idem chaos starts its own). On them it creates a
+  // database, a stream and a Redis key prefix of its own for the run, and removes the database
+  // and the stream at the end; the modes that kill and restart a server need their own.
+  std::string postgres_url;              // postgresql://... (needs CREATEDB)
+  std::string nats_url;                  // nats://HOST:PORT, with JetStream
+  std::string redis_url;                 // redis://... for --store redis
   bool json = false;
   bool progress = true;                  // a progress line on standard error
 };

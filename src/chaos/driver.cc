@@ -18,6 +18,10 @@ Driver::Answer Driver::Send(const Operation& op, int64_t amount, std::chrono::mi
   const auto r = servers::Http(pipeline_.entry_address(), "POST", "/charge",
                                {{"Idempotency-Key", op.id}, {"Content-Type", "application/json"}},
                                body, timeout);
+  if (r.status != 0 && r.Header("Idempotent-Replayed") == "true") {
+    std::lock_guard lock(mu_);
+    replayed_.insert(op.id);
+  }
   return {r.status, r.status == 0 ? r.error : r.body};
 }
 
@@ -91,6 +95,31 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       if (!pipeline_.WaitForRelayCrash(before)) Problem(op.id + ": the armed relay did not crash");
       break;
     }
+    case FaultMode::kRelayOutage: {
+      // The relay is stopped while the operation is sent, so its event is in the next batch; a
+      // relay armed to crash after publishing that batch is started, and no other until the
+      // outage is over: the stream's window is cut to kOutageWindow and the relay stays down
+      // kOutageDown, so the broker forgets the batch's ids. Then a relay republishes it and the
+      // window is set back. relay_mu_ keeps relay_kill out meanwhile.
+      std::lock_guard lock(relay_mu_);
+      pipeline_.HoldRelay();
+      expect_success(SendUntilDone(op, op.amount), "send");
+      const int before = pipeline_.ArmRelayCrash(/*hold_after_crash=*/true);
+      const bool crashed = pipeline_.WaitForRelayCrash(before);
+      if (!crashed) Problem(op.id + ": the armed relay did not crash");
+      if (crashed && !pipeline_.RecordOutageBatch()) Problem(op.id + ": " + pipeline_.error());
+      const bool shortened = crashed && pipeline_.SetDuplicateWindow(kOutageWindow);
+      if (crashed && !shortened) Problem(op.id + ": " + pipeline_.error());
+      std::this_thread::sleep_for(kOutageDown);
+      pipeline_.ReleaseRelay();
+      if (crashed && !pipeline_.WaitForOutageRepublished()) {
+        Problem(op.id + ": " + pipeline_.error());
+      }
+      if (shortened && !pipeline_.SetDuplicateWindow(pipeline_.duplicate_window())) {
+        Problem(op.id + ": " + pipeline_.error());
+      }
+      break;
+    }
     case FaultMode::kZombie: {
       // The first attempt hangs in the service (kZombieHang); the client gives up on it after
       // the lease and retries, which takes the key over. The hung attempt finishes later.
@@ -112,6 +141,25 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       }
       break;
     }
+    case FaultMode::kRedisRestart: {
+      // The request is sent, and 0-3 ms later the gateway's Redis dies: the gateway answers
+      // 503 while it is down (the client retries with the same key) and finds the record
+      // again once it is back (append-only file, fsync always). Other clients hit it too.
+      std::lock_guard lock(server_mu_);
+      std::thread first([&] { Send(op, op.amount, 3s); });
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+      if (!pipeline_.KillRedis()) Problem(op.id + ": no Redis to kill");
+      std::this_thread::sleep_for(kRedisDown);
+      if (!pipeline_.RestartRedis()) Problem(op.id + ": " + pipeline_.error());
+      first.join();
+      expect_success(SendUntilDone(op, op.amount), "retry after the Redis restart");
+      break;
+    }
+    case FaultMode::kConsumerReplay:
+      // Once the event was applied, a consumer re-reads the stream from its sequence.
+      expect_success(SendUntilDone(op, op.amount), "send");
+      if (!pipeline_.ReplayFrom(op.id)) Problem(op.id + ": " + pipeline_.error());
+      break;
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.
@@ -150,6 +198,11 @@ void Driver::Run() {
       Problem(op->id + " (late retry): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
     }
   }
+}
+
+std::set<std::string> Driver::gateway_replays() const {
+  std::lock_guard lock(mu_);
+  return replayed_;
 }
 
 std::vector<std::string> Driver::problems() const {

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <random>
+#include <set>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@
 #include "chaos/pipeline.h"
 
 namespace idem::chaos {
+
+// How long redis_restart keeps the gateway's Redis down before starting it again.
+inline constexpr std::chrono::milliseconds kRedisDown{300};
 
 class Driver {
  public:
@@ -36,6 +40,9 @@ class Driver {
   // Operations that got no success answer within their deadline, and unexpected answers
   // ("op-1-7: 500 ..."), for the report.
   std::vector<std::string> problems() const;
+  // Operations the gateway answered at least once with a stored response
+  // (`Idempotent-Replayed: true`): layer 1's evidence on the client side.
+  std::set<std::string> gateway_replays() const;
 
  private:
   struct Answer {
@@ -59,6 +66,7 @@ class Driver {
   mutable std::mutex mu_;
   std::vector<const Operation*> later_;   // GUARDED_BY(mu_)
   std::vector<std::string> problems_;     // GUARDED_BY(mu_)
+  std::set<std::string> replayed_;        // GUARDED_BY(mu_)
 };
 
 }  // namespace idem::chaos

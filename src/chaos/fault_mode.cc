@@ -15,6 +15,9 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kZombie: return "zombie";
     case FaultMode::kNatsRestart: return "nats_restart";
     case FaultMode::kPostgresRestart: return "postgres_restart";
+    case FaultMode::kRedisRestart: return "redis_restart";
+    case FaultMode::kConsumerReplay: return "consumer_replay";
+    case FaultMode::kRelayOutage: return "relay_outage";
   }
   return "?";
 }
@@ -56,11 +59,29 @@ std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std:
 int ExpectedLayer(FaultMode mode) {
   switch (mode) {
     case FaultMode::kConsumerKill:
+    case FaultMode::kConsumerReplay:
+    case FaultMode::kRelayOutage:
     case FaultMode::kRedeliveryStorm: return 2;
     case FaultMode::kRelayKill: return 3;
     case FaultMode::kNatsRestart:
     case FaultMode::kPostgresRestart: return 0;
     default: return 1;
+  }
+}
+
+}  // namespace idem::chaos
+
+namespace idem::chaos {
+
+std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1) {
+  switch (mode) {
+    case FaultMode::kGatewayKill:
+      return layer1 ? "" : "needs layer 1 (there is no gateway to kill)";
+    case FaultMode::kRedisRestart:
+      if (!layer1) return "needs layer 1 (the gateway's Redis store)";
+      return store == "redis" ? "" : "needs --store redis";
+    default:
+      return "";
   }
 }
 

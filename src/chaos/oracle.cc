@@ -30,15 +30,24 @@ enum class Outcome { kLost, kEscaped, kCaught1, kCaught2, kCaught3, kUnexercised
 Outcome Attribute(FaultMode mode, const Evidence& ev) {
   switch (mode) {
     case FaultMode::kConsumerKill:
+    case FaultMode::kConsumerReplay:
     case FaultMode::kRedeliveryStorm:
       return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kRelayKill:
+    case FaultMode::kRelayOutage:
       if (ev.stream_deduped > 0) return Outcome::kCaught3;
       return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kNatsRestart:
     case FaultMode::kPostgresRestart:
       // A restart makes duplicates only by accident (a PubAck, an ack or a reply lost with the
       // connection); the evidence of the operation's own event says which layer dropped one.
+      if (ev.stream_deduped > 0) return Outcome::kCaught3;
+      return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
+    case FaultMode::kRedisRestart:
+      // Caught by layer 1 when a retry was answered from a record (the gateway's, found again
+      // in Redis after the restart, or the service's own); unexercised when the first attempt
+      // never reached the service.
+      if (ev.gateway_replayed || ev.service_replays > 0) return Outcome::kCaught1;
       if (ev.stream_deduped > 0) return Outcome::kCaught3;
       return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kZombie:
@@ -103,6 +112,15 @@ std::map<std::string, Evidence> ReadEvidence(PGconn* conn, std::string* error) {
                  }) &&
       ForEachRow(conn, "SELECT op, count(*) FROM chaos_rejects GROUP BY op", error,
                  [&](PGresult* r, int i) { ev[PQgetvalue(r, i, 0)].rejected = IntAt(r, i, 1); }) &&
+      ForEachRow(conn,
+                 "SELECT c.op, count(*) FROM chaos_outage_events e "
+                 "JOIN chaos_charges c ON e.event_id = 'charge-' || c.id GROUP BY c.op",
+                 error,
+                 [&](PGresult* r, int i) { ev[PQgetvalue(r, i, 0)].outage_hit = IntAt(r, i, 1); }) &&
+      ForEachRow(conn, "SELECT op, count(*) FROM chaos_replays GROUP BY op", error,
+                 [&](PGresult* r, int i) {
+                   ev[PQgetvalue(r, i, 0)].service_replays = IntAt(r, i, 1);
+                 }) &&
       ForEachRow(conn, "SELECT op, count(DISTINCT token) FROM chaos_attempts GROUP BY op", error,
                  [&](PGresult* r, int i) {
                    ev[PQgetvalue(r, i, 0)].fencing_tokens = IntAt(r, i, 1);
@@ -145,6 +163,8 @@ Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Ev
   v.ops = static_cast<int>(plan.size());
   const bool relay_kills =
       std::find(modes_run.begin(), modes_run.end(), FaultMode::kRelayKill) != modes_run.end();
+  const bool outages =
+      std::find(modes_run.begin(), modes_run.end(), FaultMode::kRelayOutage) != modes_run.end();
   const Evidence none;
   for (const Operation& op : plan) {
     auto it = evidence.find(op.id);
@@ -166,9 +186,16 @@ Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Ev
       explained = explained || own.has_value();
       Count(row, own ? *own : Attribute(mode, ev));
     };
-    if (op.fault && *op.fault != FaultMode::kRelayKill) judge(*op.fault);
-    // A relay kill hits whatever the killed relay had published: every republished event.
-    if (relay_kills && ev.republished > 0) judge(FaultMode::kRelayKill);
+    if (op.fault && *op.fault != FaultMode::kRelayKill && *op.fault != FaultMode::kRelayOutage) {
+      judge(*op.fault);
+    }
+    // A relay kill hits whatever the killed relay had published: every republished event; an
+    // outage every event its crashed relay had left unmarked (recorded during the outage).
+    if (outages && ev.outage_hit > 0) {
+      judge(FaultMode::kRelayOutage);
+    } else if (relay_kills && ev.republished > 0) {
+      judge(FaultMode::kRelayKill);
+    }
     // Hit by a fault aimed at another operation (a consumer killed with this one in flight).
     if (bad && !explained) Count(v.plain, *bad);
   }

@@ -35,6 +35,9 @@ struct Evidence {
   int republished = 0;      // its events the relay published more than once
   int stream_deduped = 0;   // ... and the stream dropped as duplicates
   int fencing_tokens = 0;   // zombie ops: distinct gateway fencing tokens that reached /charge
+  int service_replays = 0;  // requests the service answered from its own key record (layer 1)
+  bool gateway_replayed = false;  // the gateway answered the client with a stored response
+  int outage_hit = 0;       // its events a relay outage left published and unmarked
   std::vector<int64_t> applied_amounts;  // the amount of every applied row
 };
 

@@ -1,12 +1,16 @@
 #include "chaos/pipeline.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
+
+#include <libpq-fe.h>
 
 #include "idem/store.h"
 #include "chaos/services.h"
@@ -16,6 +20,7 @@
 #include "servers/process.h"
 #include "servers/redis_server.h"
 #include "servers/temp_dir.h"
+#include "worker/jetstream.h"
 
 namespace idem::chaos {
 
@@ -28,7 +33,12 @@ struct Pipeline::Impl {
   std::unique_ptr<servers::PostgresServer> pg;
   std::unique_ptr<servers::NatsServer> nats;
   std::unique_ptr<servers::RedisServer> redis;
-  std::string db;           // the chaos database
+  std::string db_url;       // the chaos database, as a postgresql:// URL
+  std::string db_conninfo;  // ... as a libpq connection string
+  std::string nats_url;
+  std::string stream = "CHAOS";
+  std::string subject = "chaos.charged";
+  std::vector<std::string> created_databases;  // on the user's PostgreSQL: dropped at Stop
   std::string store_url;    // the gateway's store
   std::string gateway_listen;
   int service_port = 0;
@@ -39,7 +49,12 @@ struct Pipeline::Impl {
   std::unique_ptr<Process> relay;              // GUARDED_BY(mu)
   std::unique_ptr<Process> consumer;           // GUARDED_BY(mu)
   bool relay_armed = false;                    // GUARDED_BY(mu): the running relay will crash
+  bool hold_after_crash = false;               // GUARDED_BY(mu): the armed relay's crash
+  bool relay_held = false;                     // GUARDED_BY(mu): no relay is started
   std::string error;                           // GUARDED_BY(mu)
+  std::map<std::string, std::unique_ptr<Process>> replayers;  // GUARDED_BY(mu): by consumer
+  std::mutex admin_mu;                         // guards making nats_admin
+  std::unique_ptr<worker::NatsConnection> nats_admin;  // set once, then thread-safe (nats.c)
 
   std::atomic<bool> stopping{false};
   std::thread supervisor;
@@ -81,10 +96,11 @@ struct Pipeline::Impl {
     // with libpq reading the environment on another thread.
     if (crash) argv = {"/usr/bin/env", "IDEM_RELAY_TEST_CRASH_POINT=after_publish"};
     for (std::string a : {config.idem_binary, std::string("relay"), std::string("--db"),
-                          pg->Url(db), std::string("--nats"), nats->Url(),
-                          std::string("--create-stream"), std::string("CHAOS"),
-                          std::string("--subjects"), std::string("chaos.>"),
-                          std::string("--duplicate-window"), config.duplicate_window,
+                          db_url, std::string("--nats"), nats_url,
+                          std::string("--create-stream"), stream,
+                          std::string("--subjects"), subject,
+                          std::string("--duplicate-window"),
+                          std::to_string(config.duplicate_window.count()) + "ms",
                           std::string("--claim-lease"), std::string("1s"),
                           std::string("--poll-interval"), std::string("200ms"),
                           std::string("--admin-listen"), std::string("127.0.0.1:0")}) {
@@ -96,15 +112,27 @@ struct Pipeline::Impl {
     return "";
   }
 
+  // Connects nats_admin on first use. Empty on success, else why not.
+  std::string EnsureAdmin() {
+    std::lock_guard admin_lock(admin_mu);
+    if (nats_admin) return "";
+    auto connected = worker::NatsConnection::Connect(nats_url, "idem-chaos");
+    if (!connected.ok()) return connected.status().ToString();
+    nats_admin = std::move(*connected);
+    return "";
+  }
+
+  std::vector<std::string> ConsumeArgv(const std::string& name) const {
+    return {config.idem_binary, "consume", "--nats", nats_url, "--stream", stream,
+            "--consumer", name, "--deliver",
+            "http://127.0.0.1:" + std::to_string(service_port) + "/apply",
+            "--ack-wait", "2s", "--timeout", "1s", "--nak-delay", "10ms",
+            "--max-nak-delay", "50ms", "--max-in-flight", "8"};
+  }
+
   // REQUIRES: mu held.
   std::string LaunchConsumer() {
-    consumer = std::make_unique<Process>(
-        std::vector<std::string>{config.idem_binary, "consume", "--nats", nats->Url(), "--stream",
-                                 "CHAOS", "--consumer", "chaos-apply", "--deliver",
-                                 "http://127.0.0.1:" + std::to_string(service_port) + "/apply",
-                                 "--ack-wait", "2s", "--timeout", "1s", "--nak-delay", "10ms",
-                                 "--max-nak-delay", "50ms", "--max-in-flight", "8"},
-        Log("consume"));
+    consumer = std::make_unique<Process>(ConsumeArgv("chaos-apply"), Log("consume"));
     if (!consumer->WaitForLine("pulling from", 15s)) {
       // The relay creates the stream; when it could not, its log says why.
       return "idem consume did not start:\n" + consumer->Output() +
@@ -122,9 +150,15 @@ struct Pipeline::Impl {
         tasks.pop_front();
       }
       if (stopping) break;
-      if (relay && !relay->Running()) {
-        if (relay_armed) ++owner->relay_crashes_;
-        if (auto e = LaunchRelay(false); !e.empty()) error = e;
+      if (relay && !relay->Running() && !relay_held) {
+        if (relay_armed) {
+          ++owner->relay_crashes_;
+          relay_armed = false;
+          relay_held = hold_after_crash;
+        }
+        if (!relay_held) {
+          if (auto e = LaunchRelay(false); !e.empty()) error = e;
+        }
       }
       if (consumer && !consumer->Running()) {
         if (auto e = LaunchConsumer(); !e.empty()) error = e;
@@ -139,35 +173,100 @@ Pipeline::Pipeline(Config config) : impl_(std::make_unique<Impl>()) {
 
 Pipeline::~Pipeline() { Stop(); }
 
+namespace {
+
+// `url` (postgresql://...) naming the database `db` instead of its own.
+std::string WithDatabase(const std::string& url, const std::string& db) {
+  const size_t scheme = url.find("://");
+  const size_t authority = scheme == std::string::npos ? 0 : scheme + 3;
+  const size_t query = url.find('?', authority);
+  const size_t path = url.find('/', authority);
+  const size_t end = query == std::string::npos ? url.size() : query;
+  const size_t start = path == std::string::npos || path > end ? end : path;
+  return url.substr(0, start) + "/" + db + url.substr(end);
+}
+
+// Runs one statement on `url`; "" on success, else why not.
+std::string ExecOn(const std::string& url, const std::string& sql) {
+  PGconn* conn = PQconnectdb(url.c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  std::string error;
+  if (PQstatus(conn) != CONNECTION_OK) {
+    error = PQerrorMessage(conn);
+  } else {
+    PGresult* r = PQexec(conn, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) error = PQerrorMessage(conn);
+    PQclear(r);
+  }
+  PQfinish(conn);
+  return error;
+}
+
+}  // namespace
+
 std::string Pipeline::StartServers() {
   Impl& p = *impl_;
-  p.pg = std::make_unique<servers::PostgresServer>();
-  if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
-  p.nats = std::make_unique<servers::NatsServer>();
-  if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
-  p.db = p.pg->CreateDatabase();
+  const Config& c = p.config;
+  // On the user's servers everything of the run gets a name of its own.
+  const std::string run = std::to_string(getpid()) + "_" +
+                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count());
+  auto new_database = [&](std::string* url) -> std::string {
+    if (c.postgres_url.empty()) {
+      const std::string db = p.pg->CreateDatabase();
+      *url = p.pg->Url(db);
+      return "";
+    }
+    const std::string db = "idem_chaos_" + run + "_" + std::to_string(p.created_databases.size());
+    if (auto e = ExecOn(c.postgres_url, "CREATE DATABASE " + db); !e.empty()) {
+      return "creating database " + db + " on " + c.postgres_url + ": " + e;
+    }
+    p.created_databases.push_back(db);
+    *url = WithDatabase(c.postgres_url, db);
+    return "";
+  };
+  if (c.postgres_url.empty()) {
+    p.pg = std::make_unique<servers::PostgresServer>();
+    if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
+  }
+  if (c.nats_url.empty()) {
+    p.nats = std::make_unique<servers::NatsServer>();
+    if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
+    p.nats_url = p.nats->Url();
+  } else {
+    p.nats_url = c.nats_url;
+    p.stream = "CHAOS_" + run;
+    p.subject = "chaos_" + run + ".charged";
+  }
+  if (auto e = new_database(&p.db_url); !e.empty()) return e;
+  p.db_conninfo = p.db_url;  // libpq takes URLs
   {
-    auto store = OpenStore(p.pg->Url(p.db));  // creates or upgrades idem's schema
+    auto store = OpenStore(p.db_url);  // creates or upgrades idem's schema
     if (!store.ok()) return "creating idem's schema: " + store.status().ToString();
   }
   if (auto e = CreateChaosSchema(conninfo()); !e.empty()) return e;
-  if (p.config.store == "sqlite") {
+  if (c.store == "sqlite") {
     p.store_url = "sqlite:" + p.dir.File("gateway.db");
-  } else if (p.config.store == "memory") {
+  } else if (c.store == "memory") {
     p.store_url = "memory";
-  } else if (p.config.store == "redis") {
+  } else if (c.store == "redis" && !c.redis_url.empty()) {
+    p.store_url = c.redis_url + (c.redis_url.find('?') == std::string::npos ? "?" : "&") +
+                  "prefix=idem-chaos-" + run;
+  } else if (c.store == "redis") {
     p.redis = std::make_unique<servers::RedisServer>(servers::RedisServer::Options{true});
     if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
     p.store_url = p.redis->Url();
-  } else if (p.config.store == "postgresql") {
-    p.store_url = p.pg->Url(p.pg->CreateDatabase());
+  } else if (c.store == "postgresql") {
+    if (auto e = new_database(&p.store_url); !e.empty()) return e;
   } else {
-    return "unknown store '" + p.config.store + "' (sqlite, memory, redis or postgresql)";
+    return "unknown store '" + c.store + "' (sqlite, memory, redis or postgresql)";
   }
   return "";
 }
 
-std::string Pipeline::conninfo() const { return impl_->pg->ConnInfo(impl_->db); }
+std::string Pipeline::conninfo() const { return impl_->db_conninfo; }
+
+std::string Pipeline::subject() const { return impl_->subject; }
 
 std::string Pipeline::StartProcesses(int service_port) {
   Impl& p = *impl_;
@@ -197,6 +296,36 @@ std::string Pipeline::entry_address() const {
   return "127.0.0.1:" + std::to_string(impl_->service_port);
 }
 
+namespace {
+
+// The first column of the first row of `sql` with text parameters, as a number; -1 if there
+// is no row, the value is NULL or the query failed.
+int64_t QueryNumber(PGconn* conn, const char* sql, const std::vector<std::string>& params) {
+  std::vector<const char*> values;
+  for (const auto& p : params) values.push_back(p.c_str());
+  PGresult* r = PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(),
+                             nullptr, nullptr, 0);
+  int64_t out = -1;
+  if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)) {
+    out = std::atoll(PQgetvalue(r, 0, 0));
+  }
+  PQclear(r);
+  return out;
+}
+
+// Polls `f` every 50 ms until it returns true or `limit` passes.
+template <typename F>
+bool Poll(std::chrono::milliseconds limit, F f) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+}  // namespace
+
 bool Pipeline::KillAndRestartGateway() {
   Impl& p = *impl_;
   return p.OnSupervisor([this] { return KillAndRestartGatewayLocked(); });
@@ -218,14 +347,97 @@ bool Pipeline::KillAndRestartGatewayLocked() {
   return false;
 }
 
-int Pipeline::ArmRelayCrash() {
+int Pipeline::ArmRelayCrash(bool hold_after_crash) {
   Impl& p = *impl_;
   const int before = relay_crashes_.load();
-  p.OnSupervisor([&p] {
+  p.OnSupervisor([&p, hold_after_crash] {
     if (p.relay) p.relay->Stop(SIGTERM, 10s);
+    p.relay_held = false;
+    p.hold_after_crash = hold_after_crash;
     if (auto e = p.LaunchRelay(true); !e.empty()) p.error = e;
   });
   return before;
+}
+
+void Pipeline::HoldRelay() {
+  Impl& p = *impl_;
+  p.OnSupervisor([&p] {
+    if (p.relay) p.relay->Stop(SIGTERM, 10s);
+    p.relay_held = true;
+  });
+}
+
+void Pipeline::ReleaseRelay() {
+  Impl& p = *impl_;
+  p.OnSupervisor([&p] { p.relay_held = false; });
+}
+
+bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
+  Impl& p = *impl_;
+  if (auto e = p.EnsureAdmin(); !e.empty()) {
+    std::lock_guard lock(p.mu);
+    p.error = e;
+    return false;
+  }
+  Status done;
+  Poll(10s, [&] {  // nats-server may be restarting (nats_restart)
+    jsStreamInfo* info = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_GetStreamInfo(&info, p.nats_admin->js(), p.stream.c_str(), nullptr, &jerr);
+    if (s == NATS_OK) {
+      info->Config->Duplicates = std::chrono::nanoseconds(window).count();
+      jsStreamInfo* updated = nullptr;
+      s = js_UpdateStream(&updated, p.nats_admin->js(), info->Config, nullptr, &jerr);
+      if (updated != nullptr) jsStreamInfo_Destroy(updated);
+    }
+    if (info != nullptr) jsStreamInfo_Destroy(info);
+    done = s == NATS_OK ? Status() : worker::FromNats(s, "setting the stream's window", jerr);
+    return done.ok();
+  });
+  if (!done.ok()) {
+    std::lock_guard lock(p.mu);
+    p.error = done.ToString();
+  }
+  return done.ok();
+}
+
+std::chrono::milliseconds Pipeline::duplicate_window() const {
+  return impl_->config.duplicate_window;
+}
+
+bool Pipeline::WaitForOutageRepublished() {
+  PGconn* conn = PQconnectdb(conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  const bool done = Poll(30s, [&] {
+    if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
+    return QueryNumber(conn,
+                       "SELECT count(*) FROM idem.outbox o JOIN chaos_outage_events e "
+                       "USING (event_id) WHERE o.state = 0",
+                       {}) == 0;
+  });
+  PQfinish(conn);
+  if (!done) {
+    std::lock_guard lock(impl_->mu);
+    impl_->error = "a relay outage's rows were not republished within 30 s";
+  }
+  return done;
+}
+
+bool Pipeline::RecordOutageBatch() {
+  // Retried for a while: a postgres_restart may be under way (the relay stays down meanwhile,
+  // so the rows wait).
+  std::string error;
+  const bool ok = Poll(20s, [&] {
+    error = ExecOn(conninfo(),
+                   "INSERT INTO chaos_outage_events (event_id) SELECT event_id "
+                   "FROM idem.outbox WHERE state = 0 AND attempts > 0");
+    return error.empty();
+  });
+  if (!ok) {
+    std::lock_guard lock(impl_->mu);
+    impl_->error = "recording a relay outage's rows: " + error;
+  }
+  return ok;
 }
 
 bool Pipeline::WaitForRelayCrash(int before) {
@@ -245,6 +457,7 @@ void Pipeline::KillConsumer() {
 
 bool Pipeline::RestartNats() {
   Impl& p = *impl_;
+  if (!p.nats) return false;
   // On the supervisor thread: the restarted server is a child of the thread that starts it.
   return p.OnSupervisor([this, &p] {
     ++nats_restarts_;
@@ -258,10 +471,122 @@ bool Pipeline::RestartNats() {
 
 bool Pipeline::RestartPostgres() {
   Impl& p = *impl_;
+  if (!p.pg) return false;
   return p.OnSupervisor([this, &p] {
     ++postgres_restarts_;
     if (!p.pg->Restart()) {
       p.error = "PostgreSQL restart: " + p.pg->error();
+      return false;
+    }
+    return true;
+  });
+}
+
+bool Pipeline::ReplayFrom(const std::string& op) {
+  Impl& p = *impl_;
+  auto fail = [&p](std::string why) {
+    std::lock_guard lock(p.mu);
+    p.error = "consumer replay: " + why;
+    return false;
+  };
+  PGconn* conn = PQconnectdb(conninfo().c_str());
+  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // postgres_restart's FATAL
+  const auto query = [&](const char* sql) {
+    if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
+    return QueryNumber(conn, sql, {op});
+  };
+  const char* kDeliveries =
+      "SELECT (SELECT count(*) FROM chaos_applied WHERE op = $1) + "
+      "(SELECT count(*) FROM chaos_rejects WHERE op = $1)";
+  int64_t seq = -1;
+  int64_t before = 0;
+  const bool applied = Poll(30s, [&] {
+    seq = query("SELECT min(seq) FROM chaos_applied WHERE op = $1 AND seq > 0");
+    before = query(kDeliveries);
+    return seq > 0 && before > 0;
+  });
+  if (!applied) {
+    PQfinish(conn);
+    return fail(op + " was not applied within 30 s");
+  }
+
+  // The replaying consumer, created here so that it starts at the event's sequence (idem
+  // consume creates a missing consumer from the stream's start and binds to an existing one).
+  const std::string name = "chaos-replay-" + std::to_string(++replays_);  // unique per replay
+  if (auto e = p.EnsureAdmin(); !e.empty()) {
+    PQfinish(conn);
+    return fail(e);
+  }
+  jsConsumerConfig cc;
+  jsConsumerConfig_Init(&cc);
+  cc.Durable = name.c_str();
+  cc.AckPolicy = js_AckExplicit;
+  cc.DeliverPolicy = js_DeliverByStartSequence;
+  cc.OptStartSeq = static_cast<uint64_t>(seq);
+  cc.AckWait = int64_t{2000} * 1000 * 1000;  // as the consumer's --ack-wait
+  cc.MaxAckPending = 1000;
+  cc.MaxDeliver = -1;
+  Status created;
+  Poll(10s, [&] {  // nats-server may be restarting (nats_restart)
+    jsConsumerInfo* info = nullptr;
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_AddConsumer(&info, p.nats_admin->js(), p.stream.c_str(), &cc, nullptr, &jerr);
+    if (info != nullptr) jsConsumerInfo_Destroy(info);
+    created = s == NATS_OK ? Status() : worker::FromNats(s, "create consumer " + name, jerr);
+    return created.ok();
+  });
+  if (!created.ok()) {
+    PQfinish(conn);
+    return fail(created.ToString());
+  }
+
+  std::string launch_error = p.OnSupervisor([&p, &name] {
+    auto& replayer = p.replayers[name];
+    replayer = std::make_unique<Process>(p.ConsumeArgv(name), p.Log("replay"));
+    if (replayer->WaitForLine("pulling from", 15s)) return std::string();
+    return "idem consume did not start:\n" + replayer->Output();
+  });
+  // The replayed event reaches the apply service again: refused by the inbox (layer 2) or,
+  // with layer 2 off, applied a second time.
+  const bool redelivered =
+      launch_error.empty() && Poll(15s, [&] { return query(kDeliveries) > before; });
+  PQfinish(conn);
+  p.OnSupervisor([&p, &name] {
+    auto it = p.replayers.find(name);
+    if (it == p.replayers.end()) return;
+    it->second->Stop(SIGTERM, 10s);
+    p.replayers.erase(it);
+  });
+  Status deleted;
+  Poll(10s, [&] {
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    natsStatus s = js_DeleteConsumer(p.nats_admin->js(), p.stream.c_str(), name.c_str(), nullptr,
+                                     &jerr);
+    deleted = s == NATS_OK ? Status() : worker::FromNats(s, "delete consumer " + name, jerr);
+    return deleted.ok();
+  });
+  if (!launch_error.empty()) return fail(launch_error);
+  if (!redelivered) return fail(op + " was not delivered again within 15 s");
+  if (!deleted.ok()) return fail(deleted.ToString());
+  return true;
+}
+
+bool Pipeline::KillRedis() {
+  Impl& p = *impl_;
+  if (!p.redis) return false;
+  return p.OnSupervisor([this, &p] {
+    ++redis_restarts_;
+    p.redis->Kill();
+    return true;
+  });
+}
+
+bool Pipeline::RestartRedis() {
+  Impl& p = *impl_;
+  if (!p.redis) return false;
+  return p.OnSupervisor([&p] {
+    if (auto e = p.redis->Restart(); !e.empty()) {
+      p.error = "redis-server restart: " + e;
       return false;
     }
     return true;
@@ -299,9 +624,20 @@ void Pipeline::Stop() {
   if (p.gateway) p.gateway->Stop(SIGTERM, 5s);
   if (p.consumer) p.consumer->Stop(SIGTERM, 5s);
   if (p.relay) p.relay->Stop(SIGTERM, 5s);
+  for (auto& [name, replayer] : p.replayers) replayer->Stop(SIGTERM, 5s);
+  p.replayers.clear();
   p.gateway.reset();
   p.consumer.reset();
   p.relay.reset();
+  if (!p.config.nats_url.empty() && p.EnsureAdmin().empty()) {
+    // The run's stream on the user's server (with its consumers) goes.
+    jsErrCode jerr = static_cast<jsErrCode>(0);
+    js_DeleteStream(p.nats_admin->js(), p.stream.c_str(), nullptr, &jerr);
+  }
+  for (const auto& db : p.created_databases) {
+    ExecOn(p.config.postgres_url, "DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
+  }
+  p.created_databases.clear();
 }
 
 }  // namespace idem::chaos

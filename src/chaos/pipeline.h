@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,7 +22,15 @@ namespace idem::chaos {
 // claimed again (the 1 s claim lease), so every republished copy is stored and delivered. The
 // relay still sends Nats-Msg-Id: the consumer uses it as the message's inbox key (layer 2), and
 // publishing without it would blind the inbox too, not just the broker.
-inline constexpr const char* kNoDuplicateWindow = "100ms";
+inline constexpr std::chrono::milliseconds kNoDuplicateWindow{100};
+// The stream's window with layer 3 on.
+inline constexpr std::chrono::milliseconds kDuplicateWindow{120000};
+// relay_outage: while the relay is down the stream's window is cut to this (the smallest
+// JetStream accepts), and the outage lasts kOutageDown, several windows: the broker forgets the
+// crashed batch's ids. The window is set back once the batch has been republished, so no other
+// fault runs under the short window (relay_kill's copies must still be dropped by the stream).
+inline constexpr std::chrono::milliseconds kOutageWindow{100};
+inline constexpr std::chrono::milliseconds kOutageDown{600};
 
 class Pipeline {
  public:
@@ -31,7 +40,9 @@ class Pipeline {
     bool gateway = true;      // false: layer 1 off, no gateway is started
     // The stream's duplicate window (the relay creates the stream with it). Layer 3 off: the
     // smallest window JetStream accepts, so a republished copy is not dropped.
-    std::string duplicate_window = "2m";
+    std::chrono::milliseconds duplicate_window = kDuplicateWindow;
+    // Servers to use instead of starting them (ChaosOptions); empty: start one.
+    std::string postgres_url, nats_url, redis_url;
   };
 
   explicit Pipeline(Config config);
@@ -42,6 +53,8 @@ class Pipeline {
   std::string StartServers();
   // libpq connection string of the chaos database. REQUIRES: StartServers succeeded.
   std::string conninfo() const;
+  // The subject the payments service publishes its events on (the stream covers it).
+  std::string subject() const;
 
   // Starts the relay (which creates the stream), the consumer delivering to
   // http://127.0.0.1:SERVICE_PORT/apply and the gateway in front of /charge, then the
@@ -56,7 +69,21 @@ class Pipeline {
   // Stops the relay (SIGTERM) and starts one that SIGKILLs itself after its next published
   // batch and before marking it; the supervisor then starts a normal one. Returns the crash
   // count before, for WaitForRelayCrash.
-  int ArmRelayCrash();
+  // With `hold_after_crash`, no relay is started after the crash until ReleaseRelay (an
+  // outage).
+  int ArmRelayCrash(bool hold_after_crash = false);
+  // Stops the relay (SIGTERM) and keeps it stopped until the next ArmRelayCrash: rows pile up
+  // in the outbox meanwhile.
+  void HoldRelay();
+  // Lets the supervisor start a relay again after HoldRelay or a held crash.
+  void ReleaseRelay();
+  // Sets the stream's duplicate window (JetStream purges the ids older than a shortened window
+  // at once). False (error() says why) if NATS refused.
+  bool SetDuplicateWindow(std::chrono::milliseconds window);
+  std::chrono::milliseconds duplicate_window() const;
+  // Waits (up to 30 s) until every row RecordOutageBatch recorded has been marked published.
+  bool WaitForOutageRepublished();
+  bool RecordOutageBatch();
   // Waits (up to 10 s) until relay_crashes() exceeds `before`; false if it did not.
   bool WaitForRelayCrash(int before);
   // SIGKILL the consumer sidecar now; the supervisor starts it again.
@@ -73,9 +100,24 @@ class Pipeline {
   // (crash recovery; every connection breaks). False if it does not come back.
   bool RestartPostgres();
 
+  // A consumer replaying old sequences: waits (up to 30 s) until `op`'s event was applied,
+  // creates a second durable consumer on the stream that starts at that event's sequence
+  // (DeliverByStartSequence), runs an `idem consume` on it until the event has been delivered
+  // again (up to 15 s), then stops it and deletes the consumer. Every message from that sequence
+  // on comes again to the apply service. False (error() says why) if a step failed.
+  bool ReplayFrom(const std::string& op);
+
+  // SIGKILL the gateway's redis-server (--store redis); the gateway answers 503 until
+  // RestartRedis starts it again on the same port and append-only file. False if there is no
+  // Redis or it does not come back (error() says why).
+  bool KillRedis();
+  bool RestartRedis();
+
+  int redis_restarts() const { return redis_restarts_.load(); }
   int nats_restarts() const { return nats_restarts_.load(); }
   int postgres_restarts() const { return postgres_restarts_.load(); }
   int relay_crashes() const { return relay_crashes_.load(); }
+  int replays() const { return replays_.load(); }
   int gateway_kills() const { return gateway_kills_.load(); }
   std::string error() const;
   void Stop();
@@ -89,6 +131,8 @@ class Pipeline {
   std::atomic<int> gateway_kills_{0};
   std::atomic<int> nats_restarts_{0};
   std::atomic<int> postgres_restarts_{0};
+  std::atomic<int> redis_restarts_{0};
+  std::atomic<int> replays_{0};
 };
 
 }  // namespace idem::chaos

@@ -32,13 +32,17 @@ void PrintTable(const ChaosOptions& options, const Verdict& v, const RunFacts& f
                      "lost");
   for (const auto& [mode, r] : v.modes) out << Row(FaultModeName(mode), r, true);
   out << Row("(collateral)", v.plain, false);
+  std::string redis;  // only a run on the Redis store restarts it
+  if (options.store == "redis") redis = fmt::format(", Redis {}", facts.redis_restarts);
   out << fmt::format(
       "\ntotal: {} injected, {} escaped, {} lost (distinct operations); {:.1f} s\n"
-      "processes killed: gateway {}, consumer {}, relay {}, nats-server {}, PostgreSQL {}; "
+      "processes killed: gateway {}, consumer {}, relay {}, nats-server {}, PostgreSQL {}{}; "
       "late completions fenced by the gateway: {}\n",
       v.injected, v.escaped, v.lost, facts.seconds, facts.gateway_kills, facts.consumer_kills,
       facts.relay_crashes, facts.nats_restarts, facts.postgres_restarts,
+      redis,
       facts.fenced_completions);
+  for (const auto& s : facts.skipped) out << "not injected: " << s << "\n";
   for (const auto& p : facts.problems) out << "client: " << p << "\n";
   out << (v.escaped + v.lost == 0 ? "verdict: exactly once\n"
                                   : "verdict: NOT exactly once\n");
@@ -76,7 +80,10 @@ void PrintJson(const ChaosOptions& options, const Verdict& v, const RunFacts& fa
                                 {"consumer", facts.consumer_kills},
                                 {"relay", facts.relay_crashes},
                                 {"nats", facts.nats_restarts},
-                                {"postgres", facts.postgres_restarts}}},
+                                {"postgres", facts.postgres_restarts},
+                                {"redis", facts.redis_restarts}}},
+                     {"consumer_replays", facts.consumer_replays},
+                     {"skipped", facts.skipped},
                      {"fenced_completions", facts.fenced_completions},
                      {"problems", facts.problems}};
   out << doc.dump(2) << "\n";

@@ -20,7 +20,10 @@ struct RunFacts {
   int nats_restarts = 0;
   int postgres_restarts = 0;
   int fenced_completions = 0;  // late (zombie) completions the gateways refused
+  int redis_restarts = 0;
+  int consumer_replays = 0;  // replaying consumers run (consumer_replay)
   std::vector<std::string> problems;  // client-side surprises (ops never answered, ...)
+  std::vector<std::string> skipped;   // "mode: why" for modes this run could not inject
 };
 
 void PrintTable(const ChaosOptions& options, const Verdict& verdict, const RunFacts& facts,

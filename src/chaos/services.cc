@@ -66,11 +66,14 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "CREATE TABLE IF NOT EXISTS chaos_charges (id bigserial PRIMARY KEY, "
                    "  op text NOT NULL, amount bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_applied (op text NOT NULL, "
-                   "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL);"
+                   "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL, "
+                   "  seq bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
                    "  event_id text NOT NULL, delivery int NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
-                   "  token text NOT NULL);")) {
+                   "  token text NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_replays (op text NOT NULL);"
+                   "CREATE TABLE IF NOT EXISTS chaos_outage_events (event_id text NOT NULL);")) {
     error = std::string("creating the chaos tables: ") + PQerrorMessage(conn);
   }
   PQfinish(conn);
@@ -129,7 +132,12 @@ struct Services::Impl {
       auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30));
       if (!begun.ok()) return Rollback(conn, {503, begun.status().ToString()});
       if (auto* replay = std::get_if<Replay>(&*begun)) {
-        return Rollback(conn, {replay->response.status, replay->response.body});
+        Reply reply = Rollback(conn, {replay->response.status, replay->response.body});
+        // The evidence that the service's key record (layer 1) stopped a second charge.
+        if (!Value(conn, "INSERT INTO chaos_replays (op) VALUES ($1)", {op})) {
+          return {503, "replay log failed"};
+        }
+        return reply;
       }
       if (std::holds_alternative<Mismatch>(*begun)) return Rollback(conn, {422, "key reused"});
       if (std::holds_alternative<InFlight>(*begun)) return Rollback(conn, {409, "in flight"});
@@ -140,7 +148,7 @@ struct Services::Impl {
     if (!id) return Rollback(conn, {503, "insert failed"});
     const std::string event_id = "charge-" + *id;
     const json payload{{"op", op}, {"amount", amount}, {"event", event_id}};
-    auto enqueued = outbox::Enqueue(conn, {event_id, "chaos.charged", payload.dump(), {}, {}});
+    auto enqueued = outbox::Enqueue(conn, {event_id, config.subject, payload.dump(), {}, {}});
     if (!enqueued.ok()) return Rollback(conn, {503, enqueued.status().ToString()});
     const std::string response = json{{"charge", std::stoll(*id)}}.dump();
     if (token) {
@@ -152,7 +160,8 @@ struct Services::Impl {
     return {201, response};
   }
 
-  Reply Apply(PGconn* conn, const std::string& key, int delivery, const std::string& body) {
+  Reply Apply(PGconn* conn, const std::string& key, int delivery, const std::string& seq,
+              const std::string& body) {
     const json in = json::parse(body, nullptr, false);
     if (key.empty() || !in.is_object() || !in.contains("op") || !in["op"].is_string() ||
         !in.contains("amount") || !in["amount"].is_number_integer() || !in.contains("event")) {
@@ -176,9 +185,10 @@ struct Services::Impl {
       }
     } else {
       if (!Value(conn,
-                 "INSERT INTO chaos_applied (op, event_id, amount, delivery) "
-                 "VALUES ($1, $2, $3, $4)",
-                 {op, event, std::to_string(amount), std::to_string(delivery)})) {
+                 "INSERT INTO chaos_applied (op, event_id, amount, delivery, seq) "
+                 "VALUES ($1, $2, $3, $4, $5::bigint)",
+                 {op, event, std::to_string(amount), std::to_string(delivery),
+                  seq.empty() ? "0" : seq})) {
         return Rollback(conn, {503, "insert failed"});
       }
       if (!Exec(conn, "COMMIT")) return {503, "COMMIT failed"};
@@ -218,7 +228,7 @@ struct Services::Impl {
         reply = Charge(conn, key, std::string(req["Idempotency-Fencing-Token"]), req.body());
       } else if (req.method() == http::verb::post && target == "/apply") {
         reply = Apply(conn, key, std::atoi(std::string(req["Idem-Delivery-Count"]).c_str()),
-                      req.body());
+                      std::string(req["Idem-Stream-Sequence"]), req.body());
       }
       http::response<http::string_body> res{static_cast<http::status>(reply.status),
                                             req.version()};

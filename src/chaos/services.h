@@ -7,7 +7,8 @@
 //                  "charge-<row id>" enqueued in the outbox (layer 3's producer side). 201.
 //   POST /apply    behind `idem consume`: the event, with Idempotency-Key = the message id and
 //                  Idem-Delivery-Count. In ONE transaction: idem.inbox_claim (layer 2), then a
-//                  row in chaos_applied. A refused duplicate is logged in chaos_rejects. 200.
+//                  row in chaos_applied (with Idem-Stream-Sequence, where the message is
+//                  stored). A refused duplicate is logged in chaos_rejects. 200.
 //
 // The services have no duplicate protection of their own beyond those idem calls, so that a
 // disabled layer shows what it was worth: with layer 1 off /charge skips the key record, with
@@ -48,6 +49,7 @@ class Services {
  public:
   struct Config {
     std::string conninfo;                          // libpq connection string
+    std::string subject = "chaos.charged";         // the events' subject
     bool layer1 = true;                            // record the key in the charge transaction
     bool layer2 = true;                            // claim the inbox in the apply transaction
     std::map<std::string, FaultMode> faults;       // op id -> its fault

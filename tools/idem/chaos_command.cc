@@ -30,7 +30,8 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "one). Exit code 0: exactly once; 1: something escaped or was lost; 2: the run could not\n"
       "be set up.\n\n"
       "Fault modes: retry_soon, retry_later, concurrent, other_body, gateway_kill,\n"
-      "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart\n"
+      "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart,\n"
+      "redis_restart (only with --store redis), consumer_replay, relay_outage\n"
       "(docs/chaos.md says how each is injected).\n\n"
       "Examples:\n"
       "  idem chaos --ops 1000 --seed 7\n"
@@ -57,13 +58,25 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
   cmd->add_option("--disable-layer", flags->disabled,
                   "Turn a layer off to see what it is worth (repeatable): 1 = requests bypass the\n"
                   "gateway and the service records no key; 2 = the consumer claims no inbox row;\n"
-                  "3 = the stream keeps no duplicate window (1 ms), so republished events reach\n"
-                  "the consumer")
+                  "3 = the stream keeps no useful duplicate window (100 ms), so republished\n"
+                  "events reach the consumer")
       ->check(CLI::IsMember({1, 2, 3}));
   cmd->add_option("--store", flags->options.store,
                   "The gateway's store: sqlite, memory, redis or postgresql")
       ->capture_default_str()
       ->check(CLI::IsMember({"sqlite", "memory", "redis", "postgresql"}));
+  cmd->add_option("--postgres", flags->options.postgres_url,
+                  "Use this running PostgreSQL (postgresql://USER[:PASS]@HOST:PORT/DB, a role that\n"
+                  "may CREATE DATABASE) instead of starting one: the run creates its databases on\n"
+                  "it and drops them at the end; postgres_restart is left out");
+  cmd->add_option("--nats", flags->options.nats_url,
+                  "Use this running nats-server (nats://HOST:PORT, JetStream on) instead of\n"
+                  "starting one: the run creates a stream CHAOS_<run> and deletes it at the end;\n"
+                  "nats_restart is left out");
+  cmd->add_option("--redis", flags->options.redis_url,
+                  "With --store redis: use this running Redis (redis://...) instead of starting\n"
+                  "one; the gateway's keys get a prefix of the run's own; redis_restart is left\n"
+                  "out");
   cmd->add_option("--clients", flags->options.clients, "Client threads sending payments")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
@@ -78,7 +91,8 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       std::cerr << "idem chaos: --faults: " << error << "\n";
       return 2;
     }
-    flags->options.faults = *faults;
+    // "all": every mode this run can inject (the report names the ones it cannot).
+    if (flags->faults != "all") flags->options.faults = *faults;
     flags->options.disabled_layers = {flags->disabled.begin(), flags->disabled.end()};
     flags->options.progress = !flags->quiet;
     if (flags->options.duration_seconds > 0 && ops->count() == 0) {
