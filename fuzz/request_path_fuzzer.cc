@@ -33,6 +33,7 @@
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
 #include "gateway/route_matcher.h"
+#include "gateway/upstream_pool.h"
 #include "idem/scope.h"
 #include "idem/store.h"
 

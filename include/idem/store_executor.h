@@ -116,7 +116,7 @@ class StoreExecutor {
     using R = std::invoke_result_t<Fn&, Store&>;
     return boost::asio::async_initiate<CompletionToken, void(R)>(
         [this, may_run_inline](auto handler, Fn f) {
-          Start(std::move(f), std::move(handler), may_run_inline);
+          this->Start(std::move(f), std::move(handler), may_run_inline);
         },
         token, std::move(fn));
   }
