@@ -8,6 +8,9 @@
 #                                 a long run: ten million inputs, no time limit, built -O2 with
 #                                 UBSan but without ASan (several times faster; the harness's
 #                                 own checks still abort on a wrong answer)
+#   FUZZ_JOBS=2 ...               that many fuzzing processes side by side, sharing the corpus;
+#                                 FUZZ_RUNS is the total, split evenly, and each job logs to
+#                                 build/fuzz/fuzz-N.log
 #   fuzz/run-fuzz.sh CRASH_FILE   re-run one input (a reproducer libFuzzer wrote)
 #
 # New interesting inputs go to build/fuzz/corpus (the seeds in fuzz/corpus stay as they are);
@@ -35,6 +38,18 @@ if (($#)); then
   exec "$fuzzer" "$@"
 fi
 mkdir -p build/fuzz/corpus
-exec "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" -runs="${FUZZ_RUNS:--1}" -entropic=0 \
+jobs=${FUZZ_JOBS:-1}
+runs=${FUZZ_RUNS:--1}
+parallel=()
+if ((jobs > 1)); then
+  ((runs > 0)) && runs=$(((runs + jobs - 1) / jobs))
+  parallel=(-jobs="$jobs" -workers="$jobs")
+  cd build/fuzz  # libFuzzer writes each job's log (fuzz-N.log) to the working directory
+  fuzzer=../../$fuzzer
+  exec "$fuzzer" "${parallel[@]}" -max_total_time="${FUZZ_SECONDS:-60}" -runs="$runs" -entropic=0 \
+    -max_len=8192 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix=./ corpus ../../fuzz/corpus/request_path
+fi
+exec "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" -runs="$runs" -entropic=0 \
   -max_len=8192 -timeout=10 -print_final_stats=1 \
   -artifact_prefix=build/fuzz/ build/fuzz/corpus fuzz/corpus/request_path
