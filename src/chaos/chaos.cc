@@ -114,6 +114,9 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   pc.nats_url = options.nats_url;
   pc.redis_url = options.redis_url;
   if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
+  const bool movable_clock =
+      std::any_of(options.faults.begin(), options.faults.end(), MovesTheClock);
+  pc.movable_clock = movable_clock;
   Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
     err << "idem chaos: " << e << "\n";
@@ -124,6 +127,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   sc.subject = pipeline.subject();
   sc.layer1 = layer1;
   sc.layer2 = layer2;
+  if (movable_clock) sc.clock = pipeline.service_clock();
   for (const Operation& op : plan) {
     if (op.fault) sc.faults[op.id] = *op.fault;
   }

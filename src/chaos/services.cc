@@ -69,7 +69,7 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL, "
                    "  seq bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
-                   "  event_id text NOT NULL, delivery int NOT NULL);"
+                   "  event_id text NOT NULL, delivery int NOT NULL, seq bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
                    "  token text NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_replays (op text NOT NULL);"
@@ -129,7 +129,8 @@ struct Services::Impl {
     if (config.layer1) {
       auto fp = ComputeFingerprint({}, {"POST", "/charge", "", body, {}});
       if (!fp.ok()) return Rollback(conn, {500, fp.status().ToString()});
-      auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30));
+      auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30),
+                                                {config.clock});
       if (!begun.ok()) return Rollback(conn, {503, begun.status().ToString()});
       if (auto* replay = std::get_if<Replay>(&*begun)) {
         Reply reply = Rollback(conn, {replay->response.status, replay->response.body});
@@ -152,8 +153,8 @@ struct Services::Impl {
     if (!enqueued.ok()) return Rollback(conn, {503, enqueued.status().ToString()});
     const std::string response = json{{"charge", std::stoll(*id)}}.dump();
     if (token) {
-      auto done = postgres::CompleteInTransaction(conn, scope, *token,
-                                                  {201, {}, response}, std::chrono::hours(24));
+      auto done = postgres::CompleteInTransaction(conn, scope, *token, {201, {}, response},
+                                                  std::chrono::hours(24), {config.clock});
       if (!done.ok() || *done != CompleteOutcome::kOk) return Rollback(conn, {503, "fenced"});
     }
     if (!Exec(conn, "COMMIT")) return {503, "COMMIT failed"};
@@ -179,8 +180,10 @@ struct Services::Impl {
     }
     if (duplicate) {
       Rollback(conn, {200, ""});
-      if (!Value(conn, "INSERT INTO chaos_rejects (op, event_id, delivery) VALUES ($1, $2, $3)",
-                 {op, event, std::to_string(delivery)})) {
+      if (!Value(conn,
+                 "INSERT INTO chaos_rejects (op, event_id, delivery, seq) "
+                 "VALUES ($1, $2, $3, $4::bigint)",
+                 {op, event, std::to_string(delivery), seq.empty() ? "0" : seq})) {
         return {503, "reject log failed"};
       }
     } else {
