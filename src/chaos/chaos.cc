@@ -11,6 +11,7 @@
 
 #include "chaos/driver.h"
 #include "chaos/oracle.h"
+#include "chaos/pg_connect.h"
 #include "chaos/pipeline.h"
 #include "chaos/report.h"
 #include "chaos/services.h"
@@ -102,6 +103,8 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     return 2;
   }
   options.faults = runnable;
+  ExpectPostgresRestarts(std::find(runnable.begin(), runnable.end(),
+                                   FaultMode::kPostgresRestart) != runnable.end());
   std::vector<Operation> plan = MakePlan(options);
 
   std::error_code ec;
@@ -174,8 +177,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     err << "idem chaos: " << plan.size() << " operations sent; waiting for the pipeline to settle\n";
   }
 
-  PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // as every chaos connection
+  PGconn* conn = Connect(pipeline.conninfo());
   WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);
   {
     std::lock_guard lock(mu);

@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 
 #include "idem/store.h"
+#include "chaos/pg_connect.h"
 #include "chaos/services.h"
 #include "servers/free_port.h"
 #include "servers/nats_server.h"
@@ -194,8 +195,7 @@ std::string WithDatabase(const std::string& url, const std::string& db) {
 
 // Runs one statement on `url`; "" on success, else why not.
 std::string ExecOn(const std::string& url, const std::string& sql) {
-  PGconn* conn = PQconnectdb(url.c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PGconn* conn = Connect(url);
   std::string error;
   if (PQstatus(conn) != CONNECTION_OK) {
     error = PQerrorMessage(conn);
@@ -438,8 +438,7 @@ std::chrono::milliseconds Pipeline::duplicate_window() const {
 }
 
 bool Pipeline::WaitForOutageRepublished() {
-  PGconn* conn = PQconnectdb(conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PGconn* conn = Connect(conninfo());
   const bool done = Poll(30s, [&] {
     if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
     return QueryNumber(conn,
@@ -521,8 +520,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
     p.error = "consumer replay: " + why;
     return false;
   };
-  PGconn* conn = PQconnectdb(conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // postgres_restart's FATAL
+  PGconn* conn = Connect(conninfo());
   const auto query = [&](const char* sql) {
     if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
     return QueryNumber(conn, sql, {op});

@@ -10,6 +10,7 @@
 
 #include <set>
 
+#include "chaos/pg_connect.h"
 #include "idem/fingerprint.h"
 #include "idem/outbox.h"
 #include "idem/postgres.h"
@@ -58,7 +59,7 @@ Reply Rollback(PGconn* conn, Reply reply) {
 }  // namespace
 
 std::string CreateChaosSchema(const std::string& conninfo) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
+  PGconn* conn = Connect(conninfo);
   std::string error;
   if (PQstatus(conn) != CONNECTION_OK) {
     error = std::string("connecting to PostgreSQL: ") + PQerrorMessage(conn);
@@ -213,10 +214,9 @@ struct Services::Impl {
   }
 
   void Serve(std::shared_ptr<tcp::socket> socket) {
-    PGconn* conn = PQconnectdb(config.conninfo.c_str());
-    // A PostgreSQL restart (postgres_restart) sends every connection a FATAL notice; the
-    // request fails and is retried, which is the point, so the notice is not printed.
-    PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+    // A PostgreSQL restart (postgres_restart) may send a connection a FATAL notice; the request
+    // fails and is retried, which is the point, so Connect's processor drops it.
+    PGconn* conn = Connect(config.conninfo);
     beast::flat_buffer buffer;
     beast::error_code ec;
     while (!stopping) {
