@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 namespace idem {
 
@@ -40,6 +41,23 @@ class ManualClock final : public Clock {
 
  private:
   std::atomic<int64_t> now_ms_;
+};
+
+// Another clock moved by an offset that can be changed while it is read: Now() is
+// base->Now() + offset(). For tests that must move a running component's time (the gateway's
+// --unsafe-clock-offset-file) while the base clock keeps running. Thread-safe.
+class OffsetClock final : public Clock {
+ public:
+  explicit OffsetClock(std::shared_ptr<Clock> base, Duration offset = Duration(0))
+      : base_(std::move(base)), offset_ms_(offset.count()) {}
+
+  TimePoint Now() const override { return base_->Now() + offset(); }
+  Duration offset() const { return Duration(offset_ms_.load(std::memory_order_acquire)); }
+  void SetOffset(Duration offset) { offset_ms_.store(offset.count(), std::memory_order_release); }
+
+ private:
+  const std::shared_ptr<Clock> base_;
+  std::atomic<int64_t> offset_ms_;
 };
 
 }  // namespace idem

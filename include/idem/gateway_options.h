@@ -93,6 +93,11 @@ struct GatewayOptions {
   // sweep, the retries after a response, and every lease and TTL. Default: the system clock;
   // tests pass a ManualClock. Not settable from flags or a config file.
   std::shared_ptr<Clock> clock = SystemClock();
+  // FOR TESTS ONLY (--unsafe-clock-offset-file): a file holding a duration ("3h") by which the
+  // gateway's clock runs ahead of `clock`; re-read every 100 ms while the gateway runs, so a
+  // test can move a running gateway hours ahead (leases and retention expire early: never in
+  // production). Empty (the default): off. Not settable from a config file; logged at start.
+  std::string unsafe_clock_offset_file;
 
   // Routes in the order given; the first match decides. Requests no route matches use the
   // default: POST and PATCH require a key, every other method is passed through.

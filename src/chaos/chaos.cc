@@ -11,6 +11,7 @@
 
 #include "chaos/driver.h"
 #include "chaos/oracle.h"
+#include "chaos/pg_connect.h"
 #include "chaos/pipeline.h"
 #include "chaos/report.h"
 #include "chaos/services.h"
@@ -102,6 +103,8 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     return 2;
   }
   options.faults = runnable;
+  ExpectPostgresRestarts(std::find(runnable.begin(), runnable.end(),
+                                   FaultMode::kPostgresRestart) != runnable.end());
   std::vector<Operation> plan = MakePlan(options);
 
   std::error_code ec;
@@ -114,6 +117,9 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   pc.nats_url = options.nats_url;
   pc.redis_url = options.redis_url;
   if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
+  const bool movable_clock =
+      std::any_of(options.faults.begin(), options.faults.end(), MovesTheClock);
+  pc.movable_clock = movable_clock;
   Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
     err << "idem chaos: " << e << "\n";
@@ -124,6 +130,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   sc.subject = pipeline.subject();
   sc.layer1 = layer1;
   sc.layer2 = layer2;
+  if (movable_clock) sc.clock = pipeline.service_clock();
   for (const Operation& op : plan) {
     if (op.fault) sc.faults[op.id] = *op.fault;
   }
@@ -170,8 +177,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     err << "idem chaos: " << plan.size() << " operations sent; waiting for the pipeline to settle\n";
   }
 
-  PGconn* conn = PQconnectdb(pipeline.conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // as every chaos connection
+  PGconn* conn = Connect(pipeline.conninfo());
   WaitForQuiet(conn, static_cast<long>(plan.size()), 60s);
   {
     std::lock_guard lock(mu);

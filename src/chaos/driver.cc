@@ -57,7 +57,9 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       expect_success(SendUntilDone(op, op.amount), "send");
       expect_success(SendUntilDone(op, op.amount), "retry");
       break;
-    case FaultMode::kRetryLater: {
+    case FaultMode::kRetryLater:
+    case FaultMode::kRetryHours:
+    case FaultMode::kRetryExpired: {
       expect_success(SendUntilDone(op, op.amount), "send");
       std::lock_guard lock(mu_);
       later_.push_back(&op);
@@ -186,16 +188,30 @@ void Driver::Run() {
     });
   }
   for (auto& t : clients) t.join();
-  // "Much later": after every other operation and fault of the run.
+  // "Much later": after every other operation and fault of the run. retry_later's retries
+  // first, on the real clock; then the gateway's and the service's clocks jump kHoursLater
+  // ahead for retry_hours' (within retention: replayed), then kPastRetention for
+  // retry_expired's (every record expired: executed again, by design).
   std::vector<const Operation*> later;
   {
     std::lock_guard lock(mu_);
     later.swap(later_);
   }
-  for (const Operation* op : later) {
-    const Answer a = SendUntilDone(*op, op->amount);
-    if (a.status < 200 || a.status > 299) {
-      Problem(op->id + " (late retry): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
+  for (auto [mode, offset] : {std::pair<FaultMode, Duration>{FaultMode::kRetryLater, Duration(0)},
+                              {FaultMode::kRetryHours, kHoursLater},
+                              {FaultMode::kRetryExpired, kPastRetention}}) {
+    bool moved = offset == Duration(0);
+    for (const Operation* op : later) {
+      if (op->fault != mode) continue;
+      if (!moved) {
+        moved = true;
+        if (!pipeline_.SetClockOffset(offset)) Problem("moving the clock: " + pipeline_.error());
+      }
+      const Answer a = SendUntilDone(*op, op->amount);
+      if (a.status < 200 || a.status > 299) {
+        Problem(op->id + " (late retry): " + std::to_string(a.status) + " " +
+                a.body.substr(0, 200));
+      }
     }
   }
 }

@@ -64,7 +64,7 @@ class Driver {
   std::mutex relay_mu_;    // one relay crash at a time
   std::mutex server_mu_;   // one server restart at a time
   mutable std::mutex mu_;
-  std::vector<const Operation*> later_;   // GUARDED_BY(mu_)
+  std::vector<const Operation*> later_;   // GUARDED_BY(mu_): retry_later, _hours, _expired
   std::vector<std::string> problems_;     // GUARDED_BY(mu_)
   std::set<std::string> replayed_;        // GUARDED_BY(mu_)
 };

@@ -18,12 +18,17 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kRedisRestart: return "redis_restart";
     case FaultMode::kConsumerReplay: return "consumer_replay";
     case FaultMode::kRelayOutage: return "relay_outage";
+    case FaultMode::kRetryHours: return "retry_hours";
+    case FaultMode::kRetryExpired: return "retry_expired";
   }
   return "?";
 }
 
 std::optional<FaultMode> ParseFaultMode(std::string_view name) {
   for (FaultMode m : kAllFaultModes) {
+    if (FaultModeName(m) == name) return m;
+  }
+  for (FaultMode m : kOptInFaultModes) {
     if (FaultModeName(m) == name) return m;
   }
   return std::nullopt;
@@ -42,6 +47,7 @@ std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std:
     if (!mode) {
       std::string known;
       for (FaultMode m : kAllFaultModes) known += (known.empty() ? "" : ", ") + std::string(FaultModeName(m));
+      for (FaultMode m : kOptInFaultModes) known += ", " + std::string(FaultModeName(m));
       *error = "unknown fault mode '" + std::string(name) + "' (known: " + known + ", or all)";
       return std::nullopt;
     }

@@ -2,6 +2,7 @@
 // layer expected to catch each (seed table "what each layer catches"; docs/chaos.md).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,8 @@ enum class FaultMode {
   kRedisRestart,     // the gateway's redis-server SIGKILLed with the request in flight, restarted
   kConsumerReplay,   // a second consumer re-reads the stream from the event's sequence
   kRelayOutage,      // the relay killed after publish, before mark, down past the dup window
+  kRetryHours,       // ... again at the end, with the clocks moved kHoursLater (within retention)
+  kRetryExpired,     // ... again at the end, with the clocks moved past every retention
 };
 
 inline constexpr FaultMode kAllFaultModes[] = {
@@ -31,15 +34,30 @@ inline constexpr FaultMode kAllFaultModes[] = {
     FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
     FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm, FaultMode::kZombie,
     FaultMode::kNatsRestart, FaultMode::kPostgresRestart, FaultMode::kRedisRestart,
-    FaultMode::kConsumerReplay, FaultMode::kRelayOutage};
+    FaultMode::kConsumerReplay, FaultMode::kRelayOutage, FaultMode::kRetryHours};
+// Modes run only when named in --faults (not by "all"): they demonstrate a limit instead of
+// checking a promise, so they make the run fail by design. retry_expired: a retry after every
+// retention has passed is a new request to every layer and counts as escaped.
+inline constexpr FaultMode kOptInFaultModes[] = {FaultMode::kRetryExpired};
+
+// How far retry_hours moves the gateway's clock and the payments service's: hours, within the
+// 24 h both keep a completed key.
+inline constexpr std::chrono::hours kHoursLater{3};
+// How far retry_expired moves them: past the 24 h retention of both.
+inline constexpr std::chrono::hours kPastRetention{25};
+
+// Whether `mode` needs the gateway's and the service's clocks moved at the end of the run.
+inline bool MovesTheClock(FaultMode mode) {
+  return mode == FaultMode::kRetryHours || mode == FaultMode::kRetryExpired;
+}
 
 // "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
 // "relay_kill", "redelivery_storm", "zombie", "nats_restart", "postgres_restart",
-// "redis_restart", "consumer_replay", "relay_outage".
+// "redis_restart", "consumer_replay", "relay_outage", "retry_hours", "retry_expired".
 std::string_view FaultModeName(FaultMode mode);
-// The mode named `name`, or nullopt.
+// The mode named `name` (opt-in modes included), or nullopt.
 std::optional<FaultMode> ParseFaultMode(std::string_view name);
-// A comma-separated list of names, or "all". Nullopt (and `error` set) on an unknown name.
+// A comma-separated list of names, or "all" (every mode but the opt-in ones). Nullopt (and `error` set) on an unknown name.
 std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std::string* error);
 // The layer that is meant to catch `mode`: 1 ingest, 2 worker, 3 emit; 0 for a server restart,
 // whose duplicates (if any) may reach any layer.

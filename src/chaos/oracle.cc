@@ -36,7 +36,14 @@ Outcome Attribute(FaultMode mode, const Evidence& ev) {
     case FaultMode::kRelayKill:
     case FaultMode::kRelayOutage:
       if (ev.stream_deduped > 0) return Outcome::kCaught3;
-      return ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
+      // Layer 2 caught a republished copy only if the stream stored the event again (under a
+      // second sequence) and the inbox refused one. A refusal alone is not enough: `republished`
+      // counts claims, and a row claimed twice may have been published once (the first claim
+      // released or expired after a failed publish, during a nats_restart say), while the
+      // refusal came from a redelivery of that one copy (a consumer killed with it in flight,
+      // an ack lost in a nats_restart). Counting that as layer 2 was a mixed-run flake:
+      // relay_kill showed layer 2 catches the relay had nothing to do with.
+      return ev.stored_again > 0 && ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kNatsRestart:
     case FaultMode::kPostgresRestart:
       // A restart makes duplicates only by accident (a PubAck, an ack or a reply lost with the
@@ -112,6 +119,16 @@ std::map<std::string, Evidence> ReadEvidence(PGconn* conn, std::string* error) {
                  }) &&
       ForEachRow(conn, "SELECT op, count(*) FROM chaos_rejects GROUP BY op", error,
                  [&](PGresult* r, int i) { ev[PQgetvalue(r, i, 0)].rejected = IntAt(r, i, 1); }) &&
+      ForEachRow(conn,
+                 "SELECT op, count(*) FROM (SELECT op, event_id FROM "
+                 "  (SELECT op, event_id, seq FROM chaos_applied UNION ALL "
+                 "   SELECT op, event_id, seq FROM chaos_rejects) d "
+                 "  WHERE seq > 0 GROUP BY op, event_id HAVING count(DISTINCT seq) > 1) x "
+                 "GROUP BY op",
+                 error,
+                 [&](PGresult* r, int i) {
+                   ev[PQgetvalue(r, i, 0)].stored_again = IntAt(r, i, 1);
+                 }) &&
       ForEachRow(conn,
                  "SELECT c.op, count(*) FROM chaos_outage_events e "
                  "JOIN chaos_charges c ON e.event_id = 'charge-' || c.id GROUP BY c.op",

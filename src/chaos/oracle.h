@@ -34,6 +34,7 @@ struct Evidence {
   int rejected = 0;         // deliveries the consumer's inbox refused as duplicates
   int republished = 0;      // its events the relay published more than once
   int stream_deduped = 0;   // ... and the stream dropped as duplicates
+  int stored_again = 0;     // its events the stream stored more than once (at two sequences)
   int fencing_tokens = 0;   // zombie ops: distinct gateway fencing tokens that reached /charge
   int service_replays = 0;  // requests the service answered from its own key record (layer 1)
   bool gateway_replayed = false;  // the gateway answered the client with a stored response

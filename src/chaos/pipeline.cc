@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 
 #include "idem/store.h"
+#include "chaos/pg_connect.h"
 #include "chaos/services.h"
 #include "servers/free_port.h"
 #include "servers/nats_server.h"
@@ -74,6 +75,8 @@ struct Pipeline::Impl {
     return result.get();
   }
 
+  std::string ClockOffsetFile() const { return dir.File("gateway-clock-offset"); }
+
   std::string Log(const std::string& name) {
     return dir.File(name + "-" + std::to_string(++launches) + ".log");
   }
@@ -84,6 +87,10 @@ struct Pipeline::Impl {
                                      "--upstream",
                                      "http://127.0.0.1:" + std::to_string(service_port),
                                      "--store",  store_url, "--config", dir.File("gateway.toml")};
+    if (config.movable_clock) {
+      argv.push_back("--unsafe-clock-offset-file");
+      argv.push_back(ClockOffsetFile());
+    }
     gateway = std::make_unique<Process>(argv, Log("gateway"));
     if (!gateway->WaitForLine("gateway on", 15s)) return "idem gateway did not start:\n" + gateway->Output();
     return "";
@@ -188,8 +195,7 @@ std::string WithDatabase(const std::string& url, const std::string& db) {
 
 // Runs one statement on `url`; "" on success, else why not.
 std::string ExecOn(const std::string& url, const std::string& sql) {
-  PGconn* conn = PQconnectdb(url.c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PGconn* conn = Connect(url);
   std::string error;
   if (PQstatus(conn) != CONNECTION_OK) {
     error = PQerrorMessage(conn);
@@ -280,6 +286,7 @@ std::string Pipeline::StartProcesses(int service_port) {
     toml << "[gateway]\nupstream_response_timeout = \"4s\"\n\n"
             "[[route]]\npath_prefix = \"/\"\nlease = \"1s\"\n";
   }
+  if (p.config.movable_clock) std::ofstream(p.ClockOffsetFile()) << "0s\n";
   std::lock_guard lock(p.mu);
   if (auto e = p.LaunchRelay(false); !e.empty()) return e;
   if (auto e = p.LaunchConsumer(); !e.empty()) return e;
@@ -347,6 +354,31 @@ bool Pipeline::KillAndRestartGatewayLocked() {
   return false;
 }
 
+bool Pipeline::SetClockOffset(Duration offset) {
+  Impl& p = *impl_;
+  service_clock_->SetOffset(offset);
+  if (!p.config.gateway) return true;  // layer 1 off: no gateway, only the service's clock
+  {
+    // Written aside and renamed over: the gateway never reads a half-written file.
+    const std::string file = p.ClockOffsetFile();
+    std::ofstream(file + ".new") << offset.count() << "ms\n";
+    std::error_code ec;
+    std::filesystem::rename(file + ".new", file, ec);
+    if (ec) {
+      std::lock_guard lock(p.mu);
+      p.error = "moving the gateway's clock: " + ec.message();
+      return false;
+    }
+  }
+  // The gateway logs each new offset it reads (every 100 ms).
+  const std::string logged = "clock offset now " + std::to_string(offset.count()) + " ms ahead";
+  return p.OnSupervisor([&p, &logged] {
+    if (p.gateway && p.gateway->WaitForLine(logged, 5s)) return true;
+    p.error = "the gateway did not take the clock offset within 5 s";
+    return false;
+  });
+}
+
 int Pipeline::ArmRelayCrash(bool hold_after_crash) {
   Impl& p = *impl_;
   const int before = relay_crashes_.load();
@@ -406,8 +438,7 @@ std::chrono::milliseconds Pipeline::duplicate_window() const {
 }
 
 bool Pipeline::WaitForOutageRepublished() {
-  PGconn* conn = PQconnectdb(conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PGconn* conn = Connect(conninfo());
   const bool done = Poll(30s, [&] {
     if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
     return QueryNumber(conn,
@@ -489,8 +520,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
     p.error = "consumer replay: " + why;
     return false;
   };
-  PGconn* conn = PQconnectdb(conninfo().c_str());
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // postgres_restart's FATAL
+  PGconn* conn = Connect(conninfo());
   const auto query = [&](const char* sql) {
     if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
     return QueryNumber(conn, sql, {op});

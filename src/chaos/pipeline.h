@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 
+#include "idem/clock.h"
+
 namespace idem::chaos {
 
 // The stream's duplicate window with layer 3 off: JetStream has no "off" (0 means its 2 min
@@ -43,6 +45,9 @@ class Pipeline {
     std::chrono::milliseconds duplicate_window = kDuplicateWindow;
     // Servers to use instead of starting them (ChaosOptions); empty: start one.
     std::string postgres_url, nats_url, redis_url;
+    // retry_hours / retry_expired run: the gateway is started with --unsafe-clock-offset-file
+    // (a file in the run's directory, "0s" at first), so SetClockOffset can move it.
+    bool movable_clock = false;
   };
 
   explicit Pipeline(Config config);
@@ -62,6 +67,14 @@ class Pipeline {
   std::string StartProcesses(int service_port);
   // Where clients send payments: the gateway, or the service itself with layer 1 off.
   std::string entry_address() const;
+
+  // The payments service's clock (its key record's "now"): the system clock moved by the
+  // offset SetClockOffset last set, as the gateway's.
+  std::shared_ptr<Clock> service_clock() const { return service_clock_; }
+  // Moves the gateway's clock (through its clock offset file) and the service's to `offset`
+  // ahead of the system clock, and waits (up to 5 s) until the running gateway logged the new
+  // offset. REQUIRES: config.movable_clock. False (error() says why) if the gateway did not.
+  bool SetClockOffset(Duration offset);
 
   // SIGKILL the gateway, then start it again on the same port and store; false if it does not
   // come back (error() says why).
@@ -127,6 +140,7 @@ class Pipeline {
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  const std::shared_ptr<OffsetClock> service_clock_ = std::make_shared<OffsetClock>(SystemClock());
   std::atomic<int> relay_crashes_{0};
   std::atomic<int> gateway_kills_{0};
   std::atomic<int> nats_restarts_{0};

@@ -10,6 +10,7 @@
 
 #include <set>
 
+#include "chaos/pg_connect.h"
 #include "idem/fingerprint.h"
 #include "idem/outbox.h"
 #include "idem/postgres.h"
@@ -58,7 +59,7 @@ Reply Rollback(PGconn* conn, Reply reply) {
 }  // namespace
 
 std::string CreateChaosSchema(const std::string& conninfo) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
+  PGconn* conn = Connect(conninfo);
   std::string error;
   if (PQstatus(conn) != CONNECTION_OK) {
     error = std::string("connecting to PostgreSQL: ") + PQerrorMessage(conn);
@@ -69,7 +70,7 @@ std::string CreateChaosSchema(const std::string& conninfo) {
                    "  event_id text NOT NULL, amount bigint NOT NULL, delivery int NOT NULL, "
                    "  seq bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_rejects (op text NOT NULL, "
-                   "  event_id text NOT NULL, delivery int NOT NULL);"
+                   "  event_id text NOT NULL, delivery int NOT NULL, seq bigint NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_attempts (op text NOT NULL, "
                    "  token text NOT NULL);"
                    "CREATE TABLE IF NOT EXISTS chaos_replays (op text NOT NULL);"
@@ -129,7 +130,8 @@ struct Services::Impl {
     if (config.layer1) {
       auto fp = ComputeFingerprint({}, {"POST", "/charge", "", body, {}});
       if (!fp.ok()) return Rollback(conn, {500, fp.status().ToString()});
-      auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30));
+      auto begun = postgres::BeginInTransaction(conn, scope, *fp, std::chrono::seconds(30),
+                                                {config.clock});
       if (!begun.ok()) return Rollback(conn, {503, begun.status().ToString()});
       if (auto* replay = std::get_if<Replay>(&*begun)) {
         Reply reply = Rollback(conn, {replay->response.status, replay->response.body});
@@ -152,8 +154,8 @@ struct Services::Impl {
     if (!enqueued.ok()) return Rollback(conn, {503, enqueued.status().ToString()});
     const std::string response = json{{"charge", std::stoll(*id)}}.dump();
     if (token) {
-      auto done = postgres::CompleteInTransaction(conn, scope, *token,
-                                                  {201, {}, response}, std::chrono::hours(24));
+      auto done = postgres::CompleteInTransaction(conn, scope, *token, {201, {}, response},
+                                                  std::chrono::hours(24), {config.clock});
       if (!done.ok() || *done != CompleteOutcome::kOk) return Rollback(conn, {503, "fenced"});
     }
     if (!Exec(conn, "COMMIT")) return {503, "COMMIT failed"};
@@ -179,8 +181,10 @@ struct Services::Impl {
     }
     if (duplicate) {
       Rollback(conn, {200, ""});
-      if (!Value(conn, "INSERT INTO chaos_rejects (op, event_id, delivery) VALUES ($1, $2, $3)",
-                 {op, event, std::to_string(delivery)})) {
+      if (!Value(conn,
+                 "INSERT INTO chaos_rejects (op, event_id, delivery, seq) "
+                 "VALUES ($1, $2, $3, $4::bigint)",
+                 {op, event, std::to_string(delivery), seq.empty() ? "0" : seq})) {
         return {503, "reject log failed"};
       }
     } else {
@@ -210,10 +214,9 @@ struct Services::Impl {
   }
 
   void Serve(std::shared_ptr<tcp::socket> socket) {
-    PGconn* conn = PQconnectdb(config.conninfo.c_str());
-    // A PostgreSQL restart (postgres_restart) sends every connection a FATAL notice; the
-    // request fails and is retried, which is the point, so the notice is not printed.
-    PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+    // A PostgreSQL restart (postgres_restart) may send a connection a FATAL notice; the request
+    // fails and is retried, which is the point, so Connect's processor drops it.
+    PGconn* conn = Connect(config.conninfo);
     beast::flat_buffer buffer;
     beast::error_code ec;
     while (!stopping) {

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "chaos/oracle.h"
+#include "idem/clock.h"
 
 namespace idem::chaos {
 
@@ -54,6 +55,9 @@ class Services {
     bool layer2 = true;                            // claim the inbox in the apply transaction
     std::map<std::string, FaultMode> faults;       // op id -> its fault
     std::function<void()> kill_consumer;           // SIGKILL the consumer sidecar
+    // "now" of /charge's key record (retry_hours moves it); the system clock means the
+    // database server's.
+    std::shared_ptr<Clock> clock = SystemClock();
   };
 
   explicit Services(Config config);

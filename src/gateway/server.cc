@@ -16,6 +16,7 @@
 #include "core/text.h"
 #include "gateway/accept_throttle.h"
 #include "gateway/admin.h"
+#include "gateway/clock_offset_file.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
@@ -283,11 +284,26 @@ class Server {
 
 }  // namespace
 
-int RunGateway(const GatewayOptions& options) {
-  Log log(options.log_json);
-  if (options.upstream.empty()) {
+int RunGateway(const GatewayOptions& given) {
+  Log log(given.log_json);
+  if (given.upstream.empty()) {
     log.Error("config", "no upstream: pass --upstream http://HOST:PORT");
     return 2;
+  }
+  GatewayOptions options = given;
+  std::unique_ptr<ClockOffsetFile> clock_offset;  // outlives `io` (FollowClockOffsetFile)
+  if (!options.unsafe_clock_offset_file.empty()) {
+    auto opened = ClockOffsetFile::Open(options.unsafe_clock_offset_file, options.clock);
+    if (!opened.ok()) {
+      log.Error("config", std::string(opened.status().message()));
+      return 2;
+    }
+    clock_offset = std::move(*opened);
+    options.clock = clock_offset->clock();
+    log.Warn("clock", "UNSAFE, FOR TESTING ONLY: --unsafe-clock-offset-file " +
+                          clock_offset->path() + ": the gateway's clock runs " +
+                          std::to_string(clock_offset->offset().count()) +
+                          " ms ahead and follows the file; leases and retention expire early");
   }
   StoreOptions store_options;
   store_options.clock = options.clock;  // the store and the gateway read the same clock
@@ -333,6 +349,7 @@ int RunGateway(const GatewayOptions& options) {
     }
     asio::co_spawn(io, server.Sweep(), asio::detached);
     asio::co_spawn(io, server.FlushLogs(), asio::detached);
+    if (clock_offset) asio::co_spawn(io, FollowClockOffsetFile(*clock_offset, log), asio::detached);
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -570,6 +571,48 @@ retention = "1s"
   EXPECT_EQ(again.Header("Idempotent-Replayed"), "false");
   EXPECT_EQ(Executions("ttl"), 2);
   EXPECT_EQ(Post("/long/pay", "kept", "b").Header("Idempotent-Replayed"), "true");
+}
+
+// --unsafe-clock-offset-file (tests only): the running gateway follows the file, so a retry
+// "hours later" is a test of seconds. Within the route's retention (24 h by default) the retry
+// is replayed; past it the key is new and the request executes again.
+TEST_F(GatewayTest, AClockOffsetFileMovesTheRunningGatewaysClock) {
+  const std::string offset_file = dir_.File("clock-offset");
+  auto set_offset = [&](const std::string& offset) {
+    std::ofstream(offset_file + ".tmp") << offset << "\n";
+    std::filesystem::rename(offset_file + ".tmp", offset_file);  // atomic: never half-read
+  };
+  set_offset("0s");
+  StartGateway("", "", {"--unsafe-clock-offset-file", offset_file});
+  EXPECT_TRUE(Logged("UNSAFE, FOR TESTING ONLY")) << gateway_->Output();
+  ASSERT_EQ(Post("/v1/payments", "later", "b").status, 201);
+
+  set_offset("23h");
+  ASSERT_TRUE(Logged("clock offset now 82800000 ms ahead")) << gateway_->Output();
+  auto hours_later = Post("/v1/payments", "later", "b");
+  EXPECT_EQ(hours_later.Header("Idempotent-Replayed"), "true") << hours_later.body;
+  EXPECT_EQ(Executions("later"), 1);
+
+  std::ofstream(offset_file) << "soon";  // malformed: warned about, the offset is kept
+  ASSERT_TRUE(Logged("keeping the offset")) << gateway_->Output();
+  EXPECT_EQ(Post("/v1/payments", "later", "b").Header("Idempotent-Replayed"), "true");
+
+  set_offset("25h");
+  ASSERT_TRUE(Logged("clock offset now 90000000 ms ahead")) << gateway_->Output();
+  auto past_retention = Post("/v1/payments", "later", "b");
+  EXPECT_EQ(past_retention.Header("Idempotent-Replayed"), "false");
+  EXPECT_EQ(Executions("later"), 2);
+
+  // A file that cannot be read at start is a clear error, not a gateway on the real clock.
+  Process bad({IDEM_BINARY, "gateway", "--upstream", "http://" + service_address_,
+               "--listen", "127.0.0.1:0", "--store", "memory", "--unsafe-clock-offset-file",
+               dir_.File("no-such-file")},
+              dir_.File("bad-clock.log"));
+  const std::optional<int> status = bad.WaitForExit(10s);
+  ASSERT_TRUE(status.has_value()) << bad.Output();
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 2);
+  EXPECT_NE(bad.Output().find("no-such-file"), std::string::npos) << bad.Output();
 }
 
 // The documented caveat: after an upstream timeout the gateway cannot know whether the upstream

@@ -31,8 +31,10 @@ constexpr Duration kLease = 10s;
 // One gateway without listeners. Requests run on `io`, one thread (the test's).
 class Flow {
  public:
-  Flow() {
-    options.clock = clock;
+  // `gateway_clock`: the clock the gateway and its store read (default: `clock`).
+  explicit Flow(std::shared_ptr<Clock> gateway_clock = nullptr) {
+    if (!gateway_clock) gateway_clock = clock;
+    options.clock = gateway_clock;
     options.upstream = "http://127.0.0.1:1";
     options.max_stored_response = 64;
     RoutePolicy off;
@@ -58,7 +60,7 @@ class Flow {
     options.routes = {off, optional, open, v7, rest};
 
     StoreOptions store_options;
-    store_options.clock = clock;
+    store_options.clock = gateway_clock;
     auto opened = OpenStore("memory", store_options);
     EXPECT_TRUE(opened.ok()) << opened.status().ToString();
     memory = std::move(*opened);
@@ -294,6 +296,46 @@ TEST(ProxyFlowTest, AfterTheLeaseARetryTakesOverAndTheLateAttemptIsFenced) {
   EXPECT_NE(flow.metrics.Render().find("idem_gateway_fenced_completions_total 1"),
             std::string::npos)
       << flow.metrics.Render();
+}
+
+// An OffsetClock over a base clock that stands still (--unsafe-clock-offset-file's clock): moving
+// only the offset expires the lease and, hours later, the retention, for the gateway and its
+// store alike.
+TEST(ProxyFlowTest, AClockOffsetMovesLeaseExpiryAndRetention) {
+  auto offset = std::make_shared<OffsetClock>(std::make_shared<ManualClock>());
+  Flow flow(offset);
+  FakeUpstream::Step slow = FakeUpstream::Answer(201, "first attempt");
+  slow.hold = true;
+  flow.upstream.Script(slow);
+  flow.upstream.Script(FakeUpstream::Answer(201, "second attempt"));
+  flow.upstream.Script(FakeUpstream::Answer(201, "after retention"));
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+
+  offset->SetOffset(kLease - 1ms);  // within the lease: a conflict
+  std::future<Response> conflict = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(conflict); }));
+  EXPECT_TRUE(IsProblem(conflict.get(), Problem::kKeyInFlight));
+  offset->SetOffset(kLease + 1ms);  // past it: the retry takes the key over
+  std::future<Response> second = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(second); }));
+  EXPECT_EQ(second.get().body(), "second attempt");
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  ASSERT_EQ(flow.upstream.calls(), 2);
+
+  // The route keeps a response 24 h (the default retention): 23 h later it is replayed ...
+  offset->SetOffset(kLease + 23h);
+  const Response hours_later = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(hours_later.body(), "second attempt");
+  EXPECT_EQ(Header(hours_later, kReplayedHeader), "true");
+  EXPECT_EQ(flow.upstream.calls(), 2);
+  // ... and after it, the key is new again: the request runs once more.
+  offset->SetOffset(kLease + 24h + 1s);
+  const Response past_retention = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(past_retention.body(), "after retention");
+  EXPECT_EQ(Header(past_retention, kReplayedHeader), "false");
+  EXPECT_EQ(flow.upstream.calls(), 3);
 }
 
 // ---- Forward and settle ----------------------------------------------------------------------

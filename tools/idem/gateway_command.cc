@@ -51,6 +51,12 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
   cmd->add_option("--tenant-header", o.tenant_header,
                   "Header identifying the tenant (stored as a SHA-256 digest)")
       ->capture_default_str();
+  cmd->add_option("--unsafe-clock-offset-file", o.unsafe_clock_offset_file,
+                  "FOR TESTS ONLY, never in production: a file holding a duration (\"3h\") by\n"
+                  "which the gateway's clock (leases, retention, the store's \"now\") runs ahead;\n"
+                  "re-read every 100 ms, so a test can move a running gateway hours ahead by\n"
+                  "renaming a new file over it (docs/gateway.md). Off by default")
+      ->group("Testing");
   cmd->add_option("--log-format", flags->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -74,6 +80,7 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       if (given("--store-threads")) from_file.store_threads = options.store_threads;
       if (given("--tenant-header")) from_file.tenant_header = options.tenant_header;
       if (given("--max-connections")) from_file.max_connections = options.max_connections;
+      from_file.unsafe_clock_offset_file = options.unsafe_clock_offset_file;  // flag only
       options = std::move(from_file);
     }
     options.log_json = flags->log_format == "json";
