@@ -854,7 +854,7 @@ TEST_F(PgWorkerTest, UpgradeFromVersion3KeepsClaimsEffective) {
 }
 
 // Version 7 regenerates only idem.inbox_claim (the same lock, days, tables and rows as
-// version 5's): a database at version 6 keeps its claims effective across the upgrade, the
+// version 5's, generic plans from the first call): a database at version 6 keeps its claims effective across the upgrade, the
 // session that compiled the old claim picks up the new one, and the new fast path still takes
 // the pair's advisory lock before its statement and leaves bad arguments and REPEATABLE READ
 // to the general path's errors.
@@ -893,6 +893,11 @@ TEST_F(PgWorkerTest, UpgradeFromVersion6KeepsClaimsEffective) {
                     "WHERE schemaname = 'idem' AND funcname = 'inbox_claim_full'"),
             "0");  // answered by the fast path
   ASSERT_EQ(c->Exec("COMMIT"), "");
+  // Generic plans from the first call, without touching the caller's own setting.
+  EXPECT_EQ(c->Exec("SELECT array_to_string(proconfig, ',') FROM pg_proc WHERE oid = "
+                    "'idem.inbox_claim(text, text)'::regprocedure"),
+            "plan_cache_mode=force_generic_plan");
+  EXPECT_EQ(c->Exec("SHOW plan_cache_mode"), "auto");
   EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('billing', 'v7-new')"), "f");
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE expires_on <> "
                 "idem.inbox_expiry_day(message_id, interval '30 days', now())"),
