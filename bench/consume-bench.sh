@@ -26,8 +26,9 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   cmake --preset release >/dev/null
   cmake --build build/release --target idem idem_consume_bench -j2 >/dev/null
 fi
-bench=build/release/bench/idem_consume_bench
-idem=build/release/idem
+# BENCH_IDEM, BENCH_CONSUME: another build's binaries, to compare builds in the same minute
+bench=${BENCH_CONSUME:-build/release/bench/idem_consume_bench}
+idem=${BENCH_IDEM:-build/release/idem}
 
 source bench/lib/postgres-server.sh
 dir=$(mktemp -d)

@@ -42,7 +42,8 @@ bin=$pg_bin
 url="postgresql://postgres@127.0.0.1:$port/bench"
 psql=("$bin/psql" -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d bench)
 
-build/release/idem migrate --store "$url" >/dev/null
+idem=${BENCH_IDEM:-build/release/idem}  # BENCH_IDEM: another build's idem, to compare
+"$idem" migrate --store "$url" >/dev/null
 days=${BENCH_DAYS:-30}
 "${psql[@]}" -v days="$days" <<'SQL'
 CREATE TABLE raw_inbox (consumer text NOT NULL, message_id text NOT NULL,

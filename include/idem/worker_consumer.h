@@ -8,10 +8,13 @@
 //   COMMIT;
 //   ack                                   -- only after the COMMIT succeeded
 //
-// so a message's effects and the record that it was applied commit together. A crash at any
-// point is safe: before the COMMIT nothing remains and NATS redelivers; after the COMMIT and
-// before the ack, the redelivery's claim returns false and it is acked without running the
-// handler; after the ack there is nothing left to do.
+// so a message's effects and the record that it was applied commit together. Messages of one
+// fetched batch share round trips, never transactions: a message's COMMIT is sent in the same
+// query as the next message's BEGIN and claim (each statement answers separately, so the ack
+// still waits for that COMMIT's own success); the batch's last COMMIT goes on its own. A
+// crash at any point is safe: before the COMMIT nothing remains and NATS redelivers; after
+// the COMMIT and before the ack, the redelivery's claim returns false and it is acked
+// without running the handler; after the ack there is nothing left to do.
 //
 // The message key is the producer's Nats-Msg-Id, else "<stream>:<stream sequence>" (the same
 // key `idem consume` sends as Idempotency-Key, so the two can be swapped).

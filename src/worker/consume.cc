@@ -260,10 +260,10 @@ class Sidecar {
     if (r.failure == UpstreamResult::Failure::kNone) {
       status = r.response.result_int();
       d = ClassifyHttpStatus(status);
-      why = "HTTP " + std::to_string(status);
-      if (d == Disposition::kNak) retry_after = RetryAfter(r.response);
-      if (d != Disposition::kAck && !r.response.body().empty()) {
-        why += ": " + r.response.body().substr(0, 200);
+      if (d != Disposition::kAck) {  // the reason is logged only for a nak or a term
+        why = "HTTP " + std::to_string(status);
+        if (d == Disposition::kNak) retry_after = RetryAfter(r.response);
+        if (!r.response.body().empty()) why += ": " + r.response.body().substr(0, 200);
       }
     } else {
       switch (r.failure) {
@@ -311,9 +311,11 @@ class Sidecar {
 
   void Settle(JsMessage& m, Disposition d, const std::string& why,
               std::optional<Duration> retry_after) {
-    const std::string what = "key " + m.key() + " (" + m.stream() + " #" +
-                             std::to_string(m.stream_sequence()) + ", delivery " +
-                             std::to_string(m.delivery_count()) + ")";
+    // The message, for the log lines (an ack that succeeds logs none).
+    auto what = [&m] {
+      return "key " + m.key() + " (" + m.stream() + " #" + std::to_string(m.stream_sequence()) +
+             ", delivery " + std::to_string(m.delivery_count()) + ")";
+    };
     Status s;
     switch (d) {
       case Disposition::kAck:
@@ -333,13 +335,13 @@ class Sidecar {
                                                 options_.max_nak_delay, random);
         s = m.Nak(delay);
         if (s.ok()) metrics_.Count(ConsumeMetrics::kNaked);
-        log_.Warn("nak", what + ": " + why + "; redelivery in " + Ms(delay));
+        log_.Warn("nak", what() + ": " + why + "; redelivery in " + Ms(delay));
         break;
       }
       case Disposition::kTerm:
         s = m.Term();
         if (s.ok()) metrics_.Count(ConsumeMetrics::kTermed);
-        log_.Error("term", what + " refused by the service, never redelivered" +
+        log_.Error("term", what() + " refused by the service, never redelivered" +
                                (options_.dead_letter.empty()
                                     ? std::string(" (no --dead-letter subject)")
                                     : " (published to " + options_.dead_letter + ")") +
@@ -348,7 +350,7 @@ class Sidecar {
     }
     if (!s.ok()) {
       metrics_.CountError(ConsumeMetrics::kAckFailed);
-      log_.Warn("settle", what + ": " + std::string(DispositionName(d)) + " failed: " +
+      log_.Warn("settle", what() + ": " + std::string(DispositionName(d)) + " failed: " +
                               s.ToString() + "; the message will be redelivered after ack_wait");
     }
   }

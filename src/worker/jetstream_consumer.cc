@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/text.h"
+#include "store/postgres/pg_connection.h"
 #include "worker/crash_point.h"
 #include "worker/delivery_policy.h"
 #include "worker/jetstream.h"
@@ -93,7 +94,7 @@ class JetStreamConsumer::Impl {
       }
       last_error.clear();
       fetched_ += fetched->size();
-      for (JsMessage& m : *fetched) Apply(m, handler);
+      ApplyBatch(*fetched, handler);
     }
     if (nats_ != nullptr && nats_->connected()) (void)nats_->Flush(std::chrono::milliseconds(2000));
     return Status::Ok();
@@ -208,11 +209,39 @@ class JetStreamConsumer::Impl {
     return out;
   }
 
-  // BEGIN, and with the inbox the claim, in one round trip: the simple-query protocol runs
-  // "BEGIN; EXECUTE <the prepared claim>(...)" as one message and answers with the claim (the
-  // same SQL function worker.h's InboxClaim calls). True when the handler should run.
-  Result<bool> BeginAndClaim(const std::string& key) {
-    std::string sql = "BEGIN";
+  // The error of result `r` (or of the connection) as one line.
+  std::string ErrorText(PGresult* r) const {
+    std::string e = r != nullptr ? PQresultErrorMessage(r) : "";
+    if (e.empty()) e = PQerrorMessage(pg_);
+    while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
+    return e;
+  }
+
+  // How the previous message's transaction ends, sent in the same round trip as the next
+  // message's BEGIN and claim (see ApplyBatch).
+  enum class Ending { kNone, kCommit, kRollback };
+
+  // One round trip: [COMMIT or ROLLBACK of the previous message's transaction;] BEGIN; and
+  // with the inbox the claim of `key` (the prepared statement running the same SQL function
+  // worker.h's InboxClaim calls), as one simple-protocol query whose statements answer one
+  // result each. `*ended` receives the ending's own outcome: OK, or why the COMMIT did not
+  // commit; when it failed with an error the server skipped the rest, and the BEGIN and claim
+  // are sent again on their own. Returns whether the handler should run.
+  Result<bool> BeginAndClaim(const std::string& key, Ending ending, Status* ended) {
+    if (options_.inbox && !claim_prepared_ && ending != Ending::kNone) {
+      // Preparing runs statements of its own: end the previous transaction first.
+      if (ending == Ending::kCommit) {
+        *ended = Commit();
+        if (!ended->ok()) Rollback();
+      } else {
+        Rollback();
+      }
+      ending = Ending::kNone;
+    }
+    std::string sql;
+    if (ending == Ending::kCommit) sql = "COMMIT; ";
+    if (ending == Ending::kRollback) sql = "ROLLBACK; ";
+    sql += "BEGIN";
     if (options_.inbox) {
       IDEM_RETURN_IF_ERROR(PrepareClaim());
       char* consumer = PQescapeLiteral(pg_, options_.inbox_consumer.data(),
@@ -227,72 +256,130 @@ class JetStreamConsumer::Impl {
       PQfreemem(consumer);
       PQfreemem(id);
     }
-    PGresult* r = PQexec(pg_, sql.c_str());
-    const ExecStatusType st = PQresultStatus(r);
-    Result<bool> out = true;
-    if (options_.inbox && st == PGRES_TUPLES_OK && PQntuples(r) == 1) {
-      out = PQgetvalue(r, 0, 0)[0] == 't';
-    } else if (options_.inbox || st != PGRES_COMMAND_OK) {
-      std::string e = PQerrorMessage(pg_);
-      while (!e.empty() && e.back() == '\n') e.pop_back();
-      const char* sqlstate = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-      out = (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
-                ? FailedPreconditionError("inbox claim: " + e +
-                                          " (is the worker schema installed? idem migrate)")
-                : UnavailableError((options_.inbox ? "BEGIN and inbox claim: " : "BEGIN: ") + e);
-      claim_prepared_ = false;
+    std::vector<internal::pg::PgResult> results;
+    if (PQsendQuery(pg_, sql.c_str()) == 1) {
+      while (PGresult* r = PQgetResult(pg_)) results.emplace_back(r);
     }
-    PQclear(r);
-    return out;
+    size_t next = 0;
+    if (ending != Ending::kNone) {
+      PGresult* r = results.empty() ? nullptr : results[0].get();
+      const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK &&
+                      std::string_view(PQcmdStatus(r)) ==
+                          (ending == Ending::kCommit ? "COMMIT" : "ROLLBACK");
+      if (ok) {
+        *ended = Status::Ok();
+        next = 1;
+      } else if (r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK) {
+        *ended = UnavailableError("COMMIT: answered " + std::string(PQcmdStatus(r)));
+        next = 1;  // the transaction had failed; the BEGIN and claim ran after it
+      } else {
+        *ended = UnavailableError(std::string(ending == Ending::kCommit ? "COMMIT" : "ROLLBACK") +
+                                  ": " + ErrorText(r));
+        if (r == nullptr || PQstatus(pg_) != CONNECTION_OK) {
+          claim_prepared_ = false;
+          return UnavailableError("BEGIN and inbox claim: " + ErrorText(r));
+        }
+        return BeginAndClaim(key, Ending::kNone, ended);  // skipped by the server: again
+      }
+    }
+    PGresult* begun = results.size() > next ? results[next].get() : nullptr;
+    PGresult* claim = results.size() > next + 1 ? results[next + 1].get() : nullptr;
+    if (begun == nullptr || PQresultStatus(begun) != PGRES_COMMAND_OK) {
+      claim_prepared_ = false;
+      return UnavailableError("BEGIN: " + ErrorText(begun));
+    }
+    if (!options_.inbox) return true;
+    if (claim != nullptr && PQresultStatus(claim) == PGRES_TUPLES_OK && PQntuples(claim) == 1) {
+      return PQgetvalue(claim, 0, 0)[0] == 't';
+    }
+    const std::string e = ErrorText(claim);
+    const char* sqlstate = claim != nullptr ? PQresultErrorField(claim, PG_DIAG_SQLSTATE) : nullptr;
+    claim_prepared_ = false;
+    return (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
+               ? FailedPreconditionError("inbox claim: " + e +
+                                         " (is the worker schema installed? idem migrate)")
+               : UnavailableError("inbox claim: " + e);
   }
 
-  void Apply(JsMessage& m, const MessageHandler& handler) {
+  // COMMIT on its own round trip (the last message of a batch).
+  Status Commit() {
     std::string error;
-    Result<bool> claimed = BeginAndClaim(m.key());
-    if (!claimed.ok()) {
+    if (Control("COMMIT", "COMMIT", &error)) return Status::Ok();
+    return UnavailableError(error);
+  }
+
+  // After the COMMIT of `m`'s transaction answered: ack it, or nak it when the COMMIT failed
+  // (committed or not, a redelivery is safe: the claim decides).
+  void Committed(JsMessage& m, const Status& commit) {
+    if (!commit.ok()) {
       ++errors_;
-      Rollback();
-      Nak(m, claimed.status().ToString());
-      return;
-    }
-    if (!*claimed) {
-      Rollback();  // the claim inserted nothing
-      Settle(m, true);
-      ++duplicates_;
-      return;
-    }
-    const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
-                               m.stream(), m.stream_sequence(), m.delivery_count()};
-    Status handled = handler(pg_, view);
-    if (handled.ok() && PQtransactionStatus(pg_) != PQTRANS_INTRANS) {
-      handled = InternalError(PQtransactionStatus(pg_) == PQTRANS_INERROR
-                                  ? "a statement failed in the handler's transaction"
-                                  : "the handler ended the transaction itself");
-    }
-    if (!handled.ok()) {
-      Rollback();
-      if (handled.code() == StatusCode::kInvalidArgument) {
-        Settle(m, false);
-        ++termed_;
-        Log("error", "term " + Describe(m) + ": the handler refused it (" + handled.ToString() +
-                         "); never redelivered");
-      } else {
-        Nak(m, "handler: " + handled.ToString());
-      }
-      return;
-    }
-    CrashPoint("runtime.before_commit");
-    if (!Control("COMMIT", "COMMIT", &error)) {
-      // Committed or not, a redelivery is safe: the claim decides.
-      ++errors_;
-      Rollback();
-      Nak(m, error);
+      Nak(m, commit.message());
       return;
     }
     CrashPoint("runtime.after_commit");
     Settle(m, true);
     ++applied_;
     CrashPoint("runtime.after_ack");
+  }
+
+  // Applies a fetched batch, one transaction per message: BEGIN, claim, handler, COMMIT, ack.
+  // A message's COMMIT (or a duplicate's ROLLBACK) travels in the round trip of the next
+  // message's BEGIN and claim, so each message costs two round trips besides its handler's
+  // statements; its ack follows once that COMMIT answered. The last message's COMMIT goes on
+  // its own, so nothing stays open between batches.
+  void ApplyBatch(std::vector<JsMessage>& batch, const MessageHandler& handler) {
+    JsMessage* committing = nullptr;  // handler done; its COMMIT not yet sent
+    Ending ending = Ending::kNone;
+    for (JsMessage& m : batch) {
+      Status ended = UnavailableError("COMMIT: not sent");
+      Result<bool> claimed = BeginAndClaim(m.key(), ending, &ended);
+      if (committing != nullptr) Committed(*committing, ended);
+      committing = nullptr;
+      ending = Ending::kNone;
+      if (!claimed.ok()) {
+        ++errors_;
+        Rollback();
+        Nak(m, claimed.status().ToString());
+        continue;
+      }
+      if (!*claimed) {
+        // The pair is claimed by a committed transaction: ack now; the claim inserted
+        // nothing, so the transaction ends with the next message's round trip.
+        ending = Ending::kRollback;
+        Settle(m, true);
+        ++duplicates_;
+        continue;
+      }
+      const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
+                                 m.stream(), m.stream_sequence(), m.delivery_count()};
+      Status handled = handler(pg_, view);
+      if (handled.ok() && PQtransactionStatus(pg_) != PQTRANS_INTRANS) {
+        handled = InternalError(PQtransactionStatus(pg_) == PQTRANS_INERROR
+                                    ? "a statement failed in the handler's transaction"
+                                    : "the handler ended the transaction itself");
+      }
+      if (!handled.ok()) {
+        Rollback();
+        if (handled.code() == StatusCode::kInvalidArgument) {
+          Settle(m, false);
+          ++termed_;
+          Log("error", "term " + Describe(m) + ": the handler refused it (" +
+                           handled.ToString() + "); never redelivered");
+        } else {
+          Nak(m, "handler: " + handled.ToString());
+        }
+        continue;
+      }
+      CrashPoint("runtime.before_commit");
+      committing = &m;
+      ending = Ending::kCommit;
+    }
+    if (ending == Ending::kCommit) {
+      Status commit = Commit();
+      if (!commit.ok()) Rollback();
+      Committed(*committing, commit);
+    }
+    if (ending == Ending::kRollback) Rollback();
   }
 
   Options options_;

@@ -16,6 +16,7 @@
 
 #include "idem/store.h"
 #include "idem/worker.h"
+#include "store/postgres/pg_inbox_fast_sql.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_worker_sql.h"
 #include "store/postgres/postgres_store.h"
@@ -850,6 +851,63 @@ TEST_F(PgWorkerTest, UpgradeFromVersion3KeepsClaimsEffective) {
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "60");
   EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('monthly', 'new')"), "t");
   EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('monthly', 'new')"), "f");
+}
+
+// Version 7 regenerates only idem.inbox_claim (the same lock, days, tables and rows as
+// version 5's, generic plans from the first call): a database at version 6 keeps its claims effective across the upgrade, the
+// session that compiled the old claim picks up the new one, and the new fast path still takes
+// the pair's advisory lock before its statement and leaves bad arguments and REPEATABLE READ
+// to the general path's errors.
+TEST_F(PgWorkerTest, UpgradeFromVersion6KeepsClaimsEffective) {
+  ASSERT_NE(Sql("SELECT idem.inbox_sweep()"), "") << "sweep";
+  auto c = Connect();
+  const std::string generated =
+      "SELECT count(*) FROM pg_proc WHERE oid = 'idem.inbox_claim(text, text)'::regprocedure "
+      "AND prosrc LIKE '%schema version 7%'";
+  ASSERT_EQ(c->Exec(generated), "1");
+  // Back to version 6: version 5's generator, and the claim it generates.
+  ASSERT_EQ(c->Exec(std::string("SET client_min_messages TO warning;") +
+                    internal::pg::kSchemaV5InboxFast +
+                    "; UPDATE public.idem_schema SET version = 6"),
+            "");
+  ASSERT_EQ(c->Exec(generated), "0");
+  for (int i = 0; i < 20; ++i) {
+    const std::string m = "'v6-" + std::to_string(i) + "'";
+    ASSERT_EQ(c->Exec("SELECT idem.inbox_claim('billing', " + m + ")"), "t") << m;
+  }
+  auto version = MigratePostgresSchema(server_.Url(database_));
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  EXPECT_EQ(*version, internal::pg::kSchemaVersion);
+  EXPECT_EQ(c->Exec(generated), "1");
+  for (int i = 0; i < 20; ++i) {
+    const std::string m = "'v6-" + std::to_string(i) + "'";
+    EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('billing', " + m + ")"), "f") << m;
+  }
+  ASSERT_EQ(c->Exec("SET track_functions = 'pl'"), "");
+  ASSERT_EQ(c->Exec("BEGIN"), "");
+  EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('billing', 'v7-new')"), "t");
+  EXPECT_EQ(c->Exec("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid() AND "
+                    "locktype = 'advisory' AND granted"),
+            "1");
+  EXPECT_EQ(c->Exec("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+                    "WHERE schemaname = 'idem' AND funcname = 'inbox_claim_full'"),
+            "0");  // answered by the fast path
+  ASSERT_EQ(c->Exec("COMMIT"), "");
+  // Generic plans from the first call, without touching the caller's own setting.
+  EXPECT_EQ(c->Exec("SELECT array_to_string(proconfig, ',') FROM pg_proc WHERE oid = "
+                    "'idem.inbox_claim(text, text)'::regprocedure"),
+            "plan_cache_mode=force_generic_plan");
+  EXPECT_EQ(c->Exec("SHOW plan_cache_mode"), "auto");
+  EXPECT_EQ(c->Exec("SELECT idem.inbox_claim('billing', 'v7-new')"), "f");
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE expires_on <> "
+                "idem.inbox_expiry_day(message_id, interval '30 days', now())"),
+            "0");
+  EXPECT_NE(c->Exec("SELECT idem.inbox_claim('', 'm')").find("22023"), std::string::npos);
+  EXPECT_NE(c->Exec("SELECT idem.inbox_claim('billing', NULL)").find("22023"), std::string::npos);
+  ASSERT_EQ(c->Exec("BEGIN ISOLATION LEVEL REPEATABLE READ"), "");
+  EXPECT_NE(c->Exec("SELECT idem.inbox_claim('billing', 'rr')").find("55000"), std::string::npos);
+  ASSERT_EQ(c->Exec("ROLLBACK"), "");
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "21");
 }
 
 // The cause of version 2's slow claims: a cached generic plan on the partitioned parent locks

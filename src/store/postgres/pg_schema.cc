@@ -4,6 +4,7 @@
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_inbox_fast_sql.h"
+#include "store/postgres/pg_inbox_lean_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
@@ -24,6 +25,8 @@ constexpr Migration kMigrations[] = {
     {"worker layer: inbox claims address their day partitions", kSchemaV4InboxDispatch},
     {"worker layer: a one-statement fast path for inbox claims", kSchemaV5InboxFast},
     {"emit layer: the relay's claim and mark on kept plans", outbox::internal::kOutboxPlansSql},
+    {"worker layer: the inbox claim's fast path in one expression and one statement",
+     kSchemaV7InboxLean},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
