@@ -1,5 +1,6 @@
 #include "store/postgres/pg_schema.h"
 
+#include "outbox/outbox_claim_room_sql.h"
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
@@ -24,6 +25,11 @@ constexpr Migration kMigrations[] = {
     {"worker layer: inbox claims address their day partitions", kSchemaV4InboxDispatch},
     {"worker layer: a one-statement fast path for inbox claims", kSchemaV5InboxFast},
     {"emit layer: the relay's claim and mark on kept plans", outbox::internal::kOutboxPlansSql},
+    // Version 7 is the worker layer's next inbox step, merged from another branch: it takes
+    // this slot (and only this line changes) when both are in.
+    {"reserved for the worker layer's next inbox step", "SELECT 1"},
+    {"emit layer: room on each outbox page for the claim to be a HOT update",
+     outbox::internal::kOutboxClaimRoomSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -20,9 +20,12 @@ namespace idem::internal::pg {
 //      idem.inbox_claim_full for every other case; tables and rows unchanged
 //   6  the relay's claim, mark and release functions run on kept plans without JIT (the claim
 //      in two statements); the outbox's tables are unchanged
+//   7  reserved for the worker layer's next inbox step (merged from another branch)
+//   8  the outbox's day partitions at fillfactor 45, so the relay's claim is a HOT update;
+//      rows and functions otherwise unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 8;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
