@@ -126,6 +126,11 @@ run_relay() {  # variant round
     perfs+=($!)
   fi
   r=$($bench drain "$nats" "$stream" "$events" 300 | awk '/^drain/ {print $2}')
+  if ! kill -0 "$relay_pid" 2>/dev/null || [[ -z $r ]]; then
+    echo "relay $name round $2 failed; its log:" >&2
+    cat "$dir/relay.log" >&2
+    exit 1
+  fi
   relay_t=$(proc_ticks "$relay_pid") nats_t=$(( $(nats_ticks) - n0 )) pg_t=$(( $(pg_ticks) - p0 ))
   for p in "${perfs[@]}"; do kill -INT "$p"; wait "$p" || true; done
   stop_relay
