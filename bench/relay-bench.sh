@@ -4,13 +4,26 @@
 #
 #   bench/relay-bench.sh                    100,000 events of 128 bytes, latency for 10 s
 #   BENCH_EVENTS=50000 BENCH_LATENCY_SECONDS=5 bench/relay-bench.sh
-#   BENCH_RELAY_LOG=FILE                    keeps the relay's log (it is deleted otherwise)
+#   BENCH_IDEM=FILE                         the idem binary to measure (default: this build's)
+#   BENCH_IDEM_B=FILE                       a second idem binary (another build) measured in the
+#                                           same run, alternately with the first, each on a
+#                                           database of its own
+#   BENCH_ROUNDS=N                          rounds (default 1, or 2 with BENCH_IDEM_B); each
+#                                           round runs every case once; the best rate and the
+#                                           least CPU per event of each case are printed
+#   BENCH_RELAY_LOG=FILE                    keeps the last relay's log (it is deleted otherwise)
+#   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
+#                                           -g): PREFIX-relay-V.data for the relay process and
+#                                           PREFIX-postgres-V.data for PostgreSQL's processes
 #
 # 1. Throughput. The reference publishes BENCH_EVENTS messages (Nats-Msg-Id each, up to 1000
 #    unacknowledged) and waits for every PubAck. The relay drains the same number of outbox
 #    rows, enqueued beforehand, with its defaults raised to --batch 1000 --max-pending 1000:
-#    claim (SKIP LOCKED + lease), publish, PubAck, mark. Both to file-backed streams on the same
-#    server. Prints both rates and the ratio (the issue's aim: >= 0.5x).
+#    claim (SKIP LOCKED + lease), publish, PubAck, mark. Each case to a file-backed stream of
+#    its own on the same server. Prints both rates and the ratio (the issue's aim: >= 0.5x).
+#    Next to each rate: the CPU time per event of every process involved (the publisher or
+#    the relay, nats-server, and PostgreSQL's backends and background processes), which a
+#    loaded machine disturbs far less than the rate.
 # 2. Latency. With the relay idle and listening, one producer enqueues 1,000 events/s, one
 #    transaction each; a subscriber on the subject notes each arrival. Prints the p50/p99/max
 #    of commit-to-consume (from COMMIT returning to the message reaching the subscriber).
@@ -26,14 +39,21 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   cmake --build build/release --target idem idem_relay_bench -j2 >/dev/null
 fi
 bench=build/release/bench/idem_relay_bench
-idem=${BENCH_IDEM:-build/release/idem}  # BENCH_IDEM: another build's idem, to compare
+idems=("${BENCH_IDEM:-build/release/idem}")
+[[ -n ${BENCH_IDEM_B:-} ]] && idems+=("$BENCH_IDEM_B")
+rounds=${BENCH_ROUNDS:-${#idems[@]}}
+names=(a b)
 
 source bench/lib/postgres-server.sh
 dir=$(mktemp -d)
 chmod 711 "$dir"
 relay_pid= nats_pid=
-cleanup() {
+stop_relay() {
   [[ -n $relay_pid ]] && kill -TERM "$relay_pid" 2>/dev/null && wait "$relay_pid" 2>/dev/null || true
+  relay_pid=
+}
+cleanup() {
+  stop_relay
   [[ -n $nats_pid ]] && kill -TERM "$nats_pid" 2>/dev/null && wait "$nats_pid" 2>/dev/null || true
   stop_postgres
   [[ -n ${BENCH_RELAY_LOG:-} && -f $dir/relay.log ]] && cp "$dir/relay.log" "$BENCH_RELAY_LOG"
@@ -41,42 +61,122 @@ cleanup() {
 }
 trap cleanup EXIT
 start_postgres "$dir/pg"
-db="postgresql://postgres@127.0.0.1:$pg_port/bench"
-conninfo="host=127.0.0.1 port=$pg_port user=postgres dbname=bench"
-psql=("$pg_bin/psql" -qtA -h 127.0.0.1 -p "$pg_port" -U postgres bench)
+psql() { "$pg_bin/psql" -qtA -h 127.0.0.1 -p "$pg_port" -U postgres "$@"; }
 
 nats_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mkdir -p "$dir/nats"
 nats-server -js -a 127.0.0.1 -p "$nats_port" -sd "$dir/nats" >"$dir/nats.log" 2>&1 &
 nats_pid=$!
 nats="nats://127.0.0.1:$nats_port"
-sleep 1
+for _ in $(seq 100); do grep -q "Server is ready" "$dir/nats.log" && break; sleep 0.1; done
 
-"$idem" migrate --store "$db" >/dev/null
-# The streams: created by a relay that exits at once (no rows yet), RAW by the same means.
-for s in "RAW raw.>" "BENCH bench.>"; do
-  set -- $s
-  timeout 5 "$idem" relay --db "$db" --nats "$nats" --create-stream "$1" --subjects "$2" \
-    --duplicate-window 2m >"$dir/create-$1.log" 2>&1 &
-  sleep 1.5
-  kill -TERM $! 2>/dev/null || true
-  wait $! 2>/dev/null || true
+# One database per idem binary (each migrates its own schema version).
+for v in "${!idems[@]}"; do
+  psql -c "CREATE DATABASE bench_${names[$v]}" postgres
+  "${idems[$v]}" migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench_${names[$v]}" >/dev/null
 done
 
-echo "== throughput: $events events of 128 bytes"
-raw=$($bench raw "$nats" raw.created "$events" 128 1000 | awk '/^raw/ {print $2}')
+# CPU time (user + system, clock ticks) of nats-server; of PostgreSQL's postmaster with its live
+# backends and the ones that exited (cutime, cstime); of one process (all its threads).
+nats_ticks() { awk '{print $14 + $15}' "/proc/$nats_pid/stat"; }
+pg_ticks() { awk '{t += $14 + $15 + $16 + $17} END {print t}' \
+  $(for p in "$pg_pid" $(pgrep -P "$pg_pid"); do [[ -r /proc/$p/stat ]] && echo "/proc/$p/stat"; done) 2>/dev/null; }
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+per_event() { python3 -c "print(f'{$1 * $tick_us / $events:.1f}')"; }
 
-"${psql[@]}" -c "BEGIN; SELECT count(idem.outbox_enqueue('evt-' || g, 'bench.created',
-  convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" >/dev/null
-"${psql[@]}" -c "VACUUM ANALYZE idem.outbox" >/dev/null
-"$idem" relay --db "$db" --nats "$nats" --stream BENCH --batch 1000 --max-pending 1000 \
-  >"$dir/relay.log" 2>&1 &
-relay_pid=$!
-relay=$($bench drain "$nats" BENCH "$events" 300 | awk '/^drain/ {print $2}')
-printf '%-28s %12s events/s\n' "raw nats.c async publisher" "$raw" "idem relay (outbox -> stream)" "$relay"
-python3 -c "print(f'ratio relay/raw: {$relay/$raw:.2f}x')"
-marked=$("${psql[@]}" -c "SELECT count(*) FROM idem.outbox WHERE state = 1")
-echo "rows marked published: $marked of $events"
+declare -A rate cpu detail
+keep() {  # case rate cpu detail: keeps the best rate and the least CPU per event of a case
+  local c=$1
+  if [[ -z ${rate[$c]:-} ]] || (( $2 > ${rate[$c]} )); then rate[$c]=$2; fi
+  if [[ -z ${cpu[$c]:-} ]] || python3 -c "import sys; sys.exit(0 if $3 < ${cpu[$c]} else 1)"; then
+    cpu[$c]=$3 detail[$c]=$4
+  fi
+}
 
-echo "== commit-to-consume latency at 1000 events/s for ${latency_seconds}s (relay idle, LISTEN/NOTIFY)"
-$bench latency "$conninfo" "$nats" bench.latency 1000 "$latency_seconds"
+run_raw() {  # round
+  local stream="RAW$1" n0 out c
+  $bench stream "$nats" "$stream" "raw$1.>"
+  n0=$(nats_ticks)
+  out=$($bench raw "$nats" "raw$1.created" "$events" 128 1000)
+  local pub_us=$(awk '/^cpu_us/ {print $2}' <<<"$out")
+  local nats_t=$(( $(nats_ticks) - n0 ))
+  c=$(python3 -c "print(f'{($pub_us + $nats_t * $tick_us) / $events:.1f}')")
+  keep raw "$(awk '/^raw/ {print $2}' <<<"$out")" "$c" \
+    "publisher $(python3 -c "print(f'{$pub_us / $events:.1f}')"), nats-server $(per_event "$nats_t")"
+}
+
+run_relay() {  # variant round
+  local v=$1 name=${names[$1]} stream="R${names[$1]^^}$2" subject="r${names[$1]}$2.created"
+  local db="bench_$name" n0 p0 r relay_t nats_t pg_t marked
+  $bench stream "$nats" "$stream" "r$name$2.>"
+  psql -c "BEGIN; SELECT count(idem.outbox_enqueue('evt-$2-' || g, '$subject',
+    convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" "$db" >/dev/null
+  psql -c "VACUUM ANALYZE idem.outbox" "$db" >/dev/null
+  n0=$(nats_ticks) p0=$(pg_ticks)
+  "${idems[$v]}" relay --db "postgresql://postgres@127.0.0.1:$pg_port/$db" --nats "$nats" \
+    --stream "$stream" --batch 1000 --max-pending 1000 >"$dir/relay.log" 2>&1 &
+  relay_pid=$!
+  local perfs=()
+  if [[ -n ${BENCH_PERF:-} ]]; then
+    perf record -q -g -o "$BENCH_PERF-relay-$name.data" -p "$relay_pid" 2>/dev/null &
+    perfs+=($!)
+    perf record -q -g -o "$BENCH_PERF-postgres-$name.data" \
+      -p "$(pgrep -d, -P "$pg_pid"),$pg_pid" 2>/dev/null &
+    perfs+=($!)
+  fi
+  r=$($bench drain "$nats" "$stream" "$events" 300 | awk '/^drain/ {print $2}')
+  if ! kill -0 "$relay_pid" 2>/dev/null || [[ -z $r ]]; then
+    echo "relay $name round $2 failed; its log:" >&2
+    cat "$dir/relay.log" >&2
+    exit 1
+  fi
+  relay_t=$(proc_ticks "$relay_pid") nats_t=$(( $(nats_ticks) - n0 )) pg_t=$(( $(pg_ticks) - p0 ))
+  for p in "${perfs[@]}"; do kill -INT "$p"; wait "$p" || true; done
+  stop_relay
+  marked=$(psql -c "SELECT count(*) FROM idem.outbox WHERE state = 1 AND subject = '$subject'" "$db")
+  [[ $marked == "$events" ]] || echo "warning: relay $name round $2 marked $marked of $events rows" >&2
+  # The run's aftermath (vacuum of the rows it updated, a checkpoint) happens here, outside every
+  # measured window, rather than in the next case's.
+  psql -c "VACUUM idem.outbox" "$db" >/dev/null
+  psql -c "CHECKPOINT" "$db" >/dev/null
+  keep "relay_$name" "$r" "$(per_event $((relay_t + nats_t + pg_t)))" \
+    "relay $(per_event "$relay_t"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
+}
+
+echo "== throughput: $events events of 128 bytes, $rounds round(s)"
+for round in $(seq "$rounds"); do
+  run_raw "$round"
+  # Alternate which build goes first, so neither always follows the other.
+  order=("${!idems[@]}")
+  (( round % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))
+  for v in "${order[@]}"; do run_relay "$v" "$round"; done
+done
+printf '%-34s %10s %13s  %s\n' case events/s 'cpu us/event' 'of which (us/event)'
+printf '%-34s %10s %13s  %s\n' "raw nats.c async publisher" "${rate[raw]}" "${cpu[raw]}" "${detail[raw]}"
+for v in "${!idems[@]}"; do
+  c="relay_${names[$v]}"
+  label="idem relay (outbox -> stream)"
+  (( ${#idems[@]} > 1 )) && label="idem relay ${names[$v]}: $(basename "$(dirname "${idems[$v]}")")/$(basename "${idems[$v]}")"
+  printf '%-34s %10s %13s  %s\n' "${label:0:34}" "${rate[$c]}" "${cpu[$c]}" "${detail[$c]}"
+done
+for v in "${!idems[@]}"; do
+  c="relay_${names[$v]}"
+  python3 -c "print(f'ratio relay ${names[$v]}/raw: {${rate[$c]}/${rate[raw]}:.2f}x (CPU per event {${cpu[$c]}/${cpu[raw]}:.2f}x the reference)')"
+done
+
+for v in "${!idems[@]}"; do
+  name=${names[$v]}
+  echo "== relay $name: commit-to-consume latency at 1000 events/s for ${latency_seconds}s (relay idle, LISTEN/NOTIFY)"
+  $bench stream "$nats" "L${name^^}" "l$name.>"
+  "${idems[$v]}" relay --db "postgresql://postgres@127.0.0.1:$pg_port/bench_$name" --nats "$nats" \
+    --stream "L${name^^}" >"$dir/relay.log" 2>&1 &
+  relay_pid=$!
+  sleep 1
+  r0=$(proc_ticks "$relay_pid")
+  sleep 2
+  echo "idle relay: $(( ($(proc_ticks "$relay_pid") - r0) * tick_us / 2000 )) ms CPU per second"
+  $bench latency "host=127.0.0.1 port=$pg_port user=postgres dbname=bench_$name" "$nats" \
+    "l$name.latency" 1000 "$latency_seconds"
+  stop_relay
+done

@@ -52,16 +52,23 @@ struct JetStreamPublisher::State {
   // Every message in flight: message pointer -> its batch and index.
   std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>> in_flight;  // guarded by mu
   BatchId next_batch = 1;                                                  // guarded by mu
+  // Whether Send waits for a free slot in the window. An answer wakes the sender only then,
+  // and Wait only when it completes a batch: a wake-up per PubAck cost more CPU than the rest
+  // of the relay's publishing path.
+  bool sender_waiting = false;  // guarded by mu
 
-  // Records the answer for message `it` (mu held) and forgets it.
-  void Settle(std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>>::iterator it,
+  // Records the answer for message `it` (mu held) and forgets it. Returns whether a thread
+  // waits for this answer (a sender for a slot, or Wait for the batch it completes).
+  bool Settle(std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>>::iterator it,
               PublishResult result) {
+    bool wake = sender_waiting;
     auto b = batches.find(it->second.first);
     if (b != batches.end()) {
       b->second.results[it->second.second] = std::move(result);
-      --b->second.waiting;
+      if (--b->second.waiting == 0) wake = true;
     }
     in_flight.erase(it);
+    return wake;
   }
 
   ~State() {
@@ -74,6 +81,7 @@ struct JetStreamPublisher::State {
 
   static void OnAck(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* err, void* closure) {
     auto* self = static_cast<State*>(closure);
+    bool wake = false;
     {
       std::lock_guard lock(self->mu);
       auto it = self->in_flight.find(msg);
@@ -94,10 +102,10 @@ struct JetStreamPublisher::State {
                                              std::to_string(static_cast<int>(err->ErrCode)) + "]"
                                        : "");
         }
-        self->Settle(it, std::move(r));
+        wake = self->Settle(it, std::move(r));
       }
     }
-    self->cv.notify_all();
+    if (wake) self->cv.notify_all();
     natsMsg_Destroy(msg);
   }
 };
@@ -210,12 +218,6 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
   po.MaxWait = st.ack_timeout.count();
   for (size_t i = 0; i < messages.size(); ++i) {
     const OutMessage& m = messages[i];
-    {  // the window: wait for a free slot, at most the ack timeout (acks or errors free them)
-      std::unique_lock lock(st.mu);
-      st.cv.wait_for(lock, st.ack_timeout, [&] {
-        return static_cast<int>(st.in_flight.size()) < max_pending;
-      });
-    }
     natsMsg* msg = nullptr;
     natsStatus s = natsMsg_Create(&msg, m.subject.c_str(), nullptr, m.payload.data(),
                                   static_cast<int>(m.payload.size()));
@@ -224,7 +226,15 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
     }
     po.MsgId = m.msg_id.c_str();
     if (s == NATS_OK) {
-      std::lock_guard lock(st.mu);
+      // The window: wait for a free slot, at most the ack timeout (acks or errors free them).
+      std::unique_lock lock(st.mu);
+      if (static_cast<int>(st.in_flight.size()) >= max_pending) {
+        st.sender_waiting = true;
+        st.cv.wait_for(lock, st.ack_timeout, [&] {
+          return static_cast<int>(st.in_flight.size()) < max_pending;
+        });
+        st.sender_waiting = false;
+      }
       st.in_flight.emplace(msg, std::make_pair(id, i));
       ++batch->waiting;
     }

@@ -8,7 +8,10 @@
 
 #include "idem/outbox.h"
 #include "outbox/emit_test_util.h"
+#include "outbox/outbox_plans_sql.h"
+#include "outbox/outbox_sql.h"
 #include "outbox/subject_match.h"
+#include "store/postgres/pg_schema.h"
 #include "store/postgres/postgres_store.h"
 
 namespace idem {
@@ -220,6 +223,64 @@ TEST_F(OutboxTest, ClaimKeepsAKeyWithOneRelayAndInOrder) {
   EXPECT_EQ(Query("SELECT event_id || ' ' || attempts FROM idem.outbox_claim('r4', 10, 60000)"),
             "k2-a 2");
   EXPECT_EQ(Query("SELECT state || ' ' || stream_seq FROM idem.outbox WHERE event_id = 'k1-a'"), "1 7");
+}
+
+// Schema version 8: the claim rewrites every row it takes, a whole page of rows at a time,
+// and each of those updates stays on its page (HOT: no new index entries). Counted by
+// PostgreSQL for this transaction only, so the assertion is exact.
+TEST_F(OutboxTest, ClaimUpdatesAreHotUpdates) {
+  PgConn conn = Connect();
+  ASSERT_EQ(Exec(conn.get(), "SELECT count(idem.outbox_enqueue('hot-' || g, 'orders.created', "
+                             "convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, 3000) g"),
+            "3000");
+  const std::string part =
+      Exec(conn.get(), "SELECT DISTINCT tableoid::regclass FROM idem.outbox");
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  ASSERT_EQ(Exec(conn.get(), "SELECT count(*) FROM idem.outbox_claim('r1', 1000, 60000)"), "1000");
+  ASSERT_EQ(Exec(conn.get(), "SELECT count(*) FROM idem.outbox_claim('r1', 1000, 60000)"), "1000");
+  EXPECT_EQ(Exec(conn.get(), "SELECT pg_stat_get_xact_tuples_updated('" + part + "'::regclass) || ' ' || "
+                             "pg_stat_get_xact_tuples_hot_updated('" + part + "'::regclass)"),
+            "2000 2000");
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+}
+
+// A database at version 6 (partitions at fillfactor 80, version 3's partition function) keeps
+// its rows through the upgrade; its partitions, existing and new, then leave room for HOT
+// claims, and the rows enqueued before are claimed and marked as before.
+TEST_F(OutboxTest, UpgradeFromVersion6LeavesRoomForHotClaims) {
+  PgConn conn = Connect();
+  ASSERT_EQ(Exec(conn.get(), "SET client_min_messages TO warning"), "");
+  // Turn this database back into a version 6 one.
+  ASSERT_EQ(Exec(conn.get(), std::string(outbox::internal::kOutboxSchemaSql) +
+                                 outbox::internal::kOutboxPlansSql),
+            "");
+  ASSERT_EQ(Exec(conn.get(), "DO $$ DECLARE p regclass; BEGIN FOR p IN SELECT inhrelid::regclass "
+                             "FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass LOOP "
+                             "EXECUTE format('ALTER TABLE %s SET (fillfactor = 80)', p); END LOOP; END $$; "
+                             "UPDATE public.idem_schema SET version = 6"),
+            "");
+  auto fillfactors = [&] {
+    return Exec(conn.get(), "SELECT string_agg(DISTINCT array_to_string(c.reloptions, ','), ';') "
+                            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                            "WHERE i.inhparent = 'idem.outbox'::regclass");
+  };
+  ASSERT_EQ(fillfactors(), "fillfactor=80");
+  ASSERT_EQ(Exec(conn.get(), "SELECT count(idem.outbox_enqueue('old-' || g, 'orders.created', "
+                             "'\\x01')) FROM generate_series(1, 10) g"),
+            "10");
+
+  auto version = MigratePostgresSchema(server().Url(database_));
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  EXPECT_EQ(*version, internal::pg::kSchemaVersion);
+  EXPECT_EQ(Query("SELECT max(version) FROM public.idem_schema"), "8");
+  EXPECT_EQ(fillfactors(), "fillfactor=45");
+  EXPECT_EQ(Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() + 9)"), "t");
+  EXPECT_EQ(fillfactors(), "fillfactor=45");
+  // The rows from before the upgrade are claimed and marked as before.
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_claim('r1', 100, 60000)"), "10");
+  EXPECT_EQ(Query("SELECT idem.outbox_mark_published(array_agg(id), array_agg(day), array_agg(id), "
+                  "array_agg(false)) FROM idem.outbox"),
+            "10");
 }
 
 // Retention drops whole day partitions past the horizon, but never one holding a pending or

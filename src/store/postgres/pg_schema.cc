@@ -1,5 +1,6 @@
 #include "store/postgres/pg_schema.h"
 
+#include "outbox/outbox_claim_room_sql.h"
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
@@ -27,6 +28,8 @@ constexpr Migration kMigrations[] = {
     {"emit layer: the relay's claim and mark on kept plans", outbox::internal::kOutboxPlansSql},
     {"worker layer: the inbox claim's fast path in one expression and one statement",
      kSchemaV7InboxLean},
+    {"emit layer: room on each outbox page for the claim to be a HOT update",
+     outbox::internal::kOutboxClaimRoomSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

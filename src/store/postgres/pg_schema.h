@@ -23,9 +23,11 @@ namespace idem::internal::pg {
 //   7  idem.inbox_claim's fast path checks its arguments, takes the pair's lock and computes
 //      the expiry day in one expression before its day's statement (four statements in
 //      version 5); same lock, same days, tables and rows unchanged
+//   8  the outbox's day partitions at fillfactor 45, so the relay's claim is a HOT update;
+//      rows and functions otherwise unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now

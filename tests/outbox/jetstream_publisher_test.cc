@@ -1,0 +1,64 @@
+// JetStreamPublisher against a real nats-server -js: the PubAck window and the wake-ups. An
+// answer wakes the sending thread only when it waits for a window slot, and Wait only when
+// the answer completes its batch; with a window far smaller than the batches, both waits are
+// exercised thousands of times, with PubAcks arriving on nats.c's thread meanwhile.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+
+#include "outbox/emit_test_util.h"
+#include "outbox/jetstream_publisher.h"
+#include "util/js_client.h"
+#include "util/nats_server.h"
+
+namespace idem {
+namespace {
+
+TEST(JetStreamPublisherTest, SmallWindowPipelinedBatchesAreAllAckedOnce) {
+  testing::NatsServer nats;
+  ASSERT_EQ(nats.Start(), "");
+  testing::JsClient js;
+  ASSERT_EQ(js.Connect(nats.Url()), "");
+  ASSERT_EQ(testing::AddStream(js.js(), "PUB", {"pub.>"}, std::chrono::seconds(60)), "");
+  // A long ack timeout: a missed wake-up shows as a wait of that long (every answer arrives
+  // well before it), which the elapsed-time check below catches.
+  constexpr auto kAckTimeout = std::chrono::seconds(30);
+  auto publisher = outbox::JetStreamPublisher::Connect(nats.Url(), kAckTimeout);
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+
+  constexpr int kBatches = 6, kPerBatch = 500, kWindow = 16;
+  std::vector<outbox::JetStreamPublisher::BatchId> ids;
+  std::vector<std::vector<outbox::PublishResult>> results;
+  const auto start = std::chrono::steady_clock::now();
+  for (int b = 0; b < kBatches; ++b) {
+    std::vector<outbox::OutMessage> batch;
+    for (int i = 0; i < kPerBatch; ++i) {
+      const std::string id = "m-" + std::to_string(b) + "-" + std::to_string(i);
+      batch.push_back({id, "pub.x", "payload " + id, {{"X-Batch", std::to_string(b)}}});
+    }
+    // Two batches in flight at a time, as the relay keeps them.
+    ids.push_back((*publisher)->Send(batch, kWindow));
+    if (ids.size() >= 2) results.push_back((*publisher)->Wait(ids[ids.size() - 2]));
+  }
+  results.push_back((*publisher)->Wait(ids.back()));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kAckTimeout / 2) << "a wake-up was missed";
+
+  ASSERT_EQ(results.size(), static_cast<size_t>(kBatches));
+  std::set<uint64_t> sequences;
+  for (const auto& batch : results) {
+    ASSERT_EQ(batch.size(), static_cast<size_t>(kPerBatch));
+    for (const auto& r : batch) {
+      ASSERT_EQ(r.kind, outbox::PublishResult::Kind::kAcked) << r.error;
+      EXPECT_FALSE(r.duplicate);
+      sequences.insert(r.stream_seq);
+    }
+  }
+  EXPECT_EQ(sequences.size(), static_cast<size_t>(kBatches * kPerBatch));
+  EXPECT_EQ(*sequences.begin(), 1u);
+  EXPECT_EQ(*sequences.rbegin(), static_cast<uint64_t>(kBatches * kPerBatch));
+  EXPECT_EQ(js.StreamMessages("PUB"), static_cast<uint64_t>(kBatches * kPerBatch));
+}
+
+}  // namespace
+}  // namespace idem
