@@ -15,11 +15,11 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "idem/clock.h"
+#include "idem/mutex.h"
 #include "idem/status.h"
 
 namespace idem {
@@ -81,10 +81,10 @@ class UuidV7Generator {
 
  private:
   std::shared_ptr<Clock> clock_;
-  std::mutex mu_;
-  int64_t last_ms_ = -1;  // GUARDED_BY(mu_)
-  uint64_t rand_hi_ = 0;  // GUARDED_BY(mu_): rand_a, 12 bits
-  uint64_t rand_lo_ = 0;  // GUARDED_BY(mu_): rand_b, 62 bits
+  Mutex mu_;
+  int64_t last_ms_ IDEM_GUARDED_BY(mu_) = -1;
+  uint64_t rand_hi_ IDEM_GUARDED_BY(mu_) = 0;  // rand_a, 12 bits
+  uint64_t rand_lo_ IDEM_GUARDED_BY(mu_) = 0;  // rand_b, 62 bits
 };
 
 // A UUIDv7 from a process-wide generator on the system clock.
@@ -109,9 +109,9 @@ class UlidGenerator {
 
  private:
   std::shared_ptr<Clock> clock_;
-  std::mutex mu_;
-  int64_t last_ms_ = -1;                // GUARDED_BY(mu_)
-  std::array<uint8_t, 10> random_{};    // GUARDED_BY(mu_)
+  Mutex mu_;
+  int64_t last_ms_ IDEM_GUARDED_BY(mu_) = -1;
+  std::array<uint8_t, 10> random_ IDEM_GUARDED_BY(mu_){};
 };
 
 // A ULID from a process-wide generator on the system clock.

@@ -97,14 +97,8 @@ std::string_view ReleaseOutcomeName(ReleaseOutcome outcome);
 
 // ---- Options --------------------------------------------------------------------------------
 
-// How hard SQLite works to keep a commit across failures (PRAGMA synchronous).
-enum class Durability {
-  kOff,     // no fsync: survives a process crash, not an OS crash or power loss
-  kNormal,  // WAL fsynced at checkpoints: survives a process crash (kill -9); an OS crash may
-            // lose the last commits, never corrupts. The default.
-  kFull,    // fsync every commit: survives power loss
-};
-
+// What every store reads. A setting only one store reads is an option of that store's URL
+// (see OpenStore): sqlite:PATH?durability=full, memory?shards=16, redis://...?pool_size=8.
 struct StoreOptions {
   // Source of "now". Default: the system clock.
   std::shared_ptr<Clock> clock = SystemClock();
@@ -114,17 +108,6 @@ struct StoreOptions {
   // checked, and the new owner learns an earlier attempt existed); after it, a retry acquires
   // afresh and Sweep may delete the record. Default 24 h, the gateway's default retention.
   Duration abandoned_retention = std::chrono::hours(24);
-
-  // Memory store: number of independently locked shards (rounded up to a power of two).
-  int memory_shards = 64;
-
-  // SQLite store: see Durability. Default kNormal.
-  Durability durability = Durability::kNormal;
-  // SQLite store: how long a call waits for another process's write lock before failing with
-  // kUnavailable. Default 5 s.
-  Duration busy_timeout = std::chrono::seconds(5);
-  // SQLite store: rows deleted per Sweep transaction, so a large sweep never blocks writers long.
-  int sweep_batch = 2000;
 };
 
 // ---- The interface --------------------------------------------------------------------------
@@ -180,11 +163,18 @@ class Store {
   virtual bool NeverBlocks() const { return false; }
 };
 
-// Opens a store from a URL:
-//   memory                      the in-process sharded store (lost on exit)
+// Opens a store from a URL. Options follow '?', joined with '&'; an unknown option or a bad
+// value is kInvalidArgument naming it.
+//   memory[?shards=N]           the in-process sharded store (lost on exit); shards 1 to 65536
+//                               (default 64, rounded up to a power of two)
 //   sqlite:PATH                 SQLite at PATH (created if missing); "sqlite:" alone means
-//                               ./idem.db. Query options: durability=off|normal|full,
-//                               busy_timeout_ms=N (see StoreOptions), joined with '&'.
+//                               ./idem.db. Options: durability=off|normal|full (PRAGMA
+//                               synchronous; default normal), busy_timeout_ms=N (wait for
+//                               another process's write lock, 0 to 3600000; default 5000),
+//                               sweep_batch=N (rows per Sweep transaction, 1 to 1000000;
+//                               default 2000). See docs/sqlite-schema.md.
+//   redis://[[USER]:PASS@]HOST[:PORT][/DB][?OPTIONS]   Redis. Options: prefix, pool_size,
+//                               timeout_ms, connect_timeout_ms (see docs/gateway.md).
 //   postgresql://USER[:PASS]@HOST[:PORT]/DB[?OPTIONS]   (or postgres://) PostgreSQL, schema
 //                               created or migrated on open. Options: pool_size, timeout_ms,
 //                               connect_timeout, schema, partition_horizon_days (see

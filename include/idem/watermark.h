@@ -16,10 +16,11 @@
 
 #include <array>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "idem/mutex.h"
 
 namespace idem {
 
@@ -68,8 +69,8 @@ class SequenceDeduplicator {
   size_t producers() const;
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, SequenceWindow> windows_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unordered_map<std::string, SequenceWindow> windows_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem

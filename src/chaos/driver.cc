@@ -19,7 +19,7 @@ Driver::Answer Driver::Send(const Operation& op, int64_t amount, std::chrono::mi
                                {{"Idempotency-Key", op.id}, {"Content-Type", "application/json"}},
                                body, timeout);
   if (r.status != 0 && r.Header("Idempotent-Replayed") == "true") {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     replayed_.insert(op.id);
   }
   return {r.status, r.status == 0 ? r.error : r.body};
@@ -38,7 +38,7 @@ Driver::Answer Driver::SendUntilDone(const Operation& op, int64_t amount) {
 }
 
 void Driver::Problem(std::string what) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (problems_.size() < 100) problems_.push_back(std::move(what));
 }
 
@@ -61,7 +61,7 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
     case FaultMode::kRetryHours:
     case FaultMode::kRetryExpired: {
       expect_success(SendUntilDone(op, op.amount), "send");
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       later_.push_back(&op);
       break;
     }
@@ -194,7 +194,7 @@ void Driver::Run() {
   // retry_expired's (every record expired: executed again, by design).
   std::vector<const Operation*> later;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     later.swap(later_);
   }
   for (auto [mode, offset] : {std::pair<FaultMode, Duration>{FaultMode::kRetryLater, Duration(0)},
@@ -217,12 +217,12 @@ void Driver::Run() {
 }
 
 std::set<std::string> Driver::gateway_replays() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return replayed_;
 }
 
 std::vector<std::string> Driver::problems() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return problems_;
 }
 

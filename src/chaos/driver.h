@@ -18,6 +18,7 @@
 #include "chaos/chaos_options.h"
 #include "chaos/oracle.h"
 #include "chaos/pipeline.h"
+#include "idem/mutex.h"
 
 namespace idem::chaos {
 
@@ -63,10 +64,10 @@ class Driver {
   std::mutex gateway_mu_;  // one gateway kill at a time
   std::mutex relay_mu_;    // one relay crash at a time
   std::mutex server_mu_;   // one server restart at a time
-  mutable std::mutex mu_;
-  std::vector<const Operation*> later_;   // GUARDED_BY(mu_): retry_later, _hours, _expired
-  std::vector<std::string> problems_;     // GUARDED_BY(mu_)
-  std::set<std::string> replayed_;        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<const Operation*> later_ IDEM_GUARDED_BY(mu_);  // retry_later, _hours, _expired
+  std::vector<std::string> problems_ IDEM_GUARDED_BY(mu_);
+  std::set<std::string> replayed_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::chaos

@@ -12,6 +12,7 @@
 
 #include <libpq-fe.h>
 
+#include "idem/mutex.h"
 #include "idem/store.h"
 #include "chaos/pg_connect.h"
 #include "chaos/services.h"
@@ -45,15 +46,15 @@ struct Pipeline::Impl {
   int service_port = 0;
   int launches = 0;
 
-  mutable std::mutex mu;                       // guards the processes and error
-  std::unique_ptr<Process> gateway;            // GUARDED_BY(mu)
-  std::unique_ptr<Process> relay;              // GUARDED_BY(mu)
-  std::unique_ptr<Process> consumer;           // GUARDED_BY(mu)
-  bool relay_armed = false;                    // GUARDED_BY(mu): the running relay will crash
-  bool hold_after_crash = false;               // GUARDED_BY(mu): the armed relay's crash
-  bool relay_held = false;                     // GUARDED_BY(mu): no relay is started
-  std::string error;                           // GUARDED_BY(mu)
-  std::map<std::string, std::unique_ptr<Process>> replayers;  // GUARDED_BY(mu): by consumer
+  mutable Mutex mu;  // guards the processes and error
+  std::unique_ptr<Process> gateway IDEM_GUARDED_BY(mu);
+  std::unique_ptr<Process> relay IDEM_GUARDED_BY(mu);
+  std::unique_ptr<Process> consumer IDEM_GUARDED_BY(mu);
+  bool relay_armed IDEM_GUARDED_BY(mu) = false;       // the running relay will crash
+  bool hold_after_crash IDEM_GUARDED_BY(mu) = false;  // the armed relay's crash
+  bool relay_held IDEM_GUARDED_BY(mu) = false;        // no relay is started
+  std::string error IDEM_GUARDED_BY(mu);
+  std::map<std::string, std::unique_ptr<Process>> replayers IDEM_GUARDED_BY(mu);  // by consumer
   std::mutex admin_mu;                         // guards making nats_admin
   std::unique_ptr<worker::NatsConnection> nats_admin;  // set once, then thread-safe (nats.c)
 
@@ -61,15 +62,16 @@ struct Pipeline::Impl {
   std::thread supervisor;
   // Work that starts processes runs on the supervisor thread, never on a caller's: a child
   // gets SIGKILL when the thread that forked it exits (PR_SET_PDEATHSIG follows the thread).
-  std::deque<std::packaged_task<void()>> tasks;  // GUARDED_BY(mu)
+  std::deque<std::packaged_task<void()>> tasks IDEM_GUARDED_BY(mu);
 
-  // Runs `f` (with mu held) on the supervisor thread and returns its result.
+  // Runs `f` (with mu held) on the supervisor thread and returns its result. The analysis
+  // checks `f` as a function of its own: it starts with mu.AssertHeld().
   template <typename F>
   auto OnSupervisor(F f) -> decltype(f()) {
     std::packaged_task<decltype(f())()> task(std::move(f));
     auto result = task.get_future();
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       tasks.emplace_back([&task] { task(); });
     }
     return result.get();
@@ -81,8 +83,7 @@ struct Pipeline::Impl {
     return dir.File(name + "-" + std::to_string(++launches) + ".log");
   }
 
-  // REQUIRES: mu held.
-  std::string LaunchGateway() {
+  std::string LaunchGateway() IDEM_REQUIRES(mu) {
     std::vector<std::string> argv = {config.idem_binary, "gateway", "--listen", gateway_listen,
                                      "--upstream",
                                      "http://127.0.0.1:" + std::to_string(service_port),
@@ -96,8 +97,8 @@ struct Pipeline::Impl {
     return "";
   }
 
-  // REQUIRES: mu held. With `crash`, the relay SIGKILLs itself after its next published batch.
-  std::string LaunchRelay(bool crash) {
+  // With `crash`, the relay SIGKILLs itself after its next published batch.
+  std::string LaunchRelay(bool crash) IDEM_REQUIRES(mu) {
     std::vector<std::string> argv;
     // The crash point goes through env(1): setenv in this multi-threaded process would race
     // with libpq reading the environment on another thread.
@@ -137,8 +138,7 @@ struct Pipeline::Impl {
             "--max-nak-delay", "50ms", "--max-in-flight", "8"};
   }
 
-  // REQUIRES: mu held.
-  std::string LaunchConsumer() {
+  std::string LaunchConsumer() IDEM_REQUIRES(mu) {
     consumer = std::make_unique<Process>(ConsumeArgv("chaos-apply"), Log("consume"));
     if (!consumer->WaitForLine("pulling from", 15s)) {
       // The relay creates the stream; when it could not, its log says why.
@@ -148,10 +148,10 @@ struct Pipeline::Impl {
     return "";
   }
 
-  void Supervise(Pipeline* owner) {
+  void Supervise(Pipeline* owner) IDEM_EXCLUDES(mu) {
     while (!stopping) {
       std::this_thread::sleep_for(20ms);
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       while (!tasks.empty()) {
         tasks.front()();
         tasks.pop_front();
@@ -287,7 +287,7 @@ std::string Pipeline::StartProcesses(int service_port) {
             "[[route]]\npath_prefix = \"/\"\nlease = \"1s\"\n";
   }
   if (p.config.movable_clock) std::ofstream(p.ClockOffsetFile()) << "0s\n";
-  std::lock_guard lock(p.mu);
+  MutexLock lock(p.mu);
   if (auto e = p.LaunchRelay(false); !e.empty()) return e;
   if (auto e = p.LaunchConsumer(); !e.empty()) return e;
   if (p.config.gateway) {
@@ -340,6 +340,7 @@ bool Pipeline::KillAndRestartGateway() {
 
 bool Pipeline::KillAndRestartGatewayLocked() {
   Impl& p = *impl_;
+  p.mu.AssertHeld();  // see the header: called through OnSupervisor
   if (!p.gateway) return false;
   p.gateway->Stop(SIGKILL);
   ++gateway_kills_;
@@ -365,7 +366,7 @@ bool Pipeline::SetClockOffset(Duration offset) {
     std::error_code ec;
     std::filesystem::rename(file + ".new", file, ec);
     if (ec) {
-      std::lock_guard lock(p.mu);
+      MutexLock lock(p.mu);
       p.error = "moving the gateway's clock: " + ec.message();
       return false;
     }
@@ -383,6 +384,7 @@ int Pipeline::ArmRelayCrash(bool hold_after_crash) {
   Impl& p = *impl_;
   const int before = relay_crashes_.load();
   p.OnSupervisor([&p, hold_after_crash] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     if (p.relay) p.relay->Stop(SIGTERM, 10s);
     p.relay_held = false;
     p.hold_after_crash = hold_after_crash;
@@ -394,6 +396,7 @@ int Pipeline::ArmRelayCrash(bool hold_after_crash) {
 void Pipeline::HoldRelay() {
   Impl& p = *impl_;
   p.OnSupervisor([&p] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     if (p.relay) p.relay->Stop(SIGTERM, 10s);
     p.relay_held = true;
   });
@@ -401,13 +404,16 @@ void Pipeline::HoldRelay() {
 
 void Pipeline::ReleaseRelay() {
   Impl& p = *impl_;
-  p.OnSupervisor([&p] { p.relay_held = false; });
+  p.OnSupervisor([&p] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
+    p.relay_held = false;
+  });
 }
 
 bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
   Impl& p = *impl_;
   if (auto e = p.EnsureAdmin(); !e.empty()) {
-    std::lock_guard lock(p.mu);
+    MutexLock lock(p.mu);
     p.error = e;
     return false;
   }
@@ -427,7 +433,7 @@ bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
     return done.ok();
   });
   if (!done.ok()) {
-    std::lock_guard lock(p.mu);
+    MutexLock lock(p.mu);
     p.error = done.ToString();
   }
   return done.ok();
@@ -448,7 +454,7 @@ bool Pipeline::WaitForOutageRepublished() {
   });
   PQfinish(conn);
   if (!done) {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->error = "a relay outage's rows were not republished within 30 s";
   }
   return done;
@@ -465,7 +471,7 @@ bool Pipeline::RecordOutageBatch() {
     return error.empty();
   });
   if (!ok) {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->error = "recording a relay outage's rows: " + error;
   }
   return ok;
@@ -482,7 +488,7 @@ bool Pipeline::WaitForRelayCrash(int before) {
 
 void Pipeline::KillConsumer() {
   Impl& p = *impl_;
-  std::lock_guard lock(p.mu);
+  MutexLock lock(p.mu);
   if (p.consumer && p.consumer->pid() > 0) kill(p.consumer->pid(), SIGKILL);
 }
 
@@ -491,6 +497,7 @@ bool Pipeline::RestartNats() {
   if (!p.nats) return false;
   // On the supervisor thread: the restarted server is a child of the thread that starts it.
   return p.OnSupervisor([this, &p] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     ++nats_restarts_;
     if (auto e = p.nats->Restart(); !e.empty()) {
       p.error = "nats-server restart: " + e;
@@ -504,6 +511,7 @@ bool Pipeline::RestartPostgres() {
   Impl& p = *impl_;
   if (!p.pg) return false;
   return p.OnSupervisor([this, &p] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     ++postgres_restarts_;
     if (!p.pg->Restart()) {
       p.error = "PostgreSQL restart: " + p.pg->error();
@@ -516,7 +524,7 @@ bool Pipeline::RestartPostgres() {
 bool Pipeline::ReplayFrom(const std::string& op) {
   Impl& p = *impl_;
   auto fail = [&p](std::string why) {
-    std::lock_guard lock(p.mu);
+    MutexLock lock(p.mu);
     p.error = "consumer replay: " + why;
     return false;
   };
@@ -571,6 +579,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   }
 
   std::string launch_error = p.OnSupervisor([&p, &name] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     auto& replayer = p.replayers[name];
     replayer = std::make_unique<Process>(p.ConsumeArgv(name), p.Log("replay"));
     if (replayer->WaitForLine("pulling from", 15s)) return std::string();
@@ -582,6 +591,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
       launch_error.empty() && Poll(15s, [&] { return query(kDeliveries) > before; });
   PQfinish(conn);
   p.OnSupervisor([&p, &name] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     auto it = p.replayers.find(name);
     if (it == p.replayers.end()) return;
     it->second->Stop(SIGTERM, 10s);
@@ -605,6 +615,7 @@ bool Pipeline::KillRedis() {
   Impl& p = *impl_;
   if (!p.redis) return false;
   return p.OnSupervisor([this, &p] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     ++redis_restarts_;
     p.redis->Kill();
     return true;
@@ -615,6 +626,7 @@ bool Pipeline::RestartRedis() {
   Impl& p = *impl_;
   if (!p.redis) return false;
   return p.OnSupervisor([&p] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     if (auto e = p.redis->Restart(); !e.empty()) {
       p.error = "redis-server restart: " + e;
       return false;
@@ -640,7 +652,7 @@ int Pipeline::FencedCompletions() const {
 }
 
 std::string Pipeline::error() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->error;
 }
 
@@ -648,7 +660,7 @@ void Pipeline::Stop() {
   Impl& p = *impl_;
   p.stopping = true;
   if (p.supervisor.joinable()) p.supervisor.join();
-  std::lock_guard lock(p.mu);
+  MutexLock lock(p.mu);
   for (auto& task : p.tasks) task();  // callers wait for them (no process is started now)
   p.tasks.clear();
   if (p.gateway) p.gateway->Stop(SIGTERM, 5s);

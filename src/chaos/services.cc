@@ -12,6 +12,7 @@
 
 #include "chaos/pg_connect.h"
 #include "idem/fingerprint.h"
+#include "idem/mutex.h"
 #include "idem/outbox.h"
 #include "idem/postgres.h"
 #include "idem/worker.h"
@@ -86,13 +87,13 @@ struct Services::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::thread accept_thread;
-  std::mutex mu;
-  std::vector<std::shared_ptr<tcp::socket>> sockets;  // GUARDED_BY(mu)
-  std::vector<std::thread> threads;                   // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<std::shared_ptr<tcp::socket>> sockets IDEM_GUARDED_BY(mu);
+  std::vector<std::thread> threads IDEM_GUARDED_BY(mu);
   std::atomic<bool> stopping{false};
-  std::mutex kill_mu;  // one consumer kill at a time
-  std::set<std::string> killed_for;  // GUARDED_BY(kill_mu): ops whose consumer was killed
-  std::set<std::string> hung_for;    // GUARDED_BY(kill_mu): zombie ops whose first request hung
+  Mutex kill_mu;  // one consumer kill at a time
+  std::set<std::string> killed_for IDEM_GUARDED_BY(kill_mu);  // ops whose consumer was killed
+  std::set<std::string> hung_for IDEM_GUARDED_BY(kill_mu);  // zombie ops whose first request hung
   Services* owner = nullptr;
 
   std::optional<FaultMode> FaultOf(const std::string& op) const {
@@ -117,7 +118,7 @@ struct Services::Impl {
       }
       bool first = false;
       {
-        std::lock_guard lock(kill_mu);
+        MutexLock lock(kill_mu);
         first = hung_for.insert(op).second;
       }
       // The first attempt hangs past the lease, then carries on as if nothing happened: its
@@ -204,7 +205,7 @@ struct Services::Impl {
     if (fault == FaultMode::kConsumerKill && config.kill_consumer) {
       // Once per operation, on the first delivery that reaches us (a delivery the killed
       // sidecar had fetched but not posted comes back with a higher count).
-      std::lock_guard lock(kill_mu);
+      MutexLock lock(kill_mu);
       if (killed_for.insert(op).second) {
         config.kill_consumer();
         ++owner->consumer_kills_;
@@ -269,7 +270,7 @@ std::string Services::Start() {
       beast::error_code aec;
       s.acceptor.accept(*socket, aec);
       if (aec || s.stopping) break;
-      std::lock_guard lock(s.mu);
+      MutexLock lock(s.mu);
       s.sockets.push_back(socket);
       s.threads.emplace_back([&s, socket] { s.Serve(socket); });
     }
@@ -291,7 +292,7 @@ void Services::Stop() {
   s.acceptor.close(ec);
   std::vector<std::thread> threads;
   {
-    std::lock_guard lock(s.mu);
+    MutexLock lock(s.mu);
     // Shut the descriptors down (thread-safe at the OS level): each handler's read fails.
     for (auto& socket : s.sockets) ::shutdown(socket->native_handle(), SHUT_RDWR);
     threads.swap(s.threads);

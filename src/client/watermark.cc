@@ -40,14 +40,14 @@ SequenceOutcome SequenceWindow::Observe(uint64_t seq) {
 }
 
 SequenceOutcome SequenceDeduplicator::Observe(std::string_view producer, uint64_t seq) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = windows_.find(std::string(producer));
   if (it == windows_.end()) it = windows_.emplace(std::string(producer), SequenceWindow()).first;
   return it->second.Observe(seq);
 }
 
 size_t SequenceDeduplicator::producers() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return windows_.size();
 }
 

@@ -168,7 +168,7 @@ UuidV7Generator::UuidV7Generator(std::shared_ptr<Clock> clock) : clock_(std::mov
 
 Result<Uuid> UuidV7Generator::Next() {
   const int64_t now = ToMillis(clock_->Now());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   bool fresh = now > last_ms_;
   if (!fresh) {
     auto step = RandomU64();
@@ -238,7 +238,7 @@ UlidGenerator::UlidGenerator(std::shared_ptr<Clock> clock) : clock_(std::move(cl
 
 Result<std::string> UlidGenerator::Next() {
   const int64_t now = ToMillis(clock_->Now());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (now > last_ms_) {
     IDEM_RETURN_IF_ERROR(RandomBytes(random_.data(), random_.size()));
     last_ms_ = now;

@@ -49,7 +49,7 @@ std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle() {
   for (;;) {
     std::unique_ptr<Connection> c;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (idle_.empty()) return nullptr;
       c = std::move(idle_.back());
       idle_.pop_back();
@@ -67,7 +67,7 @@ std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle() {
 
 void UpstreamPool::PutIdle(std::unique_ptr<Connection> connection) {
   connection->idle_since = std::chrono::steady_clock::now();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (idle_.size() < options_.max_idle) idle_.push_back(std::move(connection));
 }
 

@@ -6,12 +6,12 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gateway/http.h"
 #include "gateway/upstream.h"
+#include "idem/mutex.h"
 #include "idem/status.h"
 
 namespace idem::gateway {
@@ -52,15 +52,15 @@ class UpstreamPool final : public Upstream {
                std::string authority, UpstreamOptions options);
 
   // An idle connection that still looks alive, or null.
-  std::unique_ptr<Connection> TakeIdle();
-  void PutIdle(std::unique_ptr<Connection> connection);
+  std::unique_ptr<Connection> TakeIdle() IDEM_EXCLUDES(mu_);
+  void PutIdle(std::unique_ptr<Connection> connection) IDEM_EXCLUDES(mu_);
 
   asio::any_io_executor executor_;
   tcp::resolver::results_type endpoints_;
   std::string authority_;
   UpstreamOptions options_;
-  std::mutex mu_;  // guards idle_
-  std::vector<std::unique_ptr<Connection>> idle_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<Connection>> idle_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::gateway

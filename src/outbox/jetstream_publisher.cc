@@ -2,10 +2,10 @@
 
 #include <nats/nats.h>
 
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <unordered_map>
+
+#include "idem/mutex.h"
 
 namespace idem::outbox {
 namespace {
@@ -41,26 +41,26 @@ struct JetStreamPublisher::State {
   jsCtx* js = nullptr;
   std::chrono::milliseconds ack_timeout{5000};
 
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   // The batches in flight, by id, with how many of their messages still await an answer.
   struct Batch {
     std::vector<PublishResult> results;
     size_t waiting = 0;
   };
-  std::map<BatchId, Batch> batches;  // guarded by mu
+  std::map<BatchId, Batch> batches IDEM_GUARDED_BY(mu);
   // Every message in flight: message pointer -> its batch and index.
-  std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>> in_flight;  // guarded by mu
-  BatchId next_batch = 1;                                                  // guarded by mu
+  std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>> in_flight IDEM_GUARDED_BY(mu);
+  BatchId next_batch IDEM_GUARDED_BY(mu) = 1;
   // Whether Send waits for a free slot in the window. An answer wakes the sender only then,
   // and Wait only when it completes a batch: a wake-up per PubAck cost more CPU than the rest
   // of the relay's publishing path.
-  bool sender_waiting = false;  // guarded by mu
+  bool sender_waiting IDEM_GUARDED_BY(mu) = false;
 
-  // Records the answer for message `it` (mu held) and forgets it. Returns whether a thread
-  // waits for this answer (a sender for a slot, or Wait for the batch it completes).
+  // Records the answer for message `it` and forgets it. Returns whether a thread waits for
+  // this answer (a sender for a slot, or Wait for the batch it completes).
   bool Settle(std::unordered_map<const natsMsg*, std::pair<BatchId, size_t>>::iterator it,
-              PublishResult result) {
+              PublishResult result) IDEM_REQUIRES(mu) {
     bool wake = sender_waiting;
     auto b = batches.find(it->second.first);
     if (b != batches.end()) {
@@ -83,7 +83,7 @@ struct JetStreamPublisher::State {
     auto* self = static_cast<State*>(closure);
     bool wake = false;
     {
-      std::lock_guard lock(self->mu);
+      MutexLock lock(self->mu);
       auto it = self->in_flight.find(msg);
       if (it != self->in_flight.end()) {
         PublishResult r;
@@ -105,7 +105,7 @@ struct JetStreamPublisher::State {
         wake = self->Settle(it, std::move(r));
       }
     }
-    if (wake) self->cv.notify_all();
+    if (wake) self->cv.NotifyAll();
     natsMsg_Destroy(msg);
   }
 };
@@ -207,7 +207,7 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
   BatchId id = 0;
   State::Batch* batch = nullptr;  // std::map: stable while the entry exists
   {
-    std::lock_guard lock(st.mu);
+    MutexLock lock(st.mu);
     id = st.next_batch++;
     batch = &st.batches[id];
     batch->results.resize(messages.size());
@@ -227,12 +227,13 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
     po.MsgId = m.msg_id.c_str();
     if (s == NATS_OK) {
       // The window: wait for a free slot, at most the ack timeout (acks or errors free them).
-      std::unique_lock lock(st.mu);
+      MutexLock lock(st.mu);
       if (static_cast<int>(st.in_flight.size()) >= max_pending) {
         st.sender_waiting = true;
-        st.cv.wait_for(lock, st.ack_timeout, [&] {
-          return static_cast<int>(st.in_flight.size()) < max_pending;
-        });
+        const auto give_up_at = std::chrono::steady_clock::now() + st.ack_timeout;
+        while (static_cast<int>(st.in_flight.size()) >= max_pending &&
+               st.cv.WaitUntil(lock, give_up_at)) {
+        }
         st.sender_waiting = false;
       }
       st.in_flight.emplace(msg, std::make_pair(id, i));
@@ -245,7 +246,7 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
       r.kind = IsPermanent(s, static_cast<jsErrCode>(0)) ? PublishResult::Kind::kRejected
                                                          : PublishResult::Kind::kFailed;
       r.error = NatsError(s);
-      std::lock_guard lock(st.mu);
+      MutexLock lock(st.mu);
       auto it = st.in_flight.find(sent);
       if (it != st.in_flight.end()) {
         st.Settle(it, std::move(r));
@@ -260,18 +261,19 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
 
 std::vector<PublishResult> JetStreamPublisher::Wait(BatchId id) {
   State& st = *state_;
-  std::unique_lock lock(st.mu);
+  MutexLock lock(st.mu);
   auto b = st.batches.find(id);
   if (b == st.batches.end()) return {};
-  st.cv.wait_for(lock, st.ack_timeout + std::chrono::seconds(1),
-                 [&] { return b->second.waiting == 0; });
+  const auto give_up_at = std::chrono::steady_clock::now() + st.ack_timeout + std::chrono::seconds(1);
+  while (b->second.waiting > 0 && st.cv.WaitUntil(lock, give_up_at)) {
+  }
   if (b->second.waiting > 0) {
     // Whatever is still unanswered, in any batch: take it back from the library (late acks are
     // then dropped) and fail it.
-    lock.unlock();
+    lock.Unlock();
     natsMsgList pending{};
     if (js_PublishAsyncGetPendingList(&pending, st.js) == NATS_OK) natsMsgList_Destroy(&pending);
-    lock.lock();
+    lock.Lock();
     while (!st.in_flight.empty()) {
       PublishResult r;
       r.error = "no PubAck within " + std::to_string(st.ack_timeout.count()) + " ms";

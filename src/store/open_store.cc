@@ -1,5 +1,4 @@
 // OpenStore: the store URL registry. The only file that knows every store.
-#include <charconv>
 #include <string>
 
 #include "core/text.h"
@@ -21,10 +20,11 @@ struct ParsedUrl {
 
 ParsedUrl Split(std::string_view url) {
   ParsedUrl parsed;
-  const size_t colon = url.find(':');
-  parsed.scheme = std::string(url.substr(0, colon));
-  if (colon == std::string_view::npos) return parsed;
-  std::string_view rest = url.substr(colon + 1);
+  // "memory?shards=4" has no ':' before its query.
+  const size_t end = url.find_first_of(":?");
+  parsed.scheme = std::string(url.substr(0, end));
+  if (end == std::string_view::npos) return parsed;
+  std::string_view rest = url.substr(url[end] == ':' ? end + 1 : end);
   const size_t question = rest.find('?');
   if (question != std::string_view::npos) {
     parsed.query = std::string(rest.substr(question + 1));
@@ -34,46 +34,24 @@ ParsedUrl Split(std::string_view url) {
   return parsed;
 }
 
-Status ApplySqliteOption(std::string_view name, std::string_view value, StoreOptions& options) {
-  if (name == "durability") {
-    if (value == "off") options.durability = Durability::kOff;
-    else if (value == "normal") options.durability = Durability::kNormal;
-    else if (value == "full") options.durability = Durability::kFull;
-    else return InvalidArgumentError("durability must be off, normal or full, not '" +
-                                     std::string(value) + "'");
-    return Status::Ok();
-  }
-  if (name == "busy_timeout_ms") {
-    auto ms = internal::ParseIntInRange("busy_timeout_ms", value, 0, 3'600'000);
-    if (!ms.ok()) return ms.status();
-    options.busy_timeout = Duration(*ms);
-    return Status::Ok();
-  }
-  return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +
-                              "' (known: durability, busy_timeout_ms)");
-}
-
-Status ApplyQuery(std::string_view query, StoreOptions& options) {
-  return internal::ForEachQueryOption(query, [&](std::string_view name, std::string_view value) {
-    return ApplySqliteOption(name, value, options);
-  });
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options) {
   const ParsedUrl parsed = Split(url);
   if (parsed.scheme == "memory") {
-    if (!parsed.rest.empty() || !parsed.query.empty()) {
-      return InvalidArgumentError("the memory store takes no path or options: use 'memory'");
+    if (!parsed.rest.empty()) {
+      return InvalidArgumentError("the memory store takes no path: use 'memory' or "
+                                  "'memory?shards=N'");
     }
-    return NewMemoryStore(options);
+    auto memory = ParseMemoryOptions(parsed.query);
+    if (!memory.ok()) return memory.status().WithContext("store URL '" + std::string(url) + "'");
+    return NewMemoryStore(options, *memory);
   }
   if (parsed.scheme == "sqlite") {
-    Status applied = ApplyQuery(parsed.query, options);
-    if (!applied.ok()) return applied.WithContext("store URL '" + std::string(url) + "'");
+    auto sqlite = ParseSqliteOptions(parsed.query);
+    if (!sqlite.ok()) return sqlite.status().WithContext("store URL '" + std::string(url) + "'");
     std::string path = parsed.rest.empty() ? "idem.db" : parsed.rest;
-    return OpenSqliteStore(path, options);
+    return OpenSqliteStore(path, options, *sqlite);
   }
   if (parsed.scheme == "redis") return OpenRedisStore(url, options);
   if (internal::pg::IsPostgresUrl(url)) return OpenPostgresStore(url, options);

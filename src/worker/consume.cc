@@ -10,8 +10,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include <condition_variable>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -19,6 +17,7 @@
 #include "gateway/access_log.h"
 #include "gateway/http.h"
 #include "gateway/upstream_pool.h"
+#include "idem/mutex.h"
 #include "worker/consume_metrics.h"
 #include "worker/crash_point.h"
 #include "worker/delivery_policy.h"
@@ -150,10 +149,10 @@ class Sidecar {
       }
       int room = 0;
       {
-        std::unique_lock lock(mu_);
+        MutexLock lock(mu_);
         // Fetch once half the window is free: one pull request per half window rather than one
         // per settled message keeps the broker round trips off the delivery path.
-        cv_.wait(lock, [&] { return stopping_ || in_flight_ <= options_.max_in_flight / 2; });
+        while (!stopping_ && in_flight_ > options_.max_in_flight / 2) cv_.Wait(lock);
         if (stopping_) break;
         room = options_.max_in_flight - in_flight_;
       }
@@ -178,7 +177,7 @@ class Sidecar {
       last_fetch_error.clear();
       for (JsMessage& m : *fetched) {
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           ++in_flight_;
         }
         metrics_.Count(ConsumeMetrics::kDelivered);
@@ -191,12 +190,12 @@ class Sidecar {
     if (stopping_.exchange(true)) return;
     int n;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       n = in_flight_;
     }
     log_.Info("shutdown", std::string(why) + ": no more fetching; finishing " +
                               std::to_string(n) + " message(s) in flight");
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
   // Waits (at most the grace period) for the deliveries in flight; returns how many remain.
@@ -204,8 +203,10 @@ class Sidecar {
     const Duration grace = options_.shutdown_grace.count() > 0
                                ? options_.shutdown_grace
                                : options_.timeout + Duration(5000);
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, grace, [&] { return in_flight_ == 0; });
+    MutexLock lock(mu_);
+    const auto give_up_at = std::chrono::steady_clock::now() + grace;
+    while (in_flight_ != 0 && cv_.WaitUntil(lock, give_up_at)) {
+    }
     return in_flight_;
   }
 
@@ -218,8 +219,10 @@ class Sidecar {
 
  private:
   void WaitStopping(Duration d) {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, d, [&] { return stopping_.load(); });
+    MutexLock lock(mu_);
+    const auto give_up_at = std::chrono::steady_clock::now() + d;
+    while (!stopping_ && cv_.WaitUntil(lock, give_up_at)) {
+    }
   }
 
   void OnNats(bool connected, const std::string& detail) {
@@ -303,10 +306,10 @@ class Sidecar {
     }
     Settle(*m, d, why, retry_after);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       --in_flight_;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
   void Settle(JsMessage& m, Disposition d, const std::string& why,
@@ -327,7 +330,7 @@ class Sidecar {
       case Disposition::kNak: {
         uint64_t random;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           random = rng_();
         }
         Duration delay = retry_after ? std::min(*retry_after, options_.max_nak_delay)
@@ -438,7 +441,7 @@ class Sidecar {
     } else if (path == "/metrics") {
       int64_t in_flight;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         in_flight = in_flight_;
       }
       res.set(http::field::content_type, "text/plain; version=0.0.4");
@@ -464,10 +467,10 @@ class Sidecar {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> nats_connected_{false};
   std::atomic<bool> bound_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int in_flight_ = 0;       // guarded by mu_
-  std::mt19937_64 rng_{std::random_device{}()};  // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  int in_flight_ IDEM_GUARDED_BY(mu_) = 0;
+  std::mt19937_64 rng_ IDEM_GUARDED_BY(mu_){std::random_device{}()};
 };
 
 }  // namespace

@@ -84,9 +84,11 @@ NatsConnection::~NatsConnection() {
     // nats.c delivers the disconnected and closed callbacks on its own thread after Close
     // returns, with `this` as their closure: wait for the closed one, the last, before the
     // members they read go away.
-    std::unique_lock lock(closed_mu_);
-    closed_cv_.wait_for(lock, std::chrono::seconds(5), [this] { return closed_; });
-    lock.unlock();
+    MutexLock lock(closed_mu_);
+    const auto give_up_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!closed_ && closed_cv_.WaitUntil(lock, give_up_at)) {
+    }
+    lock.Unlock();
     natsConnection_Destroy(conn_);
   }
 }
@@ -117,9 +119,9 @@ void NatsConnection::OnReconnected(natsConnection* nc, void* closure) {
 
 void NatsConnection::OnClosed(natsConnection* nc, void* closure) {
   auto* self = static_cast<NatsConnection*>(closure);
-  std::lock_guard lock(self->closed_mu_);
+  MutexLock lock(self->closed_mu_);
   self->closed_ = true;
-  self->closed_cv_.notify_all();
+  self->closed_cv_.NotifyAll();
 }
 
 // --- JsMessage ---------------------------------------------------------------------------------

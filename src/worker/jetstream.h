@@ -10,16 +10,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "idem/clock.h"
+#include "idem/mutex.h"
 #include "idem/status.h"
 
 namespace idem::worker {
@@ -61,9 +60,9 @@ class NatsConnection {
   natsConnection* conn_ = nullptr;
   jsCtx* js_ = nullptr;
   Listener listener_;
-  std::mutex closed_mu_;
-  std::condition_variable closed_cv_;
-  bool closed_ = false;  // GUARDED_BY(closed_mu_)
+  Mutex closed_mu_;
+  CondVar closed_cv_;
+  bool closed_ IDEM_GUARDED_BY(closed_mu_) = false;
 };
 
 // A durable, explicitly acked pull consumer on a stream.

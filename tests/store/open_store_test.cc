@@ -61,5 +61,49 @@ TEST(OpenStoreTest, BadUrlsAreClearInvalidArguments) {
   EXPECT_EQ(no_value.status().code(), StatusCode::kInvalidArgument);
 }
 
+// Settings only one store reads are options of its URL; bad values fail at open, naming the
+// option and the URL, and never reach the store.
+TEST(OpenStoreTest, StoreSpecificOptionsAreUrlOptions) {
+  testing::TempDir dir;
+  auto memory = OpenStore("memory?shards=4");
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  EXPECT_EQ((*memory)->Describe(), "memory (4 shards)");
+  auto rounded = OpenStore("memory?shards=5");
+  ASSERT_TRUE(rounded.ok()) << rounded.status().ToString();
+  EXPECT_EQ((*rounded)->Describe(), "memory (8 shards)");
+  EXPECT_EQ((*OpenStore("memory"))->Describe(), "memory (64 shards)");
+
+  auto sqlite = OpenStore("sqlite:" + dir.File("o.db") +
+                          "?sweep_batch=1&durability=off&busy_timeout_ms=0");
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
+  EXPECT_NE((*sqlite)->Describe().find("durability=off"), std::string::npos);
+
+  struct Bad {
+    const char* url;
+    const char* message;
+  };
+  for (const Bad& bad : std::initializer_list<Bad>{
+           {"memory?shards=0", "shards must be"},
+           {"memory?shards=65537", "shards must be"},
+           {"memory?shards=four", "shards must be"},
+           {"memory?shards=", "shards must be"},
+           {"memory?shards", "no value"},
+           {"memory?durability=full", "unknown memory store option 'durability'"},
+           {"sqlite:x.db?sweep_batch=0", "sweep_batch must be"},
+           {"sqlite:x.db?sweep_batch=-5", "sweep_batch must be"},
+           {"sqlite:x.db?sweep_batch=99999999999999999999", "sweep_batch must be"},
+           {"sqlite:x.db?busy_timeout_ms=3600001", "busy_timeout_ms must be"},
+           {"sqlite:x.db?shards=4", "unknown sqlite store option 'shards'"},
+       }) {
+    auto r = OpenStore(bad.url);
+    ASSERT_FALSE(r.ok()) << bad.url;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad.url;
+    EXPECT_NE(r.status().message().find(bad.message), std::string::npos)
+        << bad.url << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find(bad.url), std::string::npos)
+        << "the error names the URL: " << r.status().ToString();
+  }
+}
+
 }  // namespace
 }  // namespace idem

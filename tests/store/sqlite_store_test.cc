@@ -156,9 +156,7 @@ TEST_F(SqliteStoreTest, ACorruptRowIsDataLossForThatScopeOnly) {
 }
 
 TEST_F(SqliteStoreTest, AnotherProcessHoldingTheWriteLockMakesBeginUnavailableNotHang) {
-  StoreOptions options = Options();
-  options.busy_timeout = std::chrono::milliseconds(50);
-  auto store = OpenStore(Url(), options);
+  auto store = OpenStore(Url() + "?busy_timeout_ms=50", Options());
   ASSERT_TRUE(store.ok());
   const Scope done{"t", "", "done"};
   const FencingToken t = *OwnedToken(*(*store)->Begin(done, Fp(), seconds(30)));
@@ -200,9 +198,7 @@ TEST_F(SqliteStoreTest, TwoHandlesOnOneFileStillAcquireOnce) {
 }
 
 TEST_F(SqliteStoreTest, SweepDeletesManyExpiredRecordsInBatches) {
-  StoreOptions options = Options();
-  options.sweep_batch = 100;
-  auto store = OpenStore(Url(), options);
+  auto store = OpenStore(Url() + "?sweep_batch=100", Options());
   ASSERT_TRUE(store.ok());
   // Insert directly: 5,000 expired rows and 100 live ones.
   RawSql(path_,

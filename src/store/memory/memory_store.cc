@@ -2,7 +2,6 @@
 
 #include <bit>
 #include <functional>
-#include <mutex>
 #include <queue>
 #include <string>
 #include <unordered_map>
@@ -11,6 +10,8 @@
 #include "core/record_machine.h"
 #include "core/response_codec.h"
 #include "core/store_checks.h"
+#include "core/text.h"
+#include "idem/mutex.h"
 
 namespace idem {
 namespace {
@@ -67,12 +68,12 @@ struct Expiry {
 //
 // Thread safety: every member is guarded by `mu`.
 struct Shard {
-  std::mutex mu;
-  std::unordered_map<std::string, Entry> records;
-  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries;
-  FencingToken last_token = 0;
+  Mutex mu;
+  std::unordered_map<std::string, Entry> records IDEM_GUARDED_BY(mu);
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries IDEM_GUARDED_BY(mu);
+  FencingToken last_token IDEM_GUARDED_BY(mu) = 0;
 
-  void Queue(Entry& entry, TimePoint at, std::string key) {
+  void Queue(Entry& entry, TimePoint at, std::string key) IDEM_REQUIRES(mu) {
     entry.queued_at = at;
     expiries.push({at, std::move(key)});
   }
@@ -80,9 +81,9 @@ struct Shard {
 
 class MemoryStore final : public Store {
  public:
-  explicit MemoryStore(const StoreOptions& options)
+  MemoryStore(const StoreOptions& options, const MemoryOptions& memory)
       : options_(options),
-        shards_(std::bit_ceil(static_cast<unsigned>(std::max(1, options.memory_shards)))) {}
+        shards_(std::bit_ceil(static_cast<unsigned>(std::max(1, memory.shards)))) {}
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
@@ -90,7 +91,7 @@ class MemoryStore final : public Store {
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second.head;
     const auto decision = internal::DecideBegin(existing, fingerprint, now);
@@ -138,7 +139,7 @@ class MemoryStore final : public Store {
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
       return CompleteOutcome::kFenced;
@@ -155,7 +156,7 @@ class MemoryStore final : public Store {
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
       return ReleaseOutcome::kFenced;
@@ -168,7 +169,7 @@ class MemoryStore final : public Store {
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end() || !internal::IsLive(it->second.head, now)) {
       return std::optional<Record>();
@@ -194,7 +195,7 @@ class MemoryStore final : public Store {
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) return false;
     const bool live = internal::IsLive(it->second.head, now);
@@ -209,7 +210,7 @@ class MemoryStore final : public Store {
     for (Shard& shard : shards_) {
       bool more = true;
       while (more) {
-        std::lock_guard lock(shard.mu);
+        MutexLock lock(shard.mu);
         int n = 0;
         while (!shard.expiries.empty() && shard.expiries.top().at <= now && n < kBatch) {
           Expiry due = std::move(const_cast<Expiry&>(shard.expiries.top()));
@@ -251,8 +252,25 @@ class MemoryStore final : public Store {
 
 }  // namespace
 
-std::unique_ptr<Store> NewMemoryStore(const StoreOptions& options) {
-  return std::make_unique<MemoryStore>(options);
+Result<MemoryOptions> ParseMemoryOptions(std::string_view query) {
+  MemoryOptions options;
+  Status applied = internal::ForEachQueryOption(
+      query, [&](std::string_view name, std::string_view value) -> Status {
+        if (name != "shards") {
+          return InvalidArgumentError("unknown memory store option '" + std::string(name) +
+                                      "' (known: shards)");
+        }
+        auto shards = internal::ParseIntInRange("shards", value, 1, 65536);
+        if (!shards.ok()) return shards.status();
+        options.shards = static_cast<int>(*shards);
+        return Status::Ok();
+      });
+  if (!applied.ok()) return applied;
+  return options;
+}
+
+std::unique_ptr<Store> NewMemoryStore(const StoreOptions& options, const MemoryOptions& memory) {
+  return std::make_unique<MemoryStore>(options, memory);
 }
 
 }  // namespace idem

@@ -6,11 +6,22 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "idem/store.h"
 
 namespace idem {
 
-std::unique_ptr<Store> NewMemoryStore(const StoreOptions& options);
+// The settings only the memory store reads, from the query of its URL: "memory?shards=N".
+struct MemoryOptions {
+  // ?shards=N (1 to 65536): independently locked shards, rounded up to a power of two.
+  int shards = 64;
+};
+
+// Parses the query of a memory URL (after '?', without it). kInvalidArgument names the option.
+Result<MemoryOptions> ParseMemoryOptions(std::string_view query);
+
+std::unique_ptr<Store> NewMemoryStore(const StoreOptions& options,
+                                      const MemoryOptions& memory = {});
 
 }  // namespace idem

@@ -12,8 +12,11 @@ PgPool::PgPool(PgConfig config, Setup setup)
 Result<size_t> PgPool::Borrow(std::string_view op) {
   size_t index = 0;
   {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, config_.timeout, [&] { return !free_.empty(); })) {
+    MutexLock lock(mu_);
+    const auto give_up_at = std::chrono::steady_clock::now() + config_.timeout;
+    while (free_.empty() && cv_.WaitUntil(lock, give_up_at)) {
+    }
+    if (free_.empty()) {
       return UnavailableError("postgresql " + std::string(op) + ": no free connection within " +
                               std::to_string(config_.timeout.count()) + " ms (pool_size " +
                               std::to_string(config_.pool_size) + ")");
@@ -60,10 +63,10 @@ void PgPool::GiveBack(size_t index) {
   Slot& slot = slots_[index];
   if (slot.conn != nullptr && !slot.conn->healthy()) slot.conn.reset();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     free_.push_back(index);
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 }  // namespace idem::internal::pg

@@ -10,12 +10,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "idem/mutex.h"
 #include "store/postgres/pg_connection.h"
 #include "store/postgres/pg_url.h"
 
@@ -47,17 +46,18 @@ class PgPool {
   };
 
   // Returns the index of a slot whose connection is ready for use.
-  Result<size_t> Borrow(std::string_view op);
-  void GiveBack(size_t index);
+  Result<size_t> Borrow(std::string_view op) IDEM_EXCLUDES(mu_);
+  void GiveBack(size_t index) IDEM_EXCLUDES(mu_);
   // Connects slot `index` (owned by the caller, outside the lock).
   Status Reconnect(Slot& slot, std::string_view op);
 
   const PgConfig config_;
   const Setup setup_;
   std::vector<Slot> slots_;  // each slot is touched only by the thread that borrowed it
-  std::mutex mu_;            // guards free_
-  std::condition_variable cv_;
-  std::vector<size_t> free_;  // a stack: the most recently used connection goes out first
+  Mutex mu_;
+  CondVar cv_;
+  // A stack: the most recently used connection goes out first.
+  std::vector<size_t> free_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::internal::pg

@@ -74,7 +74,7 @@ Result<RedisReply> RedisPool::Eval(const RedisScript& script, std::string_view k
 }
 
 Result<redisContext*> RedisPool::Checkout() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + endpoint_.command_timeout;
   while (true) {
     if (!idle_.empty()) {
@@ -83,7 +83,7 @@ Result<redisContext*> RedisPool::Checkout() {
       return context;
     }
     if (open_ < endpoint_.pool_size) break;
-    if (returned_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty()) {
+    if (!returned_.WaitUntil(lock, deadline) && idle_.empty()) {
       return DeadlineExceededError("redis: all " + std::to_string(endpoint_.pool_size) +
                                    " pooled connections stayed busy for " +
                                    std::to_string(endpoint_.command_timeout.count()) + " ms");
@@ -98,16 +98,16 @@ Result<redisContext*> RedisPool::Checkout() {
   }
   ++open_;
   ++connecting_;
-  lock.unlock();
+  lock.Unlock();
   auto context = Connect();
-  lock.lock();
+  lock.Lock();
   --connecting_;
   if (!context.ok()) {
     --open_;
     backoff_ = backoff_.count() == 0 ? kFirstBackoff : std::min(kMaxBackoff, backoff_ * 2);
     next_connect_ = std::chrono::steady_clock::now() + backoff_;
     last_connect_error_ = context.status().message();
-    returned_.notify_one();
+    returned_.NotifyOne();
     return context.status();
   }
   backoff_ = Duration(0);
@@ -116,14 +116,14 @@ Result<redisContext*> RedisPool::Checkout() {
 }
 
 void RedisPool::Return(redisContext* context, bool healthy) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (healthy) {
     idle_.push_back(context);
   } else {
     redisFree(context);
     --open_;
   }
-  returned_.notify_one();
+  returned_.NotifyOne();
 }
 
 Result<redisContext*> RedisPool::Connect() {

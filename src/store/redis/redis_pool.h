@@ -15,13 +15,12 @@
 #include <hiredis/hiredis.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "idem/mutex.h"
 #include "idem/status.h"
 #include "store/redis/redis_url.h"
 
@@ -63,22 +62,22 @@ class RedisPool {
  private:
   using SteadyTime = std::chrono::steady_clock::time_point;
 
-  Result<redisContext*> Checkout();
-  void Return(redisContext* context, bool healthy);
+  Result<redisContext*> Checkout() IDEM_EXCLUDES(mu_);
+  void Return(redisContext* context, bool healthy) IDEM_EXCLUDES(mu_);
   Result<redisContext*> Connect();
   // Runs argv on `context`; `healthy` is cleared when the connection must not be reused.
   Result<RedisReply> RunOn(redisContext* context, const std::vector<std::string_view>& argv,
                            bool& healthy);
 
   const RedisEndpoint endpoint_;
-  std::mutex mu_;
-  std::condition_variable returned_;
-  std::vector<redisContext*> idle_;
-  int open_ = 0;        // connections checked out or idle
-  int connecting_ = 0;  // connection attempts under way
-  SteadyTime next_connect_{};
-  std::chrono::milliseconds backoff_{0};
-  std::string last_connect_error_;
+  Mutex mu_;
+  CondVar returned_;
+  std::vector<redisContext*> idle_ IDEM_GUARDED_BY(mu_);
+  int open_ IDEM_GUARDED_BY(mu_) = 0;        // connections checked out or idle
+  int connecting_ IDEM_GUARDED_BY(mu_) = 0;  // connection attempts under way
+  SteadyTime next_connect_ IDEM_GUARDED_BY(mu_){};
+  std::chrono::milliseconds backoff_ IDEM_GUARDED_BY(mu_){0};
+  std::string last_connect_error_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::internal

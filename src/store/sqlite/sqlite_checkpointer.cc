@@ -17,10 +17,10 @@ Status WalCheckpointer::Start(sqlite3* db) {
 void WalCheckpointer::Stop() {
   if (thread_.joinable()) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     thread_.join();
   }
   if (db_ != nullptr) sqlite3_close_v2(db_);
@@ -44,19 +44,20 @@ int WalCheckpointer::OnCommit(void* self, sqlite3*, const char*, int frames) {
   auto* checkpointer = static_cast<WalCheckpointer*>(self);
   checkpointer->wal_frames_.store(frames, std::memory_order_relaxed);
   if (frames >= kWakeFrames && !checkpointer->wanted_.exchange(true)) {
-    std::lock_guard lock(checkpointer->mu_);
-    checkpointer->cv_.notify_all();
+    MutexLock lock(checkpointer->mu_);
+    checkpointer->cv_.NotifyAll();
   }
   return SQLITE_OK;
 }
 
 void WalCheckpointer::Loop() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, kInterval, [this] { return stop_ || wanted_.load(); });
+    const auto wake_by = std::chrono::steady_clock::now() + kInterval;
+    while (!stop_ && !wanted_.load() && cv_.WaitUntil(lock, wake_by)) {}
     if (stop_) break;
     wanted_ = false;
-    lock.unlock();
+    lock.Unlock();
     bool emptied = false;
     const int frames = Checkpoint(&emptied);
     if (frames >= kLimitFrames && !emptied) {
@@ -70,12 +71,12 @@ void WalCheckpointer::Loop() {
         wal_pinned_.store(!emptied, std::memory_order_relaxed);
       });
     }
-    lock.lock();
+    lock.Lock();
     if (emptied) {
       wal_pinned_.store(false, std::memory_order_relaxed);
       // Every frame is in the database: the next write restarts the WAL from its start.
       wal_frames_.store(0, std::memory_order_relaxed);
-      cv_.notify_all();  // wakes writers held back by ThrottleWhileWalFull
+      cv_.NotifyAll();  // wakes writers held back by ThrottleWhileWalFull
     }
   }
 }
@@ -106,13 +107,14 @@ void WalCheckpointer::ThrottleWhileWalFull() {
       wal_pinned_.load(std::memory_order_relaxed)) {
     return;
   }
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   wanted_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   throttled_.fetch_add(1, std::memory_order_relaxed);
-  cv_.wait_for(lock, kMaxThrottle, [this] {
-    return stop_ || wal_frames_.load(std::memory_order_relaxed) < kLimitFrames;
-  });
+  const auto give_up_at = std::chrono::steady_clock::now() + kMaxThrottle;
+  while (!stop_ && wal_frames_.load(std::memory_order_relaxed) >= kLimitFrames &&
+         cv_.WaitUntil(lock, give_up_at)) {
+  }
 }
 
 WalCheckpointer::Counters WalCheckpointer::counters() const {

@@ -35,13 +35,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "idem/mutex.h"
 #include "idem/status.h"
 
 namespace idem::internal::sqlite {
@@ -76,13 +75,13 @@ class WalCheckpointer {
   // Stop), installs the WAL hook on it, opens the checkpoint connection and starts the thread.
   Status Start(sqlite3* db);
   // Stops the thread and closes the checkpoint connection. Idempotent.
-  void Stop();
+  void Stop() IDEM_EXCLUDES(mu_);
 
   // Before a write batch: while the WAL holds kLimitFrames or more, wait (at most
   // kMaxThrottle) for the checkpointer to empty it. Not while something the store cannot
   // control pins the WAL (a reader in another process, a failing checkpoint): waiting would
   // then only slow every write down. REQUIRES: the store's connection lock not held.
-  void ThrottleWhileWalFull();
+  void ThrottleWhileWalFull() IDEM_EXCLUDES(mu_);
 
   Counters counters() const;
 
@@ -91,7 +90,7 @@ class WalCheckpointer {
   // The WAL hook: runs inside each commit on the store's connection (its lock held), told how
   // many frames the WAL holds. Only wakes the thread; never blocks.
   static int OnCommit(void* self, sqlite3*, const char*, int frames);
-  void Loop();
+  void Loop() IDEM_EXCLUDES(mu_);
   // One PASSIVE checkpoint; returns the frames in the WAL and sets *emptied if every one of
   // them is now in the database.
   int Checkpoint(bool* emptied);
@@ -102,9 +101,9 @@ class WalCheckpointer {
 
   sqlite3* db_ = nullptr;  // used by the thread only
   std::thread thread_;
-  std::mutex mu_;  // guards stop_; see the lock order above
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;  // see the lock order above
+  CondVar cv_;
+  bool stop_ IDEM_GUARDED_BY(mu_) = false;
   std::atomic<bool> wanted_{false};  // a commit left kWakeFrames in the WAL
   std::atomic<int> wal_frames_{0};   // frames in the WAL after the last commit (WAL hook)
   std::atomic<bool> wal_pinned_{false};  // the last catch-up pass could not empty the WAL

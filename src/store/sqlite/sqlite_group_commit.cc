@@ -4,22 +4,22 @@ namespace idem::internal::sqlite {
 
 Status GroupCommit::Write(const std::function<Status()>& body) {
   PendingWrite mine{&body};
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   queue_.push_back(&mine);
   while (!mine.done) {
     if (leader_active_) {
-      cv_.wait(lock);
+      cv_.Wait(lock);
       continue;
     }
     leader_active_ = true;
     std::vector<PendingWrite*> batch;
     batch.swap(queue_);
-    lock.unlock();
+    lock.Unlock();
     run_batch_(batch);
-    lock.lock();
+    lock.Lock();
     for (PendingWrite* w : batch) w->done = true;
     leader_active_ = false;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   return mine.result;
 }

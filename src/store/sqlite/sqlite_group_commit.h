@@ -11,11 +11,10 @@
 // Thread safety: Write from any thread; `run_batch` runs on one caller's thread at a time.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <vector>
 
+#include "idem/mutex.h"
 #include "idem/status.h"
 
 namespace idem::internal::sqlite {
@@ -32,14 +31,14 @@ class GroupCommit {
   explicit GroupCommit(RunBatch run_batch) : run_batch_(std::move(run_batch)) {}
 
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
-  Status Write(const std::function<Status()>& body);
+  Status Write(const std::function<Status()>& body) IDEM_EXCLUDES(mu_);
 
  private:
   const RunBatch run_batch_;
-  std::mutex mu_;  // guards queue_ and leader_active_; never held while a batch runs
-  std::condition_variable cv_;
-  std::vector<PendingWrite*> queue_;
-  bool leader_active_ = false;
+  Mutex mu_;  // never held while a batch runs
+  CondVar cv_;
+  std::vector<PendingWrite*> queue_ IDEM_GUARDED_BY(mu_);
+  bool leader_active_ IDEM_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace idem::internal::sqlite

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "core/record_machine.h"
 #include "core/response_codec.h"
 #include "core/store_checks.h"
+#include "idem/mutex.h"
 #include "store/sqlite/sqlite_checkpointer.h"
 #include "store/sqlite/sqlite_errors.h"
 #include "store/sqlite/sqlite_fence.h"
@@ -86,21 +86,13 @@ const char* SynchronousPragma(Durability d) {
   return "PRAGMA synchronous = NORMAL";
 }
 
-std::string_view DurabilityName(Durability d) {
-  switch (d) {
-    case Durability::kOff: return "off";
-    case Durability::kNormal: return "normal";
-    case Durability::kFull: return "full";
-  }
-  return "normal";
-}
-
 class SqliteStore final : public Store {
  public:
-  SqliteStore(std::string path, const StoreOptions& options)
+  SqliteStore(std::string path, const StoreOptions& options, const SqliteOptions& sqlite)
       : path_(std::move(path)),
         options_(options),
-        checkpointer_(path_, options_.busy_timeout,
+        sqlite_(sqlite),
+        checkpointer_(path_, sqlite_.busy_timeout,
                       [this](const std::function<void()>& fn) {
                         ConnectionLock held(*this);
                         fn();
@@ -113,14 +105,16 @@ class SqliteStore final : public Store {
     sqlite3_close_v2(db_);
   }
 
-  Status Open() {
+  // Runs once, before the store is shared; holds mu_ all the same, for the analysis.
+  Status Open() IDEM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
     int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);
     if (rc != SQLITE_OK) {
       return FromSqlite(rc, db_, "open").WithContext(path_);
     }
     sqlite3_extended_result_codes(db_, 1);
-    sqlite3_busy_timeout(db_, static_cast<int>(options_.busy_timeout.count()));
+    sqlite3_busy_timeout(db_, static_cast<int>(sqlite_.busy_timeout.count()));
 
     auto mode = QueryText(db_, "PRAGMA journal_mode = WAL");
     if (!mode.ok()) return mode.status().WithContext(path_);
@@ -128,7 +122,7 @@ class SqliteStore final : public Store {
       return FailedPreconditionError("sqlite " + path_ + ": cannot switch to WAL (journal mode " +
                                      *mode + ")");
     }
-    IDEM_RETURN_IF_ERROR(ExecSql(db_, SynchronousPragma(options_.durability)));
+    IDEM_RETURN_IF_ERROR(ExecSql(db_, SynchronousPragma(sqlite_.durability)));
     IDEM_RETURN_IF_ERROR(internal::sqlite::MigrateRecordSchema(db_).WithContext(path_));
     struct stat st {};
     if (::stat(path_.c_str(), &st) != 0) {
@@ -170,6 +164,7 @@ class SqliteStore final : public Store {
     // another process sharing the file, may have written in between.
     Result<BeginOutcome> outcome = InternalError("begin did not run");
     Status written = writes_.Write([&]() -> Status {
+      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
       outcome = BeginLocked(scope, fingerprint, lease, options_.clock->Now());
       return outcome.ok() ? Status::Ok() : outcome.status();
     });
@@ -183,6 +178,7 @@ class SqliteStore final : public Store {
     const std::string headers = internal::EncodeHeaders(response.headers);
     CompleteOutcome outcome = CompleteOutcome::kFenced;
     Status written = writes_.Write([&]() -> Status {
+      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
       const TimePoint now = options_.clock->Now();
       Use use(complete_, db_);
       BindScope(use, scope)
@@ -204,6 +200,7 @@ class SqliteStore final : public Store {
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
     ReleaseOutcome outcome = ReleaseOutcome::kFenced;
     Status written = writes_.Write([&]() -> Status {
+      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
       Use use(release_, db_);
       BindScope(use, scope).Int(4, static_cast<int64_t>(token)).Int(5, ToMillis(options_.clock->Now()));
       auto changed = use.Exec("release");
@@ -246,6 +243,7 @@ class SqliteStore final : public Store {
   Result<bool> Purge(const Scope& scope) override {
     bool live = false;
     Status written = writes_.Write([&]() -> Status {
+      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
       Use use(purge_, db_);
       BindScope(use, scope);
       auto row = use.Step("purge");
@@ -262,7 +260,7 @@ class SqliteStore final : public Store {
   Result<uint64_t> Sweep(TimePoint now) override {
     IDEM_RETURN_IF_ERROR(CheckFile());
     uint64_t removed = 0;
-    const int batch = std::max(1, options_.sweep_batch);
+    const int batch = std::max(1, sqlite_.sweep_batch);
     for (;;) {
       // The lock is retaken per batch so Begin calls interleave with a long sweep.
       ConnectionLock lock(*this);
@@ -276,7 +274,7 @@ class SqliteStore final : public Store {
   }
 
   std::string Describe() const override {
-    return "sqlite:" + path_ + " (durability=" + std::string(DurabilityName(options_.durability)) +
+    return "sqlite:" + path_ + " (durability=" + std::string(DurabilityName(sqlite_.durability)) +
            ")";
   }
 
@@ -317,8 +315,8 @@ class SqliteStore final : public Store {
   }
 
   // Test hook: steps a read statement and leaves it un-reset, as a forgotten reset would.
-  Status LeakReadForTesting() {
-    std::lock_guard lock(mu_);
+  Status LeakReadForTesting() IDEM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     IDEM_RETURN_IF_ERROR(leaked_for_testing_.Prepare(db_, "SELECT 1"));
     sqlite3_step(leaked_for_testing_.get());  // a row: the statement stays busy, its read open
     return Status::Ok();
@@ -331,22 +329,22 @@ class SqliteStore final : public Store {
   // checkpointed past it and grows without bound. A violation is a bug in this file: it is
   // counted (internal::SqliteStats::busy_connection_found, which the tests assert stays 0), and
   // the connection is put back to idle so the damage stops here.
-  class ConnectionLock {
+  class IDEM_SCOPED_CAPABILITY ConnectionLock {
    public:
-    explicit ConnectionLock(SqliteStore& store) : store_(store), lock_(store.mu_) {
+    explicit ConnectionLock(SqliteStore& store) IDEM_ACQUIRE(store.mu_)
+        : store_(store), lock_(store.mu_) {
       store_.EnsureIdle();
     }
-    ~ConnectionLock() { store_.EnsureIdle(); }
+    ~ConnectionLock() IDEM_RELEASE() { store_.EnsureIdle(); }
     ConnectionLock(const ConnectionLock&) = delete;
     ConnectionLock& operator=(const ConnectionLock&) = delete;
 
    private:
     SqliteStore& store_;
-    std::lock_guard<std::mutex> lock_;
+    MutexLock lock_;
   };
 
-  // REQUIRES: mu_ held.
-  void EnsureIdle() {
+  void EnsureIdle() IDEM_REQUIRES(mu_) {
     bool busy = false;
     for (sqlite3_stmt* stmt = sqlite3_next_stmt(db_, nullptr); stmt != nullptr;
          stmt = sqlite3_next_stmt(db_, stmt)) {
@@ -365,7 +363,7 @@ class SqliteStore final : public Store {
 
   // The body of each GroupCommit batch (sqlite_group_commit.h): one transaction, each write in
   // its own savepoint when there are several, so one failing write undoes only its own changes.
-  void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) {
+  void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_) {
     // Fail closed rather than write to a file no one will read again.
     if (Status file = CheckFile(); !file.ok()) {
       for (GroupCommit::PendingWrite* w : batch) w->result = file;
@@ -419,7 +417,7 @@ class SqliteStore final : public Store {
 
   // Reads the scope's row and decides what Begin does with it.
   Result<Decided> ReadAndDecide(const Scope& scope, const Fingerprint& fingerprint,
-                                TimePoint now) {
+                                TimePoint now) IDEM_REQUIRES(mu_) {
     Use use(select_record_, db_);
     BindScope(use, scope);
     auto row = use.Step("select");
@@ -457,7 +455,7 @@ class SqliteStore final : public Store {
 
   // REQUIRES: inside BEGIN IMMEDIATE.
   Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
-                                   Duration lease, TimePoint now) {
+                                   Duration lease, TimePoint now) IDEM_REQUIRES(mu_) {
     auto decided = ReadAndDecide(scope, fingerprint, now);
     if (!decided.ok()) return decided.status();
     // Another process may have changed the record since the fast path looked.
@@ -516,21 +514,26 @@ class SqliteStore final : public Store {
     return response;
   }
 
-  Result<int> Exec(const Statement& statement, std::string_view op) {
+  Result<int> Exec(const Statement& statement, std::string_view op) IDEM_REQUIRES(mu_) {
     Use use(statement, db_);
     return use.Exec(op);
   }
 
   const std::string path_;
   const StoreOptions options_;
+  const SqliteOptions sqlite_;
   dev_t file_device_ = 0;  // the opened file's identity, set once by Open
   ino_t file_inode_ = 0;
-  std::mutex mu_;  // guards db_, every statement and fence_
-  sqlite3* db_ = nullptr;
-  FenceAllocator fence_;
-  Statement select_record_, insert_in_flight_, take_over_, complete_, release_, purge_, sweep_,
-      begin_immediate_, commit_, rollback_, savepoint_, release_savepoint_,
-      rollback_to_savepoint_, leaked_for_testing_;
+  Mutex mu_;  // the connection: one use at a time (ConnectionLock)
+  sqlite3* db_ IDEM_GUARDED_BY(mu_) = nullptr;
+  FenceAllocator fence_ IDEM_GUARDED_BY(mu_);
+  Statement select_record_ IDEM_GUARDED_BY(mu_), insert_in_flight_ IDEM_GUARDED_BY(mu_),
+      take_over_ IDEM_GUARDED_BY(mu_), complete_ IDEM_GUARDED_BY(mu_),
+      release_ IDEM_GUARDED_BY(mu_), purge_ IDEM_GUARDED_BY(mu_), sweep_ IDEM_GUARDED_BY(mu_),
+      begin_immediate_ IDEM_GUARDED_BY(mu_), commit_ IDEM_GUARDED_BY(mu_),
+      rollback_ IDEM_GUARDED_BY(mu_), savepoint_ IDEM_GUARDED_BY(mu_),
+      release_savepoint_ IDEM_GUARDED_BY(mu_), rollback_to_savepoint_ IDEM_GUARDED_BY(mu_),
+      leaked_for_testing_ IDEM_GUARDED_BY(mu_);
   std::atomic<uint64_t> busy_connection_found_{0};
   WalCheckpointer checkpointer_;
   GroupCommit writes_;
@@ -539,8 +542,9 @@ class SqliteStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
-                                               const StoreOptions& options) {
-  auto store = std::make_unique<SqliteStore>(path, options);
+                                               const StoreOptions& options,
+                                               const SqliteOptions& sqlite) {
+  auto store = std::make_unique<SqliteStore>(path, options, sqlite);
   IDEM_RETURN_IF_ERROR(store->Open());
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -1,6 +1,6 @@
 // SqliteStore: records in one SQLite database file, the embedded default for a single node.
 //
-// WAL journal; PRAGMA synchronous from StoreOptions::durability (default NORMAL: a completed
+// WAL journal; PRAGMA synchronous from SqliteOptions::durability (default NORMAL: a completed
 // record survives kill -9 of the process). One connection per store object, its calls
 // serialised by a mutex, since SQLite serialises writers anyway; other processes may open the
 // same file (an operator's CLI), and then BEGIN IMMEDIATE plus the busy timeout keep every
@@ -18,6 +18,7 @@
 #include <string>
 
 #include "idem/store.h"
+#include "store/sqlite/sqlite_options.h"
 
 namespace idem {
 
@@ -25,7 +26,8 @@ namespace idem {
 // kUnavailable if the file cannot be opened, kFailedPrecondition if it was written by a newer
 // idem (schema version above this build's) or cannot be switched to WAL.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
-                                               const StoreOptions& options);
+                                               const StoreOptions& options,
+                                               const SqliteOptions& sqlite = {});
 
 namespace internal {
 
