@@ -158,8 +158,9 @@ void PostgresServer::Kill() {
   // each call setsid(), so the postmaster's process group does not hold them: a backend whose
   // postmaster alone was killed can still answer its connection's next query for a moment.
   // Stopping the postmaster first means no child is forked between the scan and the kill.
+  // Only while it runs: the pid of a postmaster already reaped may belong to another process.
   const pid_t postmaster = server_->pid();
-  if (postmaster > 0) {
+  if (postmaster > 0 && server_->Running()) {
     kill(postmaster, SIGSTOP);
     for (pid_t child : ChildrenOf(postmaster)) kill(child, SIGKILL);
   }
