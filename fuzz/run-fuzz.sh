@@ -44,12 +44,8 @@ parallel=()
 if ((jobs > 1)); then
   ((runs > 0)) && runs=$(((runs + jobs - 1) / jobs))
   parallel=(-jobs="$jobs" -workers="$jobs")
-  cd build/fuzz  # libFuzzer writes each job's log (fuzz-N.log) to the working directory
-  fuzzer=../../$fuzzer
-  exec "$fuzzer" "${parallel[@]}" -max_total_time="${FUZZ_SECONDS:-60}" -runs="$runs" -entropic=0 \
-    -max_len=8192 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix=./ corpus ../../fuzz/corpus/request_path
 fi
-exec "$fuzzer" -max_total_time="${FUZZ_SECONDS:-60}" -runs="$runs" -entropic=0 \
-  -max_len=8192 -timeout=10 -print_final_stats=1 \
-  -artifact_prefix=build/fuzz/ build/fuzz/corpus fuzz/corpus/request_path
+cd build/fuzz  # libFuzzer writes each job's log (fuzz-N.log) to the working directory
+exec "../../$fuzzer" "${parallel[@]}" -max_total_time="${FUZZ_SECONDS:-60}" -runs="$runs" \
+  -entropic=0 -max_len=8192 -timeout=10 -print_final_stats=1 \
+  -artifact_prefix=./ corpus ../../fuzz/corpus/request_path

@@ -7,9 +7,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <vector>
 #include <thread>
 
 #include "servers/free_port.h"
@@ -127,44 +124,10 @@ std::string PostgresServer::Query(const std::string& database, const std::string
   return out;
 }
 
-namespace {
-
-// The processes whose parent is `parent`, read from /proc.
-std::vector<pid_t> ChildrenOf(pid_t parent) {
-  std::vector<pid_t> children;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 1));
-    std::string state;
-    long ppid = 0;
-    if (rest >> state >> ppid && ppid == parent) children.push_back(std::stoi(name));
-  }
-  return children;
-}
-
-}  // namespace
-
 void PostgresServer::Kill() {
-  if (!server_) return;
-  // The postmaster and every backend at once, as a machine crash would. PostgreSQL's children
-  // each call setsid(), so the postmaster's process group does not hold them: a backend whose
-  // postmaster alone was killed can still answer its connection's next query for a moment.
-  // Stopping the postmaster first means no child is forked between the scan and the kill.
-  // Only while it runs: the pid of a postmaster already reaped may belong to another process.
-  const pid_t postmaster = server_->pid();
-  if (postmaster > 0 && server_->Running()) {
-    kill(postmaster, SIGSTOP);
-    for (pid_t child : ChildrenOf(postmaster)) kill(child, SIGKILL);
-  }
-  server_->KillGroup();
+  // The postmaster and every backend at once: a backend whose postmaster alone was killed can
+  // still answer its connection's next query for a moment.
+  if (server_) server_->KillGroup();
 }
 
 bool PostgresServer::Restart() {

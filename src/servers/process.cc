@@ -8,9 +8,11 @@
 #include <grp.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace idem::servers {
 
@@ -108,8 +110,39 @@ int Process::Stop(int signal, std::chrono::milliseconds timeout) {
   return -1;
 }
 
+namespace {
+
+// The processes whose parent is `parent`, read from /proc.
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> children;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ')' ends it.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) children.push_back(std::stoi(name));
+  }
+  return children;
+}
+
+}  // namespace
+
 void Process::KillGroup() {
-  if (pid_ <= 0 || reaped_) return;
+  // Running() first: the pid of a child already reaped may belong to another process by now.
+  if (pid_ <= 0 || !Running()) return;
+  // Stopped, the leader forks nothing between the scan and the kill. Its direct children die
+  // too, even those that left its group: PostgreSQL's each call setsid(), and a backend whose
+  // postmaster alone was killed can still answer its connection's next query for a moment.
+  kill(pid_, SIGSTOP);
+  for (pid_t child : ChildrenOf(pid_)) kill(child, SIGKILL);
   if (own_process_group_) killpg(pid_, SIGKILL);
   kill(pid_, SIGKILL);
   waitpid(pid_, &status_, 0);

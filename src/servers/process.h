@@ -39,8 +39,9 @@ class Process {
   std::string Output() const;
   // Sends `signal` and waits for the exit; returns the wait status, or -1 on timeout.
   int Stop(int signal, std::chrono::milliseconds timeout = std::chrono::seconds(10));
-  // SIGKILLs the whole process group at once (started with own_process_group), as a machine
-  // crash would, and reaps the leader.
+  // SIGKILLs the process, its direct children (also those that left its group with setsid, as
+  // PostgreSQL's backends do) and its whole process group (started with own_process_group) at
+  // once, as a machine crash would, and reaps the leader. Nothing if it is no longer running.
   void KillGroup();
   // Waits for the process to exit by itself; returns the wait status, or nullopt on timeout.
   std::optional<int> WaitForExit(std::chrono::milliseconds timeout);
