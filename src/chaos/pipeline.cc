@@ -374,6 +374,7 @@ bool Pipeline::SetClockOffset(Duration offset) {
   // The gateway logs each new offset it reads (every 100 ms).
   const std::string logged = "clock offset now " + std::to_string(offset.count()) + " ms ahead";
   return p.OnSupervisor([&p, &logged] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     if (p.gateway && p.gateway->WaitForLine(logged, 5s)) return true;
     p.error = "the gateway did not take the clock offset within 5 s";
     return false;
