@@ -108,6 +108,9 @@ class Server {
         continue;
       }
       throttle.Succeeded();
+      // Answers leave in several writes when they carry many header fields; without this,
+      // each write after the first waits for the client's delayed ACK (see upstream_pool.cc).
+      socket.set_option(tcp::no_delay(true), ec);
       auto executor = socket.get_executor();
       if (!admin && static_cast<size_t>(services_.metrics.connections_open()) >= max_connections_) {
         services_.metrics.CountRefusedConnection();
