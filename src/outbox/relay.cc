@@ -259,7 +259,6 @@ bool Relay::PublishOneBatch() {
   std::vector<OutMessage> messages;
   InFlightBatch batch;
   messages.reserve(rows.size());
-  int beyond_logged = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     ClaimedRow& row = rows[i];
     if (row.attempts > 1) metrics_.reclaimed.fetch_add(1);
@@ -282,22 +281,8 @@ bool Relay::PublishOneBatch() {
       if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
       continue;
     }
-    if (row.attempts > 1 && facts.duplicate_window.count() > 0 &&
-        row.first_attempt_age_ms > facts.duplicate_window.count()) {
-      metrics_.beyond_window.fetch_add(1);
-      if (beyond_logged++ < kMaxLoggedPerBatch) {
-        spdlog::warn("relay: event {} is published again {} ms after its first attempt, beyond "
-                     "stream {}'s duplicate window of {} ms: the broker cannot drop a copy it "
-                     "may already hold; consumers' inboxes must",
-                     row.event_id, row.first_attempt_age_ms, facts.name,
-                     facts.duplicate_window.count());
-      }
-    }
     messages.push_back(std::move(m));
     batch.sent.push_back(i);
-  }
-  if (beyond_logged > kMaxLoggedPerBatch) {
-    spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
   }
   if (messages.empty()) {
     if (!full) SettleInFlight();
@@ -342,6 +327,7 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
   std::vector<const ClaimedRow*> failed;
   std::string first_error;
   uint64_t duplicates = 0;
+  int beyond_logged = 0;
   for (size_t i = 0; i < results.size() && i < batch.sent.size(); ++i) {
     const PublishResult& r = results[i];
     const ClaimedRow& row = batch.rows[batch.sent[i]];
@@ -349,6 +335,19 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
       case PublishResult::Kind::kAcked:
         acked.push_back({row.id, row.day, r.stream_seq, r.duplicate});
         if (r.duplicate) ++duplicates;
+        // Counted when the stream took the copy, not when the row was claimed: an attempt that
+        // failed (NATS away) and was given back is tried again, and is one republish, not two.
+        if (row.attempts > 1 && facts.duplicate_window.count() > 0 &&
+            row.first_attempt_age_ms > facts.duplicate_window.count()) {
+          metrics_.beyond_window.fetch_add(1);
+          if (beyond_logged++ < kMaxLoggedPerBatch) {
+            spdlog::warn("relay: event {} was published again {} ms after its first attempt, "
+                         "beyond stream {}'s duplicate window of {} ms: the broker cannot drop a "
+                         "copy it may already hold; consumers' inboxes must",
+                         row.event_id, row.first_attempt_age_ms, facts.name,
+                         facts.duplicate_window.count());
+          }
+        }
         break;
       case PublishResult::Kind::kRejected: {
         metrics_.CountParked(ParkReason::kRejected);
@@ -368,6 +367,9 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
         if (first_error.empty()) first_error = r.error;
         break;
     }
+  }
+  if (beyond_logged > kMaxLoggedPerBatch) {
+    spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
   }
   if (CrashAfterPublish() && !acked.empty()) {
     spdlog::warn("relay: test crash point after_publish: SIGKILL with {} rows published, unmarked",
