@@ -53,15 +53,23 @@ Task<void> ServeUpstreamConnection(tcp::socket socket) {
   beast::flat_buffer buffer;
   for (;;) {
     boost::system::error_code ec;
-    Request req;
-    co_await http::async_read(stream, buffer, req, asio::redirect_error(asio::use_awaitable, ec));
+    // Room for anything the gateway may forward: its own header limit (16 KiB here) plus the
+    // fields it adds. Beast's default of 8 KiB would count a legitimate large header as a
+    // framing error.
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(1024 * 1024);
+    co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec != http::error::end_of_stream && ec != asio::error::eof &&
           ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+        std::fprintf(stderr, "upstream could not read what the gateway sent: %s\n",
+                     ec.message().c_str());
         ++g_upstream_parse_errors;
       }
       co_return;
     }
+    Request req = parser.release();
     g_received.push_back(req);
     unsigned status = 201;
     const std::string wanted = QueryParam(TargetQuery(req.target()), "status");
