@@ -172,6 +172,19 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     if (options.progress && tty) err << "\n";
   });
   driver.Run();
+  if (pipeline.broken()) {
+    {
+      std::lock_guard lock(mu);
+      finished = true;
+    }
+    cv.notify_all();
+    progress.join();
+    err << "idem chaos: the run broke off after " << driver.done()
+        << " operations, with no verdict: " << pipeline.error() << "\n";
+    pipeline.Stop();
+    services.Stop();
+    return 2;
+  }
   plan.resize(driver.sent());  // with --duration, the operations that were sent
   if (options.progress) {
     err << "idem chaos: " << plan.size() << " operations sent; waiting for the pipeline to settle\n";

@@ -179,7 +179,7 @@ void Driver::Run() {
       std::mt19937_64 rng(options_.seed * 1000003 + c);
       // With a duration, an operation is claimed only while there is time left: the operations
       // sent are then exactly the first sent() of the plan.
-      while (!timed || std::chrono::steady_clock::now() < deadline) {
+      while ((!timed || std::chrono::steady_clock::now() < deadline) && !pipeline_.broken()) {
         const size_t i = next_++;
         if (i >= plan_.size()) break;
         RunOne(plan_[i], rng);
@@ -188,6 +188,7 @@ void Driver::Run() {
     });
   }
   for (auto& t : clients) t.join();
+  if (pipeline_.broken()) return;
   // "Much later": after every other operation and fault of the run. retry_later's retries
   // first, on the real clock; then the gateway's and the service's clocks jump kHoursLater
   // ahead for retry_hours' (within retention: replayed), then kPastRetention for

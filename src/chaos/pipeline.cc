@@ -54,6 +54,12 @@ struct Pipeline::Impl {
   bool hold_after_crash IDEM_GUARDED_BY(mu) = false;  // the armed relay's crash
   bool relay_held IDEM_GUARDED_BY(mu) = false;        // no relay is started
   std::string error IDEM_GUARDED_BY(mu);
+  // A killed gateway that did not start again at once (its store restarting under it, say):
+  // the supervisor keeps starting it, as a service manager would, for config.gateway_comeback.
+  bool gateway_down IDEM_GUARDED_BY(mu) = false;
+  std::chrono::steady_clock::time_point gateway_down_since IDEM_GUARDED_BY(mu);
+  std::chrono::steady_clock::time_point gateway_last_start IDEM_GUARDED_BY(mu);
+  std::atomic<bool> broken{false};  // a process the run needs cannot be brought back
   std::map<std::string, std::unique_ptr<Process>> replayers IDEM_GUARDED_BY(mu);  // by consumer
   std::mutex admin_mu;                         // guards making nats_admin
   std::unique_ptr<worker::NatsConnection> nats_admin;  // set once, then thread-safe (nats.c)
@@ -170,8 +176,30 @@ struct Pipeline::Impl {
       if (consumer && !consumer->Running()) {
         if (auto e = LaunchConsumer(); !e.empty()) error = e;
       }
+      if (gateway_down) RestartGatewayLocked();
     }
   }
+
+  // One more start of a killed gateway, at most every kGatewayRestartGap; gives up (the run
+  // breaks off) after config.gateway_comeback.
+  void RestartGatewayLocked() IDEM_REQUIRES(mu) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - gateway_last_start < kGatewayRestartGap) return;
+    gateway_last_start = now;
+    const std::string e = LaunchGateway();
+    if (e.empty()) {
+      gateway_down = false;
+      return;
+    }
+    if (now - gateway_down_since >= config.gateway_comeback) {
+      gateway_down = false;
+      error = "the killed gateway did not start again within " +
+              std::to_string(config.gateway_comeback.count()) + " ms; its last attempt: " + e;
+      broken = true;
+    }
+  }
+
+  static constexpr auto kGatewayRestartGap = 200ms;
 };
 
 Pipeline::Pipeline(Config config) : impl_(std::make_unique<Impl>()) {
@@ -344,16 +372,18 @@ bool Pipeline::KillAndRestartGatewayLocked() {
   if (!p.gateway) return false;
   p.gateway->Stop(SIGKILL);
   ++gateway_kills_;
-  // The port may linger for a moment; try a few times.
-  std::string e;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    e = p.LaunchGateway();
-    if (e.empty()) return true;
-    std::this_thread::sleep_for(200ms);
-  }
-  p.error = e;
-  return false;
+  // The first start rarely fails (the port lingering, or the store itself restarting in a
+  // redis_restart or postgres_restart: the gateway does not start without its store). The
+  // supervisor then keeps starting it between its other tasks, so the store's own restart,
+  // queued on the same thread, is not held up; the clients retry meanwhile.
+  p.gateway_down = true;
+  p.gateway_down_since = std::chrono::steady_clock::now();
+  p.gateway_last_start = {};
+  p.RestartGatewayLocked();
+  return !p.broken;
 }
+
+bool Pipeline::broken() const { return impl_->broken.load(); }
 
 bool Pipeline::SetClockOffset(Duration offset) {
   Impl& p = *impl_;

@@ -2,7 +2,8 @@
 // Redis in temporary directories on loopback, then `idem relay`, `idem consume` and
 // `idem gateway` as child processes of this binary; every one started and stopped by PID.
 // A supervisor thread restarts the relay and the consumer when they die (the faults kill them);
-// the gateway is killed and restarted by the driver itself, on the same port and store.
+// the gateway is killed by the driver and started again on the same port and store (by the
+// supervisor, again and again for a while, if its store is restarting too).
 //
 // Thread safety: Start and Stop from one thread; the fault methods from any thread.
 #pragma once
@@ -48,6 +49,9 @@ class Pipeline {
     // retry_hours / retry_expired run: the gateway is started with --unsafe-clock-offset-file
     // (a file in the run's directory, "0s" at first), so SetClockOffset can move it.
     bool movable_clock = false;
+    // How long a killed gateway that cannot start again (its store down) is retried before
+    // the run is broken().
+    std::chrono::milliseconds gateway_comeback{30000};
   };
 
   explicit Pipeline(Config config);
@@ -76,9 +80,13 @@ class Pipeline {
   // offset. REQUIRES: config.movable_clock. False (error() says why) if the gateway did not.
   bool SetClockOffset(Duration offset);
 
-  // SIGKILL the gateway, then start it again on the same port and store; false if it does not
-  // come back (error() says why).
+  // SIGKILL the gateway, then start it again on the same port and store. A start that fails
+  // is repeated by the supervisor every 200 ms for up to Config::gateway_comeback (the
+  // store may be restarting too); after that the run is broken(). False if there was no gateway or it is broken.
   bool KillAndRestartGateway();
+  // True once a process the run needs could not be brought back (error() says why): the
+  // driver stops sending, and the run ends with exit code 2 rather than a verdict.
+  bool broken() const;
   // Stops the relay (SIGTERM) and starts one that SIGKILLs itself after its next published
   // batch and before marking it; the supervisor then starts a normal one. Returns the crash
   // count before, for WaitForRelayCrash.

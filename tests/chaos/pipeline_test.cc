@@ -1,0 +1,81 @@
+// `idem chaos`'s process orchestration, in-process: the faults that overlap in a long mixed run
+// (a gateway killed while its Redis is down) made deterministic.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "chaos/pipeline.h"
+#include "servers/free_port.h"
+#include "servers/http_client.h"
+
+namespace idem::chaos {
+namespace {
+
+using namespace std::chrono_literals;
+
+// True once anything answers HTTP on `address` (the gateway answers 502 here: its upstream,
+// the payments service, is not running in these tests).
+bool Answers(const std::string& address) {
+  return servers::Http(address, "GET", "/", {}, "", 1s).status != 0;
+}
+
+template <typename F>
+bool WaitFor(F f, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+Pipeline::Config RedisPipeline(std::chrono::milliseconds comeback) {
+  Pipeline::Config c;
+  c.idem_binary = IDEM_BINARY;
+  c.store = "redis";
+  c.gateway_comeback = comeback;
+  return c;
+}
+
+// A gateway does not start without its store. Killed while Redis is down (a gateway_kill
+// overlapping a redis_restart), its first start fails; the supervisor keeps starting it, and
+// Redis' own restart (queued on the same supervisor) is not held up by those attempts.
+TEST(ChaosPipelineTest, AGatewayKilledWhileItsRedisIsDownComesBackWithIt) {
+  Pipeline pipeline(RedisPipeline(30s));
+  ASSERT_EQ(pipeline.StartServers(), "");
+  ASSERT_EQ(pipeline.StartProcesses(servers::FreeLoopbackPort()), "");
+  ASSERT_TRUE(Answers(pipeline.entry_address()));
+
+  ASSERT_TRUE(pipeline.KillRedis());
+  ASSERT_TRUE(pipeline.KillAndRestartGateway()) << pipeline.error();
+  std::this_thread::sleep_for(1s);  // several failed starts: nothing listens meanwhile
+  EXPECT_FALSE(Answers(pipeline.entry_address()));
+  EXPECT_FALSE(pipeline.broken());
+
+  const auto restarting = std::chrono::steady_clock::now();
+  ASSERT_TRUE(pipeline.RestartRedis()) << pipeline.error();
+  EXPECT_LT(std::chrono::steady_clock::now() - restarting, 10s)
+      << "Redis' restart waited behind the gateway's start attempts";
+  EXPECT_TRUE(WaitFor([&] { return Answers(pipeline.entry_address()); }, 10s))
+      << "the gateway did not come back once Redis did";
+  EXPECT_FALSE(pipeline.broken()) << pipeline.error();
+  EXPECT_EQ(pipeline.gateway_kills(), 1);
+}
+
+// A gateway that cannot come back breaks the run (the driver stops and idem chaos exits 2)
+// instead of leaving every client retrying against a closed port.
+TEST(ChaosPipelineTest, AGatewayThatCannotComeBackBreaksTheRun) {
+  Pipeline pipeline(RedisPipeline(1500ms));
+  ASSERT_EQ(pipeline.StartServers(), "");
+  ASSERT_EQ(pipeline.StartProcesses(servers::FreeLoopbackPort()), "");
+
+  ASSERT_TRUE(pipeline.KillRedis());
+  pipeline.KillAndRestartGateway();
+  EXPECT_TRUE(WaitFor([&] { return pipeline.broken(); }, 10s));
+  EXPECT_NE(pipeline.error().find("did not start again within 1500 ms"), std::string::npos)
+      << pipeline.error();
+  EXPECT_NE(pipeline.error().find("redis"), std::string::npos) << pipeline.error();
+}
+
+}  // namespace
+}  // namespace idem::chaos
