@@ -35,6 +35,10 @@ Process::Process(std::vector<std::string> argv, std::string log_path,
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
     }
+    // Nothing else of the parent's crosses over: sockets and files it opened without
+    // O_CLOEXEC (libraries do) would count against the child's descriptor limit, and
+    // PostgreSQL refuses to start with fewer than about 50 to spare.
+    close_range(3, ~0U, 0);
     if (run_as && (setgroups(0, nullptr) != 0 || setgid(run_as->gid) != 0 ||
                    setuid(run_as->uid) != 0)) {
       _exit(126);
