@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -285,6 +286,20 @@ class Server {
   int abandoned() const { return abandoned_.load(); }
 };
 
+// The gateway's io_context. When the grace period ends with requests still running, their
+// coroutine frames are left queued on it; asio destroys such handlers in the io_context's
+// destructor, and a frame's locals (a pooled upstream connection, a store timer, a request
+// counter) then refer to the server, the upstream pool and the metrics. DestroyAbandonedWork
+// destroys them earlier, while all of those still exist.
+class GatewayIoContext : public asio::io_context {
+ public:
+  using asio::io_context::io_context;
+  // Destroys every handler still queued or waiting on an I/O object. Only after run() has
+  // returned on every thread and no other thread can post to it any more; the io_context's
+  // destructor later finds nothing left to destroy.
+  void DestroyAbandonedWork() { shutdown(); }
+};
+
 }  // namespace
 
 int RunGateway(const GatewayOptions& given) {
@@ -316,7 +331,7 @@ int RunGateway(const GatewayOptions& given) {
                            "': " + store.status().ToString());
     return 2;
   }
-  asio::io_context io(options.threads);
+  GatewayIoContext io(options.threads);
   UpstreamOptions upstream_options;
   upstream_options.connect_timeout = options.upstream_connect_timeout;
   upstream_options.response_timeout = options.upstream_response_timeout;
@@ -333,8 +348,9 @@ int RunGateway(const GatewayOptions& given) {
   {
     const int store_threads =
         options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
-    StoreExecutor executor(**store, {store_threads, 4096});
-    Services services{options, executor, **upstream, metrics, log};
+    std::optional<StoreExecutor> executor(std::in_place, **store,
+                                          StoreExecutor::Options{store_threads, 4096});
+    Services services{options, *executor, **upstream, metrics, log};
     Server server(options, io, services);
     tcp::endpoint bound, admin_bound;
     if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {
@@ -378,7 +394,11 @@ int RunGateway(const GatewayOptions& given) {
     io.run();
     for (auto& t : threads) t.join();
     abandoned = server.abandoned();
-    // The executor's destructor waits for store calls still queued.
+    // Store calls still running finish (a completion is never cut off halfway) and post their
+    // results; then the requests the grace period cut off are destroyed, before the server, the
+    // upstream pool and the metrics their frames refer to.
+    executor.reset();
+    io.DestroyAbandonedWork();
   }
   log.Flush();
   if (abandoned == 0) {

@@ -401,6 +401,28 @@ TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
   EXPECT_EQ(Post("/pay", "draining", "b").Header("Idempotent-Replayed"), "true");
 }
 
+// A request still running when shutdown_grace ends is cut off: the gateway does not wait for
+// the upstream, exits 0 and says how many it cut off (their keys stay in flight until the lease
+// expires). The cut-off coroutine is destroyed with everything it holds (a pooled upstream
+// connection, the client connection's count in the metrics); under AddressSanitizer this also
+// checks that destroying it touches nothing already freed.
+TEST_F(GatewayTest, SigtermCutsOffARequestOutlivingTheGracePeriodAndStillExitsCleanly) {
+  StartGateway("[gateway]\nshutdown_grace = \"200ms\"\n");
+  HttpResponse slow;
+  std::thread t([&] { slow = Post("/pay", "cut-off", "b", {{"X-Sleep-Ms", "3000"}}); });
+  ASSERT_TRUE(WaitFor([&] { return InFlight("cut-off"); }, 5s));
+  const auto stopping = std::chrono::steady_clock::now();
+  const int status = gateway_->Stop(SIGTERM);
+  t.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - stopping, 2500ms)
+      << "the gateway waited for the upstream instead of the grace period";
+  EXPECT_NE(slow.status, 201) << "the request outlived the gateway";
+  ASSERT_TRUE(WIFEXITED(status)) << gateway_->Output();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << gateway_->Output();
+  EXPECT_NE(gateway_->Output().find("1 request(s) cut off by the grace period"), std::string::npos)
+      << gateway_->Output();
+}
+
 TEST_F(GatewayTest, AStoreThatCannotAnswerIs503FailClosedUnlessTheRouteFailsOpen) {
   const std::string db = dir_.File("locked.db");
   StartGateway(R"(
