@@ -13,12 +13,14 @@
 // directly: it goes through StoreExecutor (store_executor.h), a bounded pool that runs the call
 // and completes on the caller's executor. Every store, embedded or networked, is written as a
 // plain blocking, thread-safe class, and the executor is the only place that knows about event
-// loops. See docs/architecture.md for why.
+// loops. See docs/architecture.md for why. A store that batches writes (SQLite's group commit)
+// also offers Submit calls that return once the write is queued (QueuesWrites, below).
 //
 // Thread safety: every Store implementation is safe to call from many threads at once.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -161,6 +163,35 @@ class Store {
   // StoreExecutor then runs those calls on the caller's thread instead of its pool, saving two
   // thread handoffs per call. Only the memory store says so; the default is false.
   virtual bool NeverBlocks() const { return false; }
+
+  // ---- Submitted calls: for stores whose writes queue for a shared commit ----
+  //
+  // True if the Submit* calls below return without waiting for their write: the write is
+  // queued and `done` runs later, on a thread of the store's (SQLite's group commit, where a
+  // writer drains every queued write into one transaction). A StoreExecutor then hands a
+  // request call's thread back to its pool as soon as the write is queued, so a commit is
+  // shared by as many requests as are in flight, not by as many threads as the pool has.
+  // The default is false, and the default Submit* calls run the blocking call and then `done`.
+  virtual bool QueuesWrites() const { return false; }
+
+  // Begin, Complete and Release with their result delivered to `done`, exactly once: with the
+  // same outcome or error as the blocking call, and only after the write (if any) is
+  // committed. `done` may run on the calling thread before the call returns, or on another
+  // thread; it must not block.
+  template <typename T>
+  using Done = std::function<void(Result<T>)>;
+  virtual void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                           Done<BeginOutcome> done) {
+    done(Begin(scope, fingerprint, lease));
+  }
+  virtual void SubmitComplete(const Scope& scope, FencingToken token,
+                              const StoredResponse& response, Duration ttl,
+                              Done<CompleteOutcome> done) {
+    done(Complete(scope, token, response, ttl));
+  }
+  virtual void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) {
+    done(Release(scope, token));
+  }
 };
 
 // Opens a store from a URL. Options follow '?', joined with '&'; an unknown option or a bad

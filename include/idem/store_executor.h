@@ -19,13 +19,14 @@
 // one who will retry.
 //
 // Thread safety: all methods may be called from any thread. The destructor waits for queued
-// calls to finish and post their completions.
+// calls, and submitted writes still in the store's queue, to finish and post their completions.
 // REQUIRES: the store, and every execution context a completion is posted to (the caller's
 // io_context), outlive the StoreExecutor: destroy the executor first. A pool thread may still be
 // returning from a post to the caller's context just after the caller's handler ran.
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -67,29 +68,26 @@ class StoreExecutor {
                     std::forward<CompletionToken>(token));
   }
 
+  // Begin, Complete and Release go through the store's Submit calls when they leave the
+  // caller's thread: a store that QueuesWrites gives the pool thread back once the write is
+  // queued (store.h), and any other store runs the blocking call there, as Run does.
   template <typename CompletionToken>
   auto AsyncBegin(Scope scope, Fingerprint fingerprint, Duration lease, CompletionToken&& token) {
-    return RunRequestCall(
-        [scope = std::move(scope), fingerprint, lease](Store& s) {
-          return s.Begin(scope, fingerprint, lease);
-        },
-        std::forward<CompletionToken>(token));
+    return RunWriteCall(BeginCall{std::move(scope), fingerprint, lease},
+                        std::forward<CompletionToken>(token));
   }
 
   template <typename CompletionToken>
   auto AsyncComplete(Scope scope, FencingToken fencing_token, StoredResponse response,
                      Duration ttl, CompletionToken&& token) {
-    return RunRequestCall(
-        [scope = std::move(scope), fencing_token, response = std::move(response),
-         ttl](Store& s) { return s.Complete(scope, fencing_token, response, ttl); },
-        std::forward<CompletionToken>(token));
+    return RunWriteCall(CompleteCall{std::move(scope), fencing_token, std::move(response), ttl},
+                        std::forward<CompletionToken>(token));
   }
 
   template <typename CompletionToken>
   auto AsyncRelease(Scope scope, FencingToken fencing_token, CompletionToken&& token) {
-    return RunRequestCall([scope = std::move(scope),
-                           fencing_token](Store& s) { return s.Release(scope, fencing_token); },
-                          std::forward<CompletionToken>(token));
+    return RunWriteCall(ReleaseCall{std::move(scope), fencing_token},
+                        std::forward<CompletionToken>(token));
   }
 
   template <typename CompletionToken>
@@ -109,6 +107,54 @@ class StoreExecutor {
   template <typename Fn, typename CompletionToken>
   auto RunRequestCall(Fn fn, CompletionToken&& token) {
     return Initiate(std::move(fn), store_.NeverBlocks(), std::forward<CompletionToken>(token));
+  }
+
+  // The three write calls, each in both forms: Run blocks, Submit hands `done` the result.
+  struct BeginCall {
+    using Result = idem::Result<BeginOutcome>;
+    Scope scope;
+    Fingerprint fingerprint;
+    Duration lease;
+    Result Run(Store& s) const { return s.Begin(scope, fingerprint, lease); }
+    void Submit(Store& s, Store::Done<BeginOutcome> done) const {
+      s.SubmitBegin(scope, fingerprint, lease, std::move(done));
+    }
+  };
+  struct CompleteCall {
+    using Result = idem::Result<CompleteOutcome>;
+    Scope scope;
+    FencingToken token;
+    StoredResponse response;
+    Duration ttl;
+    Result Run(Store& s) const { return s.Complete(scope, token, response, ttl); }
+    void Submit(Store& s, Store::Done<CompleteOutcome> done) const {
+      s.SubmitComplete(scope, token, response, ttl, std::move(done));
+    }
+  };
+  struct ReleaseCall {
+    using Result = idem::Result<ReleaseOutcome>;
+    Scope scope;
+    FencingToken token;
+    Result Run(Store& s) const { return s.Release(scope, token); }
+    void Submit(Store& s, Store::Done<ReleaseOutcome> done) const {
+      s.SubmitRelease(scope, token, std::move(done));
+    }
+  };
+
+  // A write call: run inline when the store never blocks, else submitted from the pool.
+  template <typename Call, typename CompletionToken>
+  auto RunWriteCall(Call call, CompletionToken&& token) {
+    using R = typename Call::Result;
+    return boost::asio::async_initiate<CompletionToken, void(R)>(
+        [this](auto handler, Call c) {
+          if (store_.NeverBlocks()) {
+            this->Start([c = std::move(c)](Store& s) { return c.Run(s); }, std::move(handler),
+                        /*may_run_inline=*/true);
+          } else {
+            this->StartSubmitted(std::move(c), std::move(handler));
+          }
+        },
+        token, std::move(call));
   }
 
   template <typename Fn, typename CompletionToken>
@@ -142,6 +188,35 @@ class StoreExecutor {
       R result = fn(store_);
       pending_.fetch_sub(1, std::memory_order_acq_rel);
       Finish(std::move(work), std::move(handler), std::move(result));
+    });
+  }
+
+  // Like Start's pool path, for a Submit call: the call is pending until `done` runs, which
+  // may be after the pool thread has gone on to other work.
+  template <typename Call, typename Handler>
+  void StartSubmitted(Call call, Handler handler) {
+    using R = typename Call::Result;
+    auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(handler));
+    if (pending_.fetch_add(1, std::memory_order_acq_rel) >= max_pending_) {
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      R refused = ResourceExhaustedError("store executor saturated: " +
+                                         std::to_string(max_pending_) + " calls pending");
+      Finish(std::move(work), std::move(handler), std::move(refused));
+      return;
+    }
+    // std::function needs a copyable callable; the handler is move-only.
+    struct Waiting {
+      Handler handler;
+      decltype(work) guard;
+    };
+    auto waiting = std::make_shared<Waiting>(Waiting{std::move(handler), std::move(work)});
+    boost::asio::post(pool_, [this, call = std::move(call), waiting]() mutable {
+      call.Submit(store_, [this, waiting](R result) {
+        // Once pending_ is 0 the destructor may return: nothing of `this` is used after
+        // (Finish is static and posts to the caller's executor, which outlives this object).
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        Finish(std::move(waiting->guard), std::move(waiting->handler), std::move(result));
+      });
     });
   }
 

@@ -2,7 +2,9 @@
 // wrapper around the memory store keeps its inline path in StoreExecutor).
 //
 // Subclass it and override one method to add behaviour around a store (metrics, logging, fault
-// injection in tests) without re-implementing the others.
+// injection in tests) without re-implementing the others. The Submit calls and QueuesWrites
+// are not forwarded: a wrapper is a blocking store (its Submit calls run its own Begin,
+// Complete and Release), so an overridden method is never bypassed.
 //
 // Thread safety: as thread-safe as the wrapped store.
 #pragma once

@@ -59,12 +59,13 @@ void WalCheckpointer::Loop() {
     wanted_ = false;
     lock.Unlock();
     bool emptied = false;
-    const int frames = Checkpoint(&emptied);
-    if (frames >= kLimitFrames && !emptied) {
-      // Writes kept coming during the pass: catch up with the store's calls held back.
+    const int frames = Checkpoint(SQLITE_CHECKPOINT_PASSIVE, &emptied);
+    if (frames >= kLimitFrames) {
+      // Writes kept coming during the pass, or readers kept the WAL from restarting: catch up
+      // with the store's calls held back, and restart the WAL.
       hold_([&] {
         catch_ups_.fetch_add(1, std::memory_order_relaxed);
-        (void)Checkpoint(&emptied);
+        (void)Checkpoint(SQLITE_CHECKPOINT_RESTART, &emptied);
         // Still not empty with no write of the store running: a reader elsewhere pins the WAL
         // (or the checkpoint failed). Holding writes back would not help; stop doing it until
         // a checkpoint empties the WAL again.
@@ -81,9 +82,9 @@ void WalCheckpointer::Loop() {
   }
 }
 
-int WalCheckpointer::Checkpoint(bool* emptied) {
+int WalCheckpointer::Checkpoint(int mode, bool* emptied) {
   int wal_frames = -1, checkpointed = -1;
-  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &wal_frames,
+  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, mode, &wal_frames,
                                            &checkpointed);
   if ((rc & 0xff) == SQLITE_BUSY) {
     // Another checkpoint, or a writer restarting the WAL, held a lock: try on the next pass.

@@ -8,13 +8,15 @@
 //  - A PASSIVE checkpoint every kInterval, and at once whenever a commit leaves kWakeFrames or
 //    more in the WAL (the WAL hook wakes the thread). PASSIVE never blocks the store's writes
 //    or reads.
-//  - The WAL file is reused from its start only when a write transaction begins with every
-//    frame already checkpointed. Under a steady stream of writes, some commit always lands
-//    while a PASSIVE checkpoint runs, so the WAL would never restart and would grow without
-//    bound. So when a PASSIVE pass still leaves kLimitFrames or more in the WAL, the thread
-//    runs a second, catch-up pass with the store's calls held back: it copies only the frames
-//    written during the first pass, and the next write then restarts the WAL. The store's calls
-//    wait for that short pass, never for the whole copy.
+//  - The WAL file is reused from its start only when a write begins with every frame already
+//    checkpointed and no reader in the WAL at an older snapshot. Under a steady stream of
+//    writes, some commit always lands while a PASSIVE checkpoint runs, and the store's readers
+//    (which run beside its writes) are nearly always in the WAL; it would never restart and
+//    would grow without bound. So when a PASSIVE pass leaves kLimitFrames or more in the WAL,
+//    the thread runs a second, catch-up pass with the store's calls held back (its writes and
+//    its readers): a RESTART checkpoint that copies only the frames written during the first
+//    pass, after which the next write restarts the WAL. The store's calls wait for that short
+//    pass, never for the whole copy.
 //  - Meanwhile, at kLimitFrames, each write batch first waits (at most kMaxThrottle) for the
 //    checkpointer to empty the WAL (ThrottleWhileWalFull): its size is bounded, not only its
 //    growth slowed.
@@ -47,7 +49,8 @@ namespace idem::internal::sqlite {
 
 class WalCheckpointer {
  public:
-  // Runs its argument with the store's calls held back (the store's connection lock held).
+  // Runs its argument with the store's calls held back: its connection lock held and its
+  // readers idle.
   using HoldStoreCalls = std::function<void(const std::function<void()>&)>;
 
   struct Counters {
@@ -91,9 +94,9 @@ class WalCheckpointer {
   // many frames the WAL holds. Only wakes the thread; never blocks.
   static int OnCommit(void* self, sqlite3*, const char*, int frames);
   void Loop() IDEM_EXCLUDES(mu_);
-  // One PASSIVE checkpoint; returns the frames in the WAL and sets *emptied if every one of
-  // them is now in the database.
-  int Checkpoint(bool* emptied);
+  // One checkpoint (SQLITE_CHECKPOINT_PASSIVE or _RESTART); returns the frames in the WAL and
+  // sets *emptied if every one of them is now in the database.
+  int Checkpoint(int mode, bool* emptied);
 
   const std::string path_;
   const std::chrono::milliseconds busy_timeout_;

@@ -1,17 +1,25 @@
 // GroupCommit: the SQLite store's writers share transactions under concurrency.
 //
 // Every write (Begin's write path, Complete, Release, Purge) is a `body` to run inside a write
-// transaction. Callers that arrive while a batch is being written queue up; the next of them
-// to find no batch running becomes the leader and hands everything queued to `run_batch` (which
-// runs them in ONE transaction, each body in its own savepoint, with one commit), then wakes
-// the others. Alone, a caller pays what it did before (one transaction); under concurrency the
-// commit cost is shared. Write returns only after `run_batch` has set the caller's result, so
-// a write is acknowledged only after the commit that holds it.
+// transaction. A write is Submitted with a `done` callback and queued. If no batch is being
+// written, the submitting thread becomes the writer: it hands everything queued to `run_batch`
+// (which runs them in ONE transaction, each body in its own savepoint, with one commit), calls
+// each write's `done` with its result, and goes on with whatever queued meanwhile until the
+// queue is empty. A thread that finds a writer at work returns at once: its write goes into
+// the writer's next batch. So a batch holds every write that arrived while the previous commit
+// ran, however many callers there are, and `done` runs only after the commit that holds the
+// write. Alone, a caller pays what it did before (one transaction).
 //
-// Thread safety: Write from any thread; `run_batch` runs on one caller's thread at a time.
+// Write is the blocking form: Submit, then wait for `done`.
+//
+// Thread safety: Submit and Write from any thread; `run_batch` runs on one thread at a time.
+// `done` runs on the writer's thread, outside every lock of this class: it must not block on
+// another write (it may Submit one).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "idem/mutex.h"
@@ -22,23 +30,36 @@ namespace idem::internal::sqlite {
 class GroupCommit {
  public:
   struct PendingWrite {
-    const std::function<Status()>* body;
+    std::function<Status()> body;
+    std::function<void(Status)> done;
     Status result = Status::Ok();  // set by run_batch
-    bool done = false;             // GroupCommit's own: run_batch leaves it alone
   };
   using RunBatch = std::function<void(const std::vector<PendingWrite*>&)>;
 
+  struct Counters {
+    uint64_t batches = 0;  // transactions run
+    uint64_t writes = 0;   // writes they held
+  };
+
   explicit GroupCommit(RunBatch run_batch) : run_batch_(std::move(run_batch)) {}
 
+  // Queues `body`; `done` gets its result (or the commit's failure) once the batch holding it
+  // is committed or rolled back. May run the batch, and `done`, on the calling thread before
+  // returning.
+  void Submit(std::function<Status()> body, std::function<void(Status)> done)
+      IDEM_EXCLUDES(mu_);
+
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
-  Status Write(const std::function<Status()>& body) IDEM_EXCLUDES(mu_);
+  Status Write(std::function<Status()> body) IDEM_EXCLUDES(mu_);
+
+  Counters counters() const IDEM_EXCLUDES(mu_);
 
  private:
   const RunBatch run_batch_;
-  Mutex mu_;  // never held while a batch runs
-  CondVar cv_;
-  std::vector<PendingWrite*> queue_ IDEM_GUARDED_BY(mu_);
-  bool leader_active_ IDEM_GUARDED_BY(mu_) = false;
+  mutable Mutex mu_;  // never held while a batch runs
+  std::vector<std::unique_ptr<PendingWrite>> queue_ IDEM_GUARDED_BY(mu_);
+  bool writer_active_ IDEM_GUARDED_BY(mu_) = false;
+  Counters counters_ IDEM_GUARDED_BY(mu_);
 };
 
 }  // namespace idem::internal::sqlite

@@ -21,6 +21,7 @@
 #include "store/sqlite/sqlite_fence.h"
 #include "store/sqlite/sqlite_group_commit.h"
 #include "store/sqlite/sqlite_migrate.h"
+#include "store/sqlite/sqlite_readers.h"
 #include "store/sqlite/sqlite_statement.h"
 
 namespace idem {
@@ -33,6 +34,7 @@ using internal::sqlite::FenceAllocator;
 using internal::sqlite::FromSqlite;
 using internal::sqlite::GroupCommit;
 using internal::sqlite::QueryText;
+using internal::sqlite::ReaderPool;
 using internal::sqlite::Statement;
 using internal::sqlite::Use;
 using internal::sqlite::WalCheckpointer;
@@ -77,6 +79,10 @@ Use& BindScope(Use& use, const Scope& scope) {
   return use.Text(1, scope.tenant).Text(2, scope.client).Text(3, scope.key);
 }
 
+// Read-only connections for the reads that need no write (ReaderPool). As many as the store
+// executor's default thread count, so reads never queue behind each other there.
+constexpr int kReaders = 4;
+
 const char* SynchronousPragma(Durability d) {
   switch (d) {
     case Durability::kOff: return "PRAGMA synchronous = OFF";
@@ -94,8 +100,12 @@ class SqliteStore final : public Store {
         sqlite_(sqlite),
         checkpointer_(path_, sqlite_.busy_timeout,
                       [this](const std::function<void()>& fn) {
-                        ConnectionLock held(*this);
-                        fn();
+                        // Readers first, then the connection; no path takes them the other
+                        // way round (a Begin gives its reader back before it writes).
+                        readers_.HoldAll([&] {
+                          ConnectionLock held(*this);
+                          fn();
+                        });
                       }),
         writes_([this](const std::vector<GroupCommit::PendingWrite*>& batch) { RunBatch(batch); }) {}
 
@@ -131,6 +141,8 @@ class SqliteStore final : public Store {
     }
     file_device_ = st.st_dev;
     file_inode_ = st.st_ino;
+    IDEM_RETURN_IF_ERROR(
+        readers_.Open(path_, kReaders, sqlite_.busy_timeout, kSelectRecord).WithContext(path_));
     IDEM_RETURN_IF_ERROR(checkpointer_.Start(db_).WithContext(path_));
 
     IDEM_RETURN_IF_ERROR(select_record_.Prepare(db_, kSelectRecord));
@@ -150,73 +162,109 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
+  // Begin, Complete and Release are their Submit forms waited for: one code path.
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
-    {
-      // Fast path without a write lock: replays, conflicts and mismatches only read.
-      ConnectionLock lock(*this);
-      auto read = ReadAndDecide(scope, fingerprint, options_.clock->Now());
-      if (!read.ok()) return read.status().WithContext("begin scope " + scope.Digest());
-      if (read->outcome) return std::move(*read->outcome);
-    }
-    // The scope needs a write. Inside the write transaction, decide again: another caller, or
-    // another process sharing the file, may have written in between.
-    Result<BeginOutcome> outcome = InternalError("begin did not run");
-    Status written = writes_.Write([&]() -> Status {
-      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
-      outcome = BeginLocked(scope, fingerprint, lease, options_.clock->Now());
-      return outcome.ok() ? Status::Ok() : outcome.status();
+    return Wait<BeginOutcome>([&](Done<BeginOutcome> done) {
+      SubmitBegin(scope, fingerprint, lease, std::move(done));
     });
-    if (!written.ok()) return written.WithContext("begin scope " + scope.Digest());
-    return outcome;
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
-    const std::string headers = internal::EncodeHeaders(response.headers);
-    CompleteOutcome outcome = CompleteOutcome::kFenced;
-    Status written = writes_.Write([&]() -> Status {
-      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
-      const TimePoint now = options_.clock->Now();
-      Use use(complete_, db_);
-      BindScope(use, scope)
-          .Int(4, static_cast<int64_t>(token))
-          .Int(5, ToMillis(now + ttl))
-          .Int(6, response.status)
-          .Blob(7, headers)
-          .Blob(8, response.body)
-          .Int(9, ToMillis(now));
-      auto changed = use.Exec("complete");
-      if (!changed.ok()) return changed.status();
-      outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
-      return Status::Ok();
+    return Wait<CompleteOutcome>([&](Done<CompleteOutcome> done) {
+      SubmitComplete(scope, token, response, ttl, std::move(done));
     });
-    if (!written.ok()) return written.WithContext("scope " + scope.Digest());
-    return outcome;
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
-    ReleaseOutcome outcome = ReleaseOutcome::kFenced;
-    Status written = writes_.Write([&]() -> Status {
-      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
-      Use use(release_, db_);
-      BindScope(use, scope).Int(4, static_cast<int64_t>(token)).Int(5, ToMillis(options_.clock->Now()));
-      auto changed = use.Exec("release");
-      if (!changed.ok()) return changed.status();
-      outcome = *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
-      return Status::Ok();
-    });
-    if (!written.ok()) return written.WithContext("scope " + scope.Digest());
-    return outcome;
+    return Wait<ReleaseOutcome>(
+        [&](Done<ReleaseOutcome> done) { SubmitRelease(scope, token, std::move(done)); });
+  }
+
+  bool QueuesWrites() const override { return true; }
+
+  void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                   Done<BeginOutcome> done) override {
+    if (Status s = internal::CheckLease(lease); !s.ok()) return done(s);
+    {
+      // Fast path on a reader, without the write lock: replays, conflicts and mismatches only
+      // read, and a batch being committed does not hold them up.
+      auto reader = readers_.Acquire();
+      auto read =
+          ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
+      if (!read.ok()) return done(read.status().WithContext("begin scope " + scope.Digest()));
+      if (read->outcome) return done(std::move(*read->outcome));
+    }
+    // The scope needs a write. Inside the write transaction, decide again: another caller, or
+    // another process sharing the file, may have written in between.
+    auto outcome = std::make_shared<Result<BeginOutcome>>(InternalError("begin did not run"));
+    writes_.Submit(
+        [this, scope, fingerprint, lease, outcome]() -> Status {
+          mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+          *outcome = BeginLocked(scope, fingerprint, lease, options_.clock->Now());
+          return outcome->ok() ? Status::Ok() : outcome->status();
+        },
+        [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+          if (!written.ok()) return done(written.WithContext("begin scope " + scope_digest));
+          done(std::move(*outcome));
+        });
+  }
+
+  void SubmitComplete(const Scope& scope, FencingToken token, const StoredResponse& response,
+                      Duration ttl, Done<CompleteOutcome> done) override {
+    if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
+    auto outcome = std::make_shared<CompleteOutcome>(CompleteOutcome::kFenced);
+    writes_.Submit(
+        [this, scope, token, status = response.status,
+         headers = internal::EncodeHeaders(response.headers), body = response.body, ttl,
+         outcome]() -> Status {
+          mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+          const TimePoint now = options_.clock->Now();
+          Use use(complete_, db_);
+          BindScope(use, scope)
+              .Int(4, static_cast<int64_t>(token))
+              .Int(5, ToMillis(now + ttl))
+              .Int(6, status)
+              .Blob(7, headers)
+              .Blob(8, body)
+              .Int(9, ToMillis(now));
+          auto changed = use.Exec("complete");
+          if (!changed.ok()) return changed.status();
+          *outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+          return Status::Ok();
+        },
+        [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+          if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
+          done(*outcome);
+        });
+  }
+
+  void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) override {
+    auto outcome = std::make_shared<ReleaseOutcome>(ReleaseOutcome::kFenced);
+    writes_.Submit(
+        [this, scope, token, outcome]() -> Status {
+          mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+          Use use(release_, db_);
+          BindScope(use, scope)
+              .Int(4, static_cast<int64_t>(token))
+              .Int(5, ToMillis(options_.clock->Now()));
+          auto changed = use.Exec("release");
+          if (!changed.ok()) return changed.status();
+          *outcome = *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
+          return Status::Ok();
+        },
+        [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+          if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
+          done(*outcome);
+        });
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
     IDEM_RETURN_IF_ERROR(CheckFile());  // Get is the gateway's readiness probe
-    ConnectionLock lock(*this);
+    auto reader = readers_.Acquire();
     const TimePoint now = options_.clock->Now();
-    Use use(select_record_, db_);
+    Use use(reader->select, reader->db);
     BindScope(use, scope);
     auto row = use.Step("get");
     if (!row.ok()) return row.status().WithContext("scope " + scope.Digest());
@@ -311,6 +359,9 @@ class SqliteStore final : public Store {
     stats.wal_frames_after_last_checkpoint = c.wal_frames_after_last_checkpoint;
     stats.busy_connection_found = busy_connection_found_.load();
     stats.throttled_batches = c.throttled_batches;
+    const GroupCommit::Counters w = writes_.counters();
+    stats.write_batches = w.batches;
+    stats.batched_writes = w.writes;
     return stats;
   }
 
@@ -361,6 +412,25 @@ class SqliteStore final : public Store {
     if (busy) busy_connection_found_.fetch_add(1, std::memory_order_relaxed);
   }
 
+  // Runs `submit` with a `done` that hands the result back, and waits for it.
+  template <typename T, typename Submit>
+  static Result<T> Wait(Submit submit) {
+    struct Waiter {
+      Mutex mu;
+      CondVar cv;
+      std::optional<Result<T>> result IDEM_GUARDED_BY(mu);
+    };
+    auto waiter = std::make_shared<Waiter>();
+    submit([waiter](Result<T> result) {
+      MutexLock lock(waiter->mu);
+      waiter->result.emplace(std::move(result));
+      waiter->cv.NotifyAll();
+    });
+    MutexLock lock(waiter->mu);
+    while (!waiter->result) waiter->cv.Wait(lock);
+    return std::move(*waiter->result);
+  }
+
   // The body of each GroupCommit batch (sqlite_group_commit.h): one transaction, each write in
   // its own savepoint when there are several, so one failing write undoes only its own changes.
   void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_) {
@@ -386,7 +456,7 @@ class SqliteStore final : public Store {
           continue;
         }
       }
-      w->result = (*w->body)();
+      w->result = w->body();
       if (!w->result.ok()) any_failed = true;
       if (!alone) {
         if (!w->result.ok()) (void)Exec(rollback_to_savepoint_, "rollback to savepoint");
@@ -416,9 +486,11 @@ class SqliteStore final : public Store {
   };
 
   // Reads the scope's row and decides what Begin does with it.
-  Result<Decided> ReadAndDecide(const Scope& scope, const Fingerprint& fingerprint,
-                                TimePoint now) IDEM_REQUIRES(mu_) {
-    Use use(select_record_, db_);
+  // `select` is kSelectRecord prepared on `db`: the store's connection inside a write
+  // transaction, or a reader's.
+  static Result<Decided> ReadAndDecide(const Statement& select, sqlite3* db, const Scope& scope,
+                                       const Fingerprint& fingerprint, TimePoint now) {
+    Use use(select, db);
     BindScope(use, scope);
     auto row = use.Step("select");
     if (!row.ok()) return row.status();
@@ -456,7 +528,7 @@ class SqliteStore final : public Store {
   // REQUIRES: inside BEGIN IMMEDIATE.
   Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
                                    Duration lease, TimePoint now) IDEM_REQUIRES(mu_) {
-    auto decided = ReadAndDecide(scope, fingerprint, now);
+    auto decided = ReadAndDecide(select_record_, db_, scope, fingerprint, now);
     if (!decided.ok()) return decided.status();
     // Another process may have changed the record since the fast path looked.
     if (decided->outcome) return std::move(*decided->outcome);
@@ -536,6 +608,7 @@ class SqliteStore final : public Store {
       leaked_for_testing_ IDEM_GUARDED_BY(mu_);
   std::atomic<uint64_t> busy_connection_found_{0};
   WalCheckpointer checkpointer_;
+  ReaderPool readers_;
   GroupCommit writes_;
 };
 

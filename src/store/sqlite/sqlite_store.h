@@ -2,11 +2,14 @@
 //
 // WAL journal; PRAGMA synchronous from SqliteOptions::durability (default NORMAL: a completed
 // record survives kill -9 of the process). One connection per store object, its calls
-// serialised by a mutex, since SQLite serialises writers anyway; other processes may open the
-// same file (an operator's CLI), and then BEGIN IMMEDIATE plus the busy timeout keep every
-// read-decide-write atomic across processes. Writes from concurrent callers are group-committed:
-// one transaction (a savepoint each) and one commit for all that queued while the previous
-// commit ran; each call still returns only after its own write is committed.
+// serialised by a mutex, since SQLite serialises writers anyway, plus a few read-only
+// connections for the reads that need no write (replays, conflicts, Get), which in WAL mode
+// never wait for the writer. Other processes may open the same file (an operator's CLI), and
+// then BEGIN IMMEDIATE plus the busy timeout keep every read-decide-write atomic across
+// processes. Writes from concurrent callers are group-committed: one transaction (a savepoint
+// each) and one commit for all that queued while the previous commit ran, however many callers
+// there are (QueuesWrites: the Submit calls return once their write is queued); each call still
+// returns, or calls back, only after its own write is committed.
 // If the file is deleted or replaced while open, writes, Get and Sweep fail with
 // kFailedPrecondition naming the path (replays still read the open file).
 // Schema: docs/sqlite-schema.md.
@@ -38,6 +41,9 @@ struct SqliteStats {
   uint64_t checkpoint_failures = 0;    // passes that failed or found the WAL not open
   int wal_frames_after_last_checkpoint = 0;
   uint64_t throttled_batches = 0;      // write batches that waited for a checkpoint to catch up
+  uint64_t write_batches = 0;          // write transactions committed (or rolled back)
+  uint64_t batched_writes = 0;         // writes they held: batched_writes / write_batches is
+                                       // the mean batch size
   // Times a call found the connection not idle (a statement stepped and not reset, or a
   // transaction left open). Always 0 unless the store has a bug; tests assert it.
   uint64_t busy_connection_found = 0;
