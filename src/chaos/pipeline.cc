@@ -532,6 +532,7 @@ bool Pipeline::RestartNats() {
     ++nats_restarts_;
     if (auto e = p.nats->Restart(); !e.empty()) {
       p.error = "nats-server restart: " + e;
+      p.broken = true;  // every later operation would only wait on it
       return false;
     }
     return true;
@@ -546,6 +547,7 @@ bool Pipeline::RestartPostgres() {
     ++postgres_restarts_;
     if (!p.pg->Restart()) {
       p.error = "PostgreSQL restart: " + p.pg->error();
+      p.broken = true;  // every later operation would only wait on it
       return false;
     }
     return true;
@@ -660,6 +662,7 @@ bool Pipeline::RestartRedis() {
     p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     if (auto e = p.redis->Restart(); !e.empty()) {
       p.error = "redis-server restart: " + e;
+      p.broken = true;  // every later operation would only wait on it
       return false;
     }
     return true;

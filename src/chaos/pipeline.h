@@ -84,8 +84,9 @@ class Pipeline {
   // is repeated by the supervisor every 200 ms for up to Config::gateway_comeback (the
   // store may be restarting too); after that the run is broken(). False if there was no gateway or it is broken.
   bool KillAndRestartGateway();
-  // True once a process the run needs could not be brought back (error() says why): the
-  // driver stops sending, and the run ends with exit code 2 rather than a verdict.
+  // True once a process the run needs could not be brought back (error() says why): a gateway
+  // past gateway_comeback, or a failed restart of nats-server, PostgreSQL or Redis. The driver
+  // stops sending, and the run ends with exit code 2 rather than a verdict.
   bool broken() const;
   // Stops the relay (SIGTERM) and starts one that SIGKILLs itself after its next published
   // batch and before marking it; the supervisor then starts a normal one. Returns the crash

@@ -6,7 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "servers/free_port.h"
@@ -18,6 +22,42 @@ constexpr const char* kBinDir = "/usr/lib/postgresql/15/bin";
 
 std::string Tail(const std::string& text, size_t n = 2000) {
   return text.size() <= n ? text : text.substr(text.size() - n);
+}
+
+// For "pre-existing shared memory block (key K, ID I) is still in use": the processes that
+// still have segment K mapped (their /proc/PID/maps name it "/SYSV<key in hex>"), with their
+// name, state and parent, so a start that fails this way says who holds the memory. Empty if
+// the output names no segment.
+std::string HoldersOfSharedMemory(const std::string& output) {
+  const std::string marker = "shared memory block (key ";
+  const size_t at = output.rfind(marker);
+  if (at == std::string::npos) return "";
+  const unsigned long key = std::strtoul(output.c_str() + at + marker.size(), nullptr, 10);
+  char name[32];
+  std::snprintf(name, sizeof name, "/SYSV%08lx", key);
+  std::string holders;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+    std::ifstream maps(entry.path() / "maps");
+    bool mapped = false;
+    for (std::string line; !mapped && std::getline(maps, line);) {
+      mapped = line.find(name) != std::string::npos;
+    }
+    if (!mapped) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string process = "pid " + pid;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("Name:", 0) == 0 || line.rfind("State:", 0) == 0 ||
+          line.rfind("PPid:", 0) == 0) {
+        process += ", " + line;
+      }
+    }
+    holders += (holders.empty() ? "" : "; ") + process;
+  }
+  return " [segment " + std::string(name + 1) + " mapped by: " +
+         (holders.empty() ? "no process now" : holders) + "]";
 }
 
 }  // namespace
@@ -85,7 +125,8 @@ bool PostgresServer::Start() {
     }
     // Exited early: after a SIGKILL, orphaned backends may still hold the old shared memory
     // for a moment. Try again until the deadline.
-    error_ = "postgres did not start: " + Tail(server_->Output());
+    const std::string output = server_->Output();
+    error_ = "postgres did not start: " + Tail(output) + HoldersOfSharedMemory(output);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return false;
