@@ -145,11 +145,21 @@ void Process::KillGroup() {
   // Stopped, the leader forks nothing between the scan and the kill. Its direct children die
   // too, even those that left its group: PostgreSQL's each call setsid(), and a backend whose
   // postmaster alone was killed can still answer its connection's next query for a moment.
+  // kill() only queues SIGSTOP: wait until the leader has really stopped, or a fork it was
+  // about to make would land after the scan, and that child would outlive the kill. (A
+  // PostgreSQL backend left so, holding the server's shared memory, kept every restart of a
+  // chaos run's PostgreSQL from starting.)
   kill(pid_, SIGSTOP);
+  int status = 0;
+  const bool exited = waitpid(pid_, &status, WUNTRACED) == pid_ && !WIFSTOPPED(status);
   for (pid_t child : ChildrenOf(pid_)) kill(child, SIGKILL);
   if (own_process_group_) killpg(pid_, SIGKILL);
-  kill(pid_, SIGKILL);
-  waitpid(pid_, &status_, 0);
+  if (exited) {
+    status_ = status;
+  } else {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+  }
   reaped_ = true;
 }
 
