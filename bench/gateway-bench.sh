@@ -26,10 +26,11 @@
 # ?durability=normal, starts empty); the replay runs prime their key with one request first.
 #
 # Threads (environment variables): nginx runs NGINX_WORKERS (1) worker process; the gateway
-# IDEM_THREADS (1) event-loop thread and IDEM_STORE_THREADS (1) store thread (the memory store
-# answers inline on the event loop; the SQLite store's calls run on the store thread, work nginx
-# does not do at all). One event loop against one worker keeps the comparison fair on a small
-# machine. wrk runs WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
+# IDEM_THREADS (1) event-loop thread and IDEM_STORE_THREADS (2, the gateway's default for
+# SQLite) store threads (the memory store answers inline on the event loop; the SQLite store's
+# calls run on the store threads, work nginx does not do at all: one reads and queues writes
+# while the other commits a batch of them). One event loop against one worker keeps the
+# comparison fair on a small machine. wrk runs WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
 # proxy and the upstream share this machine's cores, so a proxy that burns more CPU also leaves
 # less to the others. The gateway logs one line per request (to a file in the temp dir); nginx's
 # access log is off unless NGINX_ACCESS_LOG=1.
@@ -37,6 +38,15 @@
 # A case fails (exit status 1) if wrk counted socket errors or responses with status >= 400, if
 # the upstream did not execute once per first-execution response, if a replay reached the
 # upstream, or if the gateway's metrics show any outcome other than executed/replayed.
+#
+# System calls per request (SYSCALLS=0 skips them; needs perf, installed with apt-get if
+# missing): for nginx and for each gateway case, `perf stat -e raw_syscalls:sys_enter` counts
+# every system call of the proxy process (all its threads) for SYSCALL_SECONDS (3) while wrk
+# drives CONNECTIONS connections, and divides by the requests the proxy answered in that window
+# (the upstream's execution count for first executions, the gateway's replayed count for
+# replays). SYSCALL_DETAIL=1 also prints each case's busiest system calls over one second
+# (perf trace -s). The aim: the gateway's count at most nginx's + 1.
+#
 # Installs wrk, nginx and curl with apt-get if missing; builds the release binaries if absent.
 # Every process is started here and stopped by its PID on exit. Not part of the test command.
 set -euo pipefail
@@ -58,14 +68,18 @@ WRK_THREADS=${WRK_THREADS:-1}
 NGINX_WORKERS=${NGINX_WORKERS:-1}
 NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
 IDEM_THREADS=${IDEM_THREADS:-1}
-IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-1}
+IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-2}
 IDEM_NET_STORE_THREADS=${IDEM_NET_STORE_THREADS:-8}
 STORES=${STORES:-memory sqlite redis postgresql}
+SYSCALLS=${SYSCALLS:-1}
+SYSCALL_SECONDS=${SYSCALL_SECONDS:-3}
+SYSCALL_DETAIL=${SYSCALL_DETAIL:-0}
 
 need=()
 command -v wrk >/dev/null || need+=(wrk)
 command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx)  # Debian 12: nginx-light
 command -v curl >/dev/null || need+=(curl)                                  # is only a wrapper
+[[ $SYSCALLS == 0 ]] || command -v perf >/dev/null || need+=(linux-perf)
 if ((${#need[@]})); then
   echo "gateway-bench: installing ${need[*]}" >&2
   sudo_cmd=()
@@ -213,6 +227,41 @@ measure() {
     "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
 }
 
+# System calls per request: name, pid of the proxy process, address, mode, and a command that
+# prints the proxy's answered-request count so far. Appends "name calls_per_request" to
+# $work/syscalls.
+count_syscalls() {
+  local name=$1 pid=$2 address=$3 mode=$4 counter=$5 before after calls wrk_pid try
+  IDEM_BENCH_MODE=$mode IDEM_BENCH_RUN="sys$RANDOM$RANDOM" wrk -t1 -c"$CONNECTIONS" \
+    -d"$((3 * SYSCALL_SECONDS + 10))s" -s bench/gateway/wrk.lua "http://$address" \
+    >"$work/wrk-sys.out" 2>&1 &
+  wrk_pid=$!
+  sleep 1  # connected and running
+  # perf stat attached to a running process now and then reports "<not counted>": try again.
+  for try in 1 2 3; do
+    before=$($counter)
+    calls=$(perf stat -x, -e raw_syscalls:sys_enter -p "$pid" -- sleep "$SYSCALL_SECONDS" 2>&1 |
+      awk -F, '/raw_syscalls:sys_enter/ { print $1 }')
+    after=$($counter)
+    [[ $calls =~ ^[0-9]+$ ]] && ((after > before)) && break
+  done
+  if [[ $SYSCALL_DETAIL == 1 ]]; then
+    perf trace -s -p "$pid" -- sleep 1 2>&1 | awk -v name="$name" '
+      $1 ~ /^[a-z_0-9]+$/ && $2 ~ /^[0-9]+$/ { calls[$1] += $2 }
+      END { for (c in calls) printf "  %-23s %-16s %8d calls in 1 s\n", name, c, calls[c] }' |
+      sort -k3 -n -r | head -12 >&2
+  fi
+  kill -TERM "$wrk_pid" 2>/dev/null || true
+  wait "$wrk_pid" 2>/dev/null || true
+  if [[ ! $calls =~ ^[0-9]+$ ]] || ((after <= before)); then
+    echo "  $name: no system call count (perf: '${calls:-nothing}', $((after - before)) requests)" >&2
+    return 0
+  fi
+  awk -v n="$name" -v c="$calls" -v r="$((after - before))" \
+    'BEGIN { printf "%s %.2f %d\n", n, c / r, r }' >>"$work/syscalls"
+}
+gateway_answered() { gateway_outcomes "$admin" | awk '{ print $1 + $2 }'; }
+
 # Starts a redis-server without persistence on a free port; sets redis_port.
 start_redis() {
   redis_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -308,6 +357,10 @@ measure direct latency "$service" unique "$LATENCY_CONNECTIONS" -
 start_nginx
 measure nginx throughput "$nginx" unique "$CONNECTIONS" -
 measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
+if [[ $SYSCALLS != 0 ]]; then
+  nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
+  count_syscalls nginx "$nginx_worker" "$nginx" unique upstream_executions
+fi
 stop_pid "$nginx_pid"
 
 [[ " $STORES " == *" redis "* ]] && start_redis
@@ -324,12 +377,28 @@ for store in $STORES; do
       connections=$CONNECTIONS
       [[ $kind == latency ]] && connections=$LATENCY_CONNECTIONS
       measure "$name" "$kind" "$gateway" "$mode" "$connections" "$admin"
+      if [[ $kind == throughput && $SYSCALLS != 0 ]]; then
+        count_syscalls "$name" "$gateway_pid" "$gateway" "$mode" gateway_answered
+      fi
       stop_pid "$gateway_pid"
     done
   done
 done
 
 echo
+if [[ -s $work/syscalls ]]; then
+  awk '{ calls[$1] = $2; n[$1] = $3; order[++k] = $1 }
+    END {
+      print "system calls per request (perf stat over " n[order[1]] "+ requests):"
+      for (i = 1; i <= k; i++) {
+        c = order[i]
+        printf "  %-23s %6.2f", c, calls[c]
+        if (c != "nginx" && ("nginx" in calls)) printf "   %+.2f over nginx", calls[c] - calls["nginx"]
+        print ""
+      }
+    }' "$work/syscalls"
+  echo
+fi
 awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
   { key = $1 " " $2; rps[key] = $3; p50[key] = $4; p99[key] = $5
     non2xx[$1] += $6; sock[$1] += $7
