@@ -1,5 +1,9 @@
 #include "gateway/upstream_pool.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <optional>
 
@@ -56,12 +60,12 @@ std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle() {
     }
     if (now - c->idle_since > options_.idle_timeout) continue;  // the upstream may close it
     // A closed or misbehaving connection is readable: EOF, a reset, or bytes nobody asked for.
-    auto& socket = c->stream.socket();
-    boost::system::error_code ec;
-    socket.non_blocking(true, ec);
+    // One recv with MSG_DONTWAIT: asio's non_blocking(true) + receive cost an extra ioctl
+    // (FIONBIO) per request.
     char byte;
-    const size_t n = socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, ec);
-    if (ec == asio::error::would_block && n == 0) return c;
+    const ssize_t n =
+        ::recv(c->stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return c;
   }
 }
 
