@@ -237,11 +237,11 @@ class Server {
     }
   }
 
-  // Request log lines are buffered; this writes them out every second.
+  // Request log lines are buffered; this writes them out every 100 ms.
   Task<void> FlushLogs() {
     asio::steady_timer timer(io_);
     for (;;) {
-      timer.expires_after(std::chrono::seconds(1));
+      timer.expires_after(std::chrono::milliseconds(100));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (ec) co_return;

@@ -727,6 +727,27 @@ TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
   EXPECT_EQ(gateway_->Output().find("logged"), std::string::npos);
 }
 
+// Request lines are buffered and written out together, every 100 ms: a line shows up in the log
+// soon without a shutdown, and none still in the buffer is lost when SIGTERM stops the gateway.
+TEST_F(GatewayTest, BufferedRequestLinesAppearSoonAndNoneIsLostOnSigterm) {
+  StartGateway();
+  ASSERT_EQ(Post("/pay", "soon", "b").status, 201);
+  EXPECT_TRUE(WaitFor([&] { return gateway_->Output().find("outcome=executed") != std::string::npos; },
+                      2s))
+      << gateway_->Output();
+  constexpr int kRequests = 200;
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(Post("/pay", "burst-" + std::to_string(i), "b").status, 201) << i;
+  }
+  gateway_->Stop(SIGTERM);
+  std::istringstream lines(gateway_->Output());
+  int requests = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(" request POST /pay ") != std::string::npos) ++requests;
+  }
+  EXPECT_EQ(requests, kRequests + 1) << gateway_->Output();
+}
+
 TEST_F(GatewayTest, BadConfigurationIsAClearErrorAndExitCode2) {
   std::ofstream(dir_.File("bad.toml")) << "[[route]]\npath_prefix = \"/x\"\nlease = \"soon\"\n";
   Process p({IDEM_BINARY, "gateway", "--upstream", "http://" + service_address_, "--config",
