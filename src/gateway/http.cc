@@ -1,6 +1,7 @@
 #include "gateway/http.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <vector>
 
@@ -42,6 +43,65 @@ template void StripHopByHop<true>(http::header<true, http::fields>&,
                                   std::initializer_list<std::string_view>);
 template void StripHopByHop<false>(http::header<false, http::fields>&,
                                    std::initializer_list<std::string_view>);
+
+namespace {
+
+void AppendVersion(std::string& out, unsigned version) {
+  out += "HTTP/";
+  out += static_cast<char>('0' + version / 10);
+  out += '.';
+  out += static_cast<char>('0' + version % 10);
+}
+
+void AppendStartLine(std::string& out, const http::header<true, http::fields>& h) {
+  out += h.method_string();
+  out += ' ';
+  out += h.target();
+  out += ' ';
+  AppendVersion(out, h.version());
+  out += "\r\n";
+}
+
+void AppendStartLine(std::string& out, const http::header<false, http::fields>& h) {
+  AppendVersion(out, h.version());
+  out += ' ';
+  out += std::to_string(h.result_int());
+  out += ' ';
+  out += h.reason();
+  out += "\r\n";
+}
+
+}  // namespace
+
+template <bool kIsRequest>
+Task<void> WriteMessage(beast::tcp_stream& stream,
+                        http::message<kIsRequest, http::string_body>& message,
+                        std::string& scratch, boost::system::error_code& ec) {
+  ec = {};
+  if (message.chunked()) {
+    co_await http::async_write(stream, message, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == http::error::end_of_stream) ec = {};
+    co_return;
+  }
+  scratch.clear();
+  AppendStartLine(scratch, message.base());
+  for (const auto& field : message.base()) {
+    scratch += field.name_string();
+    scratch += ": ";
+    scratch += field.value();
+    scratch += "\r\n";
+  }
+  scratch += "\r\n";
+  const std::array<asio::const_buffer, 2> buffers{asio::buffer(scratch),
+                                                  asio::buffer(message.body())};
+  co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));
+}
+
+template Task<void> WriteMessage<true>(beast::tcp_stream&, http::message<true, http::string_body>&,
+                                       std::string&, boost::system::error_code&);
+template Task<void> WriteMessage<false>(beast::tcp_stream&,
+                                        http::message<false, http::string_body>&, std::string&,
+                                        boost::system::error_code&);
 
 std::string_view TargetPath(std::string_view target) {
   return target.substr(0, target.find('?'));

@@ -51,4 +51,15 @@ std::string QueryParam(std::string_view query, std::string_view name);
 // The request itself is forwarded and fingerprinted as sent.
 std::string NormalizePathForRouting(std::string_view path);
 
+// Writes `message` to `stream` with one gather write: its start line and fields serialized into
+// `scratch` (reused across calls), then the body. A message with a chunked body goes through
+// Beast's serializer instead. Completes with the error of the write, if any (never with
+// http::error::end_of_stream, which Beast's http::async_write reports for a message that needs
+// the connection closed: callers check keep_alive() for that).
+// REQUIRES: for a body that is not chunked, Content-Length already set (prepare_payload).
+template <bool kIsRequest>
+Task<void> WriteMessage(beast::tcp_stream& stream,
+                        http::message<kIsRequest, http::string_body>& message,
+                        std::string& scratch, boost::system::error_code& ec);
+
 }  // namespace idem::gateway

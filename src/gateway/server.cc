@@ -167,6 +167,7 @@ class Server {
     beast::tcp_stream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
+    std::string write_scratch;  // WriteMessage's header buffer, reused by every response
     boost::system::error_code ec;
     for (bool first = true;; first = false) {
       if (!first && buffer.size() == 0) {
@@ -206,7 +207,7 @@ class Server {
       }
       if (draining_ || !client_keep_alive) response.keep_alive(false);
       stream.expires_after(options_.client_read_timeout);
-      co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
+      co_await WriteMessage(stream, response, write_scratch, ec);
       --active_;  // only now: the drain must not stop the loop while a response is being written
       if (ec || !response.keep_alive()) break;
     }

@@ -45,6 +45,7 @@ class UpstreamPool final : public Upstream {
     explicit Connection(asio::any_io_executor ex) : stream(ex) {}
     beast::tcp_stream stream;
     beast::flat_buffer buffer;
+    std::string write_scratch;  // WriteMessage's header buffer, reused by every request
     std::chrono::steady_clock::time_point idle_since;
   };
 
