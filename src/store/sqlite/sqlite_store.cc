@@ -187,15 +187,15 @@ class SqliteStore final : public Store {
   void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
                    Done<BeginOutcome> done) override {
     if (Status s = internal::CheckLease(lease); !s.ok()) return done(s);
-    {
-      // Fast path on a reader, without the write lock: replays, conflicts and mismatches only
-      // read, and a batch being committed does not hold them up.
+    // Fast path on a reader, without the write lock: replays, conflicts and mismatches only
+    // read, and a batch being committed does not hold them up. The reader goes back before
+    // `done` runs.
+    Result<Decided> read = [&] {
       auto reader = readers_.Acquire();
-      auto read =
-          ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
-      if (!read.ok()) return done(read.status().WithContext("begin scope " + scope.Digest()));
-      if (read->outcome) return done(std::move(*read->outcome));
-    }
+      return ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
+    }();
+    if (!read.ok()) return done(read.status().WithContext("begin scope " + scope.Digest()));
+    if (read->outcome) return done(std::move(*read->outcome));
     // The scope needs a write. Inside the write transaction, decide again: another caller, or
     // another process sharing the file, may have written in between.
     auto outcome = std::make_shared<Result<BeginOutcome>>(InternalError("begin did not run"));
