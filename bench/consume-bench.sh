@@ -3,7 +3,9 @@
 #
 #   1. messages/s through idem::worker::JetStreamConsumer with the inbox claim vs the same
 #      consumer without it (each message: BEGIN, [inbox claim], a one-row INSERT, COMMIT, ack);
-#      the aim is an inbox overhead of at most 15% (ratio >= 0.85)
+#      the aim is an inbox overhead of at most 15% (ratio >= 0.85). Once per value of
+#      messages_per_transaction in BENCH_GROUPS (default "1 16": one message per transaction,
+#      and groups of 16 sharing BEGIN, claims and COMMIT)
 #   2. messages/s through `idem consume` delivering to a trivial HTTP service vs a bare nats.c
 #      pull-and-ack loop on the same server; the aim is >= 0.5x
 #
@@ -69,22 +71,33 @@ tick_us=$((1000000 / $(getconf CLK_TCK)))
 per_msg() { python3 -c "print(round(($2 + ($(ticks) - $1) * $tick_us) / $n, 1))"; }
 
 # --- 1. the C++ runtime, with and without the inbox ----------------------------------------------
-without=() with=() without_cpu=() with_cpu=()
-for round in 1 2; do
-  for mode in noinbox inbox; do
-    stream="RT_${mode^^}_$round"
-    $bench publish "$nats" "$stream" "$n"
-    t0=$(ticks)
-    out=$($bench runtime "$nats" "$stream" "$pg" "$n" "$mode")
-    r=$(awk '/msgs\/s/ {print $2}' <<<"$out")
-    c=$(per_msg "$t0" "$(awk '/cpu_us/ {print $2}' <<<"$out")")
-    if [[ $mode == inbox ]]; then with+=("$r") with_cpu+=("$c"); else without+=("$r") without_cpu+=("$c"); fi
+# Sets w, wo (best msgs/s with and without the inbox) and wc_, woc (least CPU us/msg) for
+# messages_per_transaction $1.
+runtime_case() {
+  local group=$1 without=() with=() without_cpu=() with_cpu=() round mode stream t0 out r c
+  for round in 1 2; do
+    for mode in noinbox inbox; do
+      stream="RT_${mode^^}_${group}_$round"
+      $bench publish "$nats" "$stream" "$n"
+      t0=$(ticks)
+      out=$($bench runtime "$nats" "$stream" "$pg" "$n" "$mode" "$group")
+      r=$(awk '/msgs\/s/ {print $2}' <<<"$out")
+      c=$(per_msg "$t0" "$(awk '/cpu_us/ {print $2}' <<<"$out")")
+      if [[ $mode == inbox ]]; then with+=("$r") with_cpu+=("$c"); else without+=("$r") without_cpu+=("$c"); fi
+    done
   done
+  w=$(printf '%s\n' "${with[@]}" | best)
+  wo=$(printf '%s\n' "${without[@]}" | best)
+  wc_=$(printf '%s\n' "${with_cpu[@]}" | least)
+  woc=$(printf '%s\n' "${without_cpu[@]}" | least)
+}
+runtime_lines=()
+for group in ${BENCH_GROUPS:-1 16}; do
+  runtime_case "$group"
+  runtime_lines+=("$(printf '%-46s %10s %14s' "runtime, no inbox, $group msg/txn" "$wo" "$woc")")
+  runtime_lines+=("$(printf '%-46s %10s %14s' "runtime with the inbox claim, $group msg/txn" "$w" "$wc_")")
+  runtime_lines+=("inbox at $group msg/txn: $(python3 -c "print(f'{$w/$wo:.2f}')")x of the consumer without it (aim >= 0.85); CPU per message $(python3 -c "print(f'{$woc/$wc_:.2f}')")x")
 done
-w=$(printf '%s\n' "${with[@]}" | best)
-wo=$(printf '%s\n' "${without[@]}" | best)
-wc_=$(printf '%s\n' "${with_cpu[@]}" | least)
-woc=$(printf '%s\n' "${without_cpu[@]}" | least)
 
 # --- 2. idem consume to a trivial service vs a raw pull-and-ack loop -------------------------------
 $bench publish "$nats" RAW "$n"
@@ -114,12 +127,9 @@ sink_cpu=$(python3 -c "print(round($sink_ticks * $tick_us / $n, 1))")
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 echo "messages per run: $n"
 printf '%-46s %10s %14s\n' case msgs/s 'cpu us/msg'
-printf '%-46s %10s %14s\n' "runtime, no inbox (BEGIN, INSERT, COMMIT, ack)" "$wo" "$woc"
-printf '%-46s %10s %14s\n' "runtime with the inbox claim" "$w" "$wc_"
+printf '%s\n' "${runtime_lines[@]}"
 printf '%-46s %10s %14s\n' "raw nats.c pull-and-ack loop" "$raw" "$raw_cpu"
 printf '%-46s %10s %14s\n' "idem consume -> trivial HTTP service" "$side" "$side_cpu"
 echo "  of which idem consume $idem_cpu us/msg, the trivial service $sink_cpu us/msg"
-echo "inbox: $(ratio "$w" "$wo")x of the consumer without it (aim >= 0.85);" \
-  "CPU per message $(ratio "$woc" "$wc_")x"
 echo "idem consume: $(ratio "$side" "$raw")x of the raw pull-and-ack loop (aim >= 0.5);" \
   "CPU per message $(ratio "$raw_cpu" "$side_cpu")x"

@@ -1,9 +1,9 @@
 // The worker layer's consume-side benchmarks, driven by bench/consume-bench.sh:
 //
 //   consume_bench publish NATS STREAM N          a file stream on STREAM.> with N messages
-//   consume_bench runtime NATS STREAM PG N inbox|noinbox
+//   consume_bench runtime NATS STREAM PG N inbox|noinbox [GROUP]
 //        JetStreamConsumer, a one-row INSERT per message as the business write, with or
-//        without the inbox claim; prints "msgs/s X"
+//        without the inbox claim, GROUP messages per transaction (default 1); prints "msgs/s X"
 //   consume_bench raw NATS STREAM N              a bare nats.c pull-and-ack loop; "msgs/s X",
 //                                                "cpu_us X"
 //   consume_bench sink                           a trivial HTTP service answering 200; prints
@@ -97,7 +97,8 @@ int Publish(const char* url, const std::string& stream, int n) {
   return 0;
 }
 
-int Runtime(const char* url, const std::string& stream, const char* pg, int n, bool inbox) {
+int Runtime(const char* url, const std::string& stream, const char* pg, int n, bool inbox,
+            int group) {
   {
     PGconn* conn = PQconnectdb(pg);
     PQclear(PQexec(conn, "SET client_min_messages = warning; "
@@ -111,6 +112,7 @@ int Runtime(const char* url, const std::string& stream, const char* pg, int n, b
   o.inbox_consumer = stream;
   o.inbox = inbox;
   o.batch = 256;
+  o.messages_per_transaction = group;
   o.max_ack_pending = 10000;
   o.log = [](std::string_view level, std::string_view line) {
     if (level != "info") std::cerr << level << " " << line << "\n";
@@ -224,9 +226,9 @@ int Drain(const char* url, const std::string& stream, const std::string& consume
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "publish" && argc == 5) return Publish(argv[2], argv[3], std::atoi(argv[4]));
-  if (mode == "runtime" && argc == 7) {
+  if (mode == "runtime" && (argc == 7 || argc == 8)) {
     return Runtime(argv[2], argv[3], argv[4], std::atoi(argv[5]),
-                   std::strcmp(argv[6], "inbox") == 0);
+                   std::strcmp(argv[6], "inbox") == 0, argc == 8 ? std::atoi(argv[7]) : 1);
   }
   if (mode == "raw" && argc == 5) return Raw(argv[2], argv[3], std::atoi(argv[4]));
   if (mode == "sink") return Sink();

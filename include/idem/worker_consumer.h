@@ -8,13 +8,23 @@
 //   COMMIT;
 //   ack                                   -- only after the COMMIT succeeded
 //
-// so a message's effects and the record that it was applied commit together. Messages of one
-// fetched batch share round trips, never transactions: a message's COMMIT is sent in the same
-// query as the next message's BEGIN and claim (each statement answers separately, so the ack
-// still waits for that COMMIT's own success); the batch's last COMMIT goes on its own. A
-// crash at any point is safe: before the COMMIT nothing remains and NATS redelivers; after
-// the COMMIT and before the ack, the redelivery's claim returns false and it is acked
-// without running the handler; after the ack there is nothing left to do.
+// so a message's effects and the record that it was applied commit together. By default
+// messages of one fetched batch share round trips, never transactions: a message's COMMIT is
+// sent in the same query as the next message's BEGIN and claim (each statement answers
+// separately, so the ack still waits for that COMMIT's own success); the batch's last COMMIT
+// goes on its own. A crash at any point is safe: before the COMMIT nothing remains and NATS
+// redelivers; after the COMMIT and before the ack, the redelivery's claim returns false and it
+// is acked without running the handler; after the ack there is nothing left to do.
+//
+// Options::messages_per_transaction > 1 groups up to that many messages of a batch into one
+// transaction, for throughput: BEGIN and all their claims in one round trip, each claimed
+// message's handler in turn, one COMMIT, then the acks. The commit and the claims' per-
+// transaction cost are paid once per group. Everything above still holds per message (claim
+// and effects commit together, ack after the commit). If anything in a group fails (a claim,
+// a handler, the COMMIT), the group is rolled back and applied again one message per
+// transaction, so one bad message neither blocks nor takes down the others; a handler may
+// therefore run again for a message whose first run was rolled back (it always could: NATS
+// redelivers). The group holds its row locks until its COMMIT.
 //
 // The message key is the producer's Nats-Msg-Id, else "<stream>:<stream sequence>" (the same
 // key `idem consume` sends as Idempotency-Key, so the two can be swapped).
@@ -28,7 +38,8 @@
 //   });
 //
 // Handler contract: run statements on `conn` only inside the open transaction (never COMMIT or
-// ROLLBACK it); return OK to commit. A non-OK status rolls the transaction back and settles the
+// ROLLBACK it, and with groups do not assume the transaction holds only this message's
+// statements); return OK to commit. A non-OK status rolls the transaction back and settles the
 // message: kInvalidArgument means "this message can never succeed" and terminates it (logged,
 // never redelivered); any other code naks it for redelivery after a backoff.
 //
@@ -83,6 +94,8 @@ class JetStreamConsumer {
     // false skips the inbox claim (for measuring its cost; effects are then at-least-once).
     bool inbox = true;
     int batch = 64;                                  // messages per fetch
+    // Messages of a fetched batch applied in one transaction (see above); 1 = one each.
+    int messages_per_transaction = 1;
     std::chrono::milliseconds fetch_wait{1000};      // a fetch's wait for the first message
     std::chrono::milliseconds ack_wait{30000};       // only when the consumer is created
     int64_t max_ack_pending = 1000;                  // only when the consumer is created

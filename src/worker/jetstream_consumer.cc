@@ -5,10 +5,12 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
 #include <random>
+#include <span>
 
 #include "core/text.h"
 #include "store/postgres/pg_connection.h"
@@ -244,17 +246,7 @@ class JetStreamConsumer::Impl {
     sql += "BEGIN";
     if (options_.inbox) {
       IDEM_RETURN_IF_ERROR(PrepareClaim());
-      char* consumer = PQescapeLiteral(pg_, options_.inbox_consumer.data(),
-                                       options_.inbox_consumer.size());
-      char* id = PQescapeLiteral(pg_, key.data(), key.size());
-      if (consumer == nullptr || id == nullptr) {
-        PQfreemem(consumer);
-        PQfreemem(id);
-        return UnavailableError(std::string("escape: ") + PQerrorMessage(pg_));
-      }
-      sql += std::string("; EXECUTE ") + kClaimStatement + "(" + consumer + ", " + id + ")";
-      PQfreemem(consumer);
-      PQfreemem(id);
+      IDEM_RETURN_IF_ERROR(AppendClaim(key, &sql));
     }
     std::vector<internal::pg::PgResult> results;
     if (PQsendQuery(pg_, sql.c_str()) == 1) {
@@ -289,6 +281,28 @@ class JetStreamConsumer::Impl {
       return UnavailableError("BEGIN: " + ErrorText(begun));
     }
     if (!options_.inbox) return true;
+    return ClaimAnswer(claim);
+  }
+
+  // Appends "; EXECUTE <the prepared claim>('<inbox consumer>', '<key>')" to `sql`.
+  Status AppendClaim(const std::string& key, std::string* sql) {
+    char* consumer =
+        PQescapeLiteral(pg_, options_.inbox_consumer.data(), options_.inbox_consumer.size());
+    char* id = PQescapeLiteral(pg_, key.data(), key.size());
+    Status out;
+    if (consumer == nullptr || id == nullptr) {
+      out = UnavailableError(std::string("escape: ") + PQerrorMessage(pg_));
+    } else {
+      *sql += std::string("; EXECUTE ") + kClaimStatement + "(" + consumer + ", " + id + ")";
+    }
+    PQfreemem(consumer);
+    PQfreemem(id);
+    return out;
+  }
+
+  // What one claim's result says: claimed or not, or why it failed (which also forgets the
+  // prepared claim, in case the failure was its loss).
+  Result<bool> ClaimAnswer(PGresult* claim) {
     if (claim != nullptr && PQresultStatus(claim) == PGRES_TUPLES_OK && PQntuples(claim) == 1) {
       return PQgetvalue(claim, 0, 0)[0] == 't';
     }
@@ -322,12 +336,98 @@ class JetStreamConsumer::Impl {
     CrashPoint("runtime.after_ack");
   }
 
-  // Applies a fetched batch, one transaction per message: BEGIN, claim, handler, COMMIT, ack.
-  // A message's COMMIT (or a duplicate's ROLLBACK) travels in the round trip of the next
-  // message's BEGIN and claim, so each message costs two round trips besides its handler's
-  // statements; its ack follows once that COMMIT answered. The last message's COMMIT goes on
-  // its own, so nothing stays open between batches.
+  // Applies a fetched batch: in groups of messages_per_transaction messages when that is more
+  // than one (ApplyGroup), a group that fails being applied again one message per transaction.
   void ApplyBatch(std::vector<JsMessage>& batch, const MessageHandler& handler) {
+    const size_t group = static_cast<size_t>(options_.messages_per_transaction);
+    std::span<JsMessage> rest(batch);
+    while (!rest.empty()) {
+      const size_t n = std::min(group, rest.size());
+      if (n == 1 || !ApplyGroup(rest.first(n), handler)) ApplyEach(rest.first(n), handler);
+      rest = rest.subspan(n);
+    }
+  }
+
+  // Applies `group` in one transaction: BEGIN and the claims in one round trip, the handler of
+  // each claimed message in fetch order, COMMIT, then every message's ack (duplicates too: a
+  // claim that answered false may have met a claim earlier in this same group, which only the
+  // COMMIT makes final). The claims run in key order, so two consumers whose groups overlap
+  // (redeliveries) take the pairs' locks in the same order and do not deadlock on them.
+  // Returns false with the transaction rolled back and no message settled when a claim, a
+  // handler or the COMMIT failed; the caller then applies the group one message at a time,
+  // which settles each message on its own outcome.
+  bool ApplyGroup(std::span<JsMessage> group, const MessageHandler& handler) {
+    std::string sql = "BEGIN";
+    std::vector<size_t> order(group.size());  // claim i is for message order[i]
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (options_.inbox) {
+      // Stable: of two messages with one key, the first fetched is the one claimed.
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return group[a].key() < group[b].key(); });
+      if (Status s = PrepareClaim(); !s.ok()) return GroupFailed(group.size(), s.ToString());
+      for (size_t i : order) {
+        if (Status s = AppendClaim(group[i].key(), &sql); !s.ok()) {
+          return GroupFailed(group.size(), s.ToString());
+        }
+      }
+    }
+    std::vector<internal::pg::PgResult> results;
+    if (PQsendQuery(pg_, sql.c_str()) == 1) {
+      while (PGresult* r = PQgetResult(pg_)) results.emplace_back(r);
+    }
+    if (results.empty() || PQresultStatus(results[0].get()) != PGRES_COMMAND_OK) {
+      claim_prepared_ = false;
+      return GroupFailed(group.size(),
+                         "BEGIN: " + ErrorText(results.empty() ? nullptr : results[0].get()));
+    }
+    std::vector<char> claimed(group.size(), 1);
+    if (options_.inbox) {
+      for (size_t i = 0; i < order.size(); ++i) {
+        Result<bool> c = ClaimAnswer(results.size() > i + 1 ? results[i + 1].get() : nullptr);
+        if (!c.ok()) return GroupFailed(group.size(), c.status().ToString());
+        claimed[order[i]] = *c ? 1 : 0;
+      }
+    }
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (!claimed[i]) continue;
+      JsMessage& m = group[i];
+      const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
+                                 m.stream(), m.stream_sequence(), m.delivery_count()};
+      Status handled = handler(pg_, view);
+      if (handled.ok() && PQtransactionStatus(pg_) != PQTRANS_INTRANS) {
+        handled = InternalError("the handler's transaction failed or was ended");
+      }
+      if (!handled.ok()) return GroupFailed(group.size(), "handler: " + handled.ToString());
+    }
+    CrashPoint("runtime.before_commit");
+    if (Status commit = Commit(); !commit.ok()) return GroupFailed(group.size(), commit.ToString());
+    CrashPoint("runtime.after_commit");
+    for (size_t i = 0; i < group.size(); ++i) {
+      Settle(group[i], true);
+      if (claimed[i]) {
+        ++applied_;
+      } else {
+        ++duplicates_;
+      }
+      CrashPoint("runtime.after_ack");
+    }
+    return true;
+  }
+
+  // Rolls back a failed group's transaction and says why it is applied again one by one.
+  bool GroupFailed(size_t size, const std::string& why) {
+    Rollback();
+    Log("warn", "a group of " + std::to_string(size) + " messages was rolled back (" + why +
+                    "); applying them one per transaction");
+    return false;
+  }
+
+  // Applies messages one transaction each: BEGIN, claim, handler, COMMIT, ack. A message's
+  // COMMIT (or a duplicate's ROLLBACK) travels in the round trip of the next message's BEGIN
+  // and claim, so each message costs two round trips besides its handler's statements; its ack
+  // follows once that COMMIT answered. The last message's COMMIT goes on its own, so nothing
+  // stays open between batches.
+  void ApplyEach(std::span<JsMessage> batch, const MessageHandler& handler) {
     JsMessage* committing = nullptr;  // handler done; its COMMIT not yet sent
     Ending ending = Ending::kNone;
     for (JsMessage& m : batch) {
@@ -401,10 +501,12 @@ Result<std::unique_ptr<JetStreamConsumer>> JetStreamConsumer::Create(Options opt
   if (options.stream.empty() || options.consumer.empty()) {
     return InvalidArgumentError("JetStreamConsumer needs a stream and a consumer name");
   }
-  if (options.batch < 1 || options.fetch_wait.count() < 1 || options.ack_wait.count() < 1 ||
+  if (options.batch < 1 || options.messages_per_transaction < 1 ||
+      options.fetch_wait.count() < 1 || options.ack_wait.count() < 1 ||
       options.max_ack_pending < 1) {
     return InvalidArgumentError(
-        "JetStreamConsumer: batch, fetch_wait, ack_wait and max_ack_pending must be positive");
+        "JetStreamConsumer: batch, messages_per_transaction, fetch_wait, ack_wait and "
+        "max_ack_pending must be positive");
   }
   char* err = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(pg_conninfo.c_str(), &err);

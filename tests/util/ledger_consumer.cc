@@ -3,6 +3,7 @@
 // SIGKILL itself at that point; SIGTERM stops it cleanly, printing its stats.
 //
 //   idem_ledger_consumer NATS_URL STREAM CONSUMER PG_CONNINFO [--no-inbox] [--ack-wait-ms N]
+//                        [--messages-per-transaction N]
 #include <signal.h>
 
 #include <cstdlib>
@@ -20,7 +21,7 @@ idem::worker::JetStreamConsumer* g_consumer = nullptr;
 int main(int argc, char** argv) {
   if (argc < 5) {
     std::cerr << "usage: idem_ledger_consumer NATS_URL STREAM CONSUMER PG_CONNINFO [--no-inbox] "
-                 "[--ack-wait-ms N]\n";
+                 "[--ack-wait-ms N] [--messages-per-transaction N]\n";
     return 2;
   }
   // SIGTERM is taken by a thread of our own (Stop takes a mutex, which a signal handler must
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-inbox") == 0) o.inbox = false;
     if (std::strcmp(argv[i], "--ack-wait-ms") == 0 && i + 1 < argc) {
       o.ack_wait = std::chrono::milliseconds(std::atoi(argv[++i]));
+    }
+    if (std::strcmp(argv[i], "--messages-per-transaction") == 0 && i + 1 < argc) {
+      o.messages_per_transaction = std::atoi(argv[++i]);
     }
   }
   o.log = [](std::string_view level, std::string_view line) {

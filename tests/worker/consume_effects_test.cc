@@ -120,10 +120,11 @@ class EffectsTest : public ::testing::Test {
               "0");
   }
 
+  // `group`: the runtime's messages_per_transaction.
   std::unique_ptr<Process> StartRuntime(const std::string& crash_point = "",
-                                        const std::string& consumer = "workers") {
+                                        const std::string& consumer = "workers", int group = 1) {
     auto p = Spawn({LEDGER_CONSUMER, nats_.Url(), "PAY", consumer, pg_->ConnInfo(db_),
-                    "--ack-wait-ms", "1500"},
+                    "--ack-wait-ms", "1500", "--messages-per-transaction", std::to_string(group)},
                    dir_.File("runtime-" + std::to_string(++launches_) + ".log"), crash_point);
     EXPECT_TRUE(p->WaitForLine("pulling from", 15s)) << p->Output();
     return p;
@@ -152,28 +153,35 @@ class EffectsTest : public ::testing::Test {
 
 // --- the C++ runtime -------------------------------------------------------------------------
 
-class RuntimeCrashTest : public EffectsTest, public ::testing::WithParamInterface<const char*> {};
+// Parameters: the crash point, and messages per transaction (1, or groups of 8: then the
+// crash takes a whole group's commit, or its acks after the first, with it).
+class RuntimeCrashTest : public EffectsTest,
+                         public ::testing::WithParamInterface<std::tuple<const char*, int>> {};
 
 TEST_P(RuntimeCrashTest, KilledAtTheCrashPointThenRestartedAppliesEachMessageOnce) {
+  const auto [point, group] = GetParam();
   PublishPayments(30);
-  auto crashing = StartRuntime(std::string(GetParam()) + ":5");
+  auto crashing = StartRuntime(std::string(point) + (group == 1 ? ":5" : ":2"), "workers", group);
   ASSERT_TRUE(KilledBySigkill(crashing->WaitForExit(15s))) << crashing->Output();
-  auto runtime = StartRuntime();
+  auto runtime = StartRuntime("", "workers", group);
   ASSERT_TRUE(WaitFor([&] { return Settled("workers"); }, 20s)) << runtime->Output();
   const std::string out = StopRuntime(*runtime);
   ExpectExactlyOnce(30);
-  if (std::string(GetParam()) == "runtime.after_commit") {
-    // The committed, unacked message came back and was acked without running the handler.
-    EXPECT_GE(Stat(out, "duplicates"), 1u) << out;
+  if (std::string(point) == "runtime.after_commit") {
+    // The committed, unacked messages came back and were acked without running the handler.
+    EXPECT_GE(Stat(out, "duplicates"), group == 1 ? 1u : 8u) << out;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(CrashPoints, RuntimeCrashTest,
-                         ::testing::Values("runtime.before_commit", "runtime.after_commit",
-                                           "runtime.after_ack"),
+                         ::testing::Combine(::testing::Values("runtime.before_commit",
+                                                              "runtime.after_commit",
+                                                              "runtime.after_ack"),
+                                            ::testing::Values(1, 8)),
                          [](const auto& info) {
-                           std::string n = info.param;
-                           return n.substr(n.find('.') + 1);
+                           std::string n = std::get<0>(info.param);
+                           return n.substr(n.find('.') + 1) + "_group" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 // 10,000 messages: duplicates published again with the same Nats-Msg-Id after the dedup
@@ -235,9 +243,10 @@ size_t PublishPlan(EffectsTest& t, JsClient& js, const Plan& plan,
 
 TEST_F(EffectsTest, TenThousandMessagesWithDuplicatesAndReorderingTwoRuntimes) {
   const Plan plan = MakePlan(10000, 11);
-  // Start both consumers first, so they race from the first message on.
+  // Start both consumers first, so they race from the first message on; one applies a
+  // message per transaction, the other groups of 16, so redeliveries race across both paths.
   auto a = StartRuntime();
-  auto b = StartRuntime();
+  auto b = StartRuntime("", "workers", 16);
   const size_t stored = PublishPlan(*this, js_, plan, model_);
   EXPECT_GT(stored, plan.distinct_ids) << "some same-id duplicates must outlive the dedup window";
   ASSERT_TRUE(WaitFor([&] { return Settled("workers"); }, 90s)) << a->Output() << b->Output();

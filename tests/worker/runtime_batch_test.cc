@@ -3,7 +3,9 @@
 // message's BEGIN and claim, so these tests pin down what that must not change: a duplicate
 // later in the same batch sees the earlier message's committed claim; a COMMIT that fails
 // (a deferred constraint) rolls back that message's claim with its effects, naks it, and the
-// next message of the batch still applies; every message is settled, and applied once.
+// next message of the batch still applies; every message is settled, and applied once. Each
+// test runs with one message per transaction and with groups of 4 and 16, whose failures
+// (a refused message, a failed COMMIT) roll the group back and apply it one by one.
 #include <libpq-fe.h>
 #include <gtest/gtest.h>
 
@@ -23,7 +25,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class RuntimeBatchTest : public ::testing::Test {
+// Parameter: Options::messages_per_transaction (1: the chained one-per-transaction path).
+class RuntimeBatchTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     ASSERT_EQ(pg_.error(), "");
@@ -45,14 +48,17 @@ class RuntimeBatchTest : public ::testing::Test {
   }
 
   // Runs a consumer (one fetch takes the whole stream) until `done` holds, then stops it.
-  // `fail_commit_of` names a key whose first delivery's COMMIT fails.
+  // `fail_commit_of` names a key whose first delivery's COMMIT fails; the handler refuses
+  // (kInvalidArgument) the key `refuse`, after its insert.
   worker::JetStreamConsumer::Stats Consume(const std::function<bool()>& done,
-                                           const std::string& fail_commit_of = "") {
+                                           const std::string& fail_commit_of = "",
+                                           const std::string& refuse = "") {
     worker::JetStreamConsumer::Options o;
     o.nats_url = nats_.Url();
     o.stream = "B";
     o.consumer = "batch";
     o.batch = 64;
+    o.messages_per_transaction = GetParam();
     o.fetch_wait = 200ms;
     o.nak_delay = 20ms;
     o.max_nak_delay = 100ms;
@@ -73,6 +79,7 @@ class RuntimeBatchTest : public ::testing::Test {
                                  nullptr, params, nullptr, nullptr, 0);
       const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
       PQclear(r);
+      if (ok && key == refuse) return InvalidArgumentError("refused " + key);
       return ok ? Status::Ok() : UnavailableError(PQerrorMessage(conn));
     });
     stopper.join();
@@ -93,7 +100,7 @@ class RuntimeBatchTest : public ::testing::Test {
   JsClient js_;
 };
 
-TEST_F(RuntimeBatchTest, DuplicateInTheSameBatchSeesTheEarlierCommit) {
+TEST_P(RuntimeBatchTest, DuplicateInTheSameBatchSeesTheEarlierCommit) {
   // m-3 and m-7 stored twice (published again after the dedup window), all before the
   // consumer starts, so that one fetch hands them over together.
   for (int i = 0; i < 10; ++i) {
@@ -117,7 +124,7 @@ TEST_F(RuntimeBatchTest, DuplicateInTheSameBatchSeesTheEarlierCommit) {
   EXPECT_EQ(Q("SELECT count(*) FROM idem.inbox WHERE consumer = 'batch'"), "11");
 }
 
-TEST_F(RuntimeBatchTest, FailedCommitRollsBackItsClaimNaksAndTheBatchGoesOn) {
+TEST_P(RuntimeBatchTest, FailedCommitRollsBackItsClaimNaksAndTheBatchGoesOn) {
   for (int i = 0; i < 8; ++i) {
     ASSERT_EQ(js_.Publish("b.x", "p", "c-" + std::to_string(i)), "");
   }
@@ -143,6 +150,26 @@ TEST_F(RuntimeBatchTest, FailedCommitRollsBackItsClaimNaksAndTheBatchGoesOn) {
   EXPECT_EQ(Q("SELECT delivery FROM effects WHERE k = 'c-8'"), "2");
   EXPECT_EQ(Q("SELECT count(*) FROM idem.inbox WHERE consumer = 'batch'"), "9");
 }
+
+TEST_P(RuntimeBatchTest, RefusedMessageIsTerminatedAndTheRestOfItsGroupApplied) {
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_EQ(js_.Publish("b.x", "p", "r-" + std::to_string(i)), "");
+  }
+  // r-5's handler inserts and then refuses: with groups, the group it was in is rolled back
+  // (taking r-5's insert and the others' with it) and applied again one message at a time.
+  const auto stats = Consume([&] { return Settled(); }, "", "r-5");
+  EXPECT_TRUE(Settled());
+  EXPECT_EQ(stats.applied, 11u);
+  EXPECT_EQ(stats.termed, 1u);
+  EXPECT_EQ(stats.naked, 0u);
+  EXPECT_EQ(Q("SELECT count(*) FROM effects"), "11");
+  EXPECT_EQ(Q("SELECT count(DISTINCT k) FROM effects"), "11");
+  EXPECT_EQ(Q("SELECT count(*) FROM effects WHERE k = 'r-5'"), "0");
+  EXPECT_EQ(Q("SELECT count(*) FROM idem.inbox WHERE consumer = 'batch'"), "11");
+}
+
+INSTANTIATE_TEST_SUITE_P(MessagesPerTransaction, RuntimeBatchTest, ::testing::Values(1, 4, 16),
+                         [](const auto& info) { return "Group" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace idem::testing
