@@ -45,6 +45,10 @@ struct RoutePolicy {
   // `max_key_future_skew` ahead of the gateway's clock (else 422 key-in-future).
   KeyFormat key_format = KeyFormat::kAny;
   Duration max_key_future_skew = std::chrono::minutes(5);
+  // The longest a duplicate that sends `Prefer: wait=N` waits for the key's first attempt to
+  // settle, instead of 409 at once (docs/gateway.md); it waits min(N, max_wait). 0 turns
+  // waiting off for the route.
+  Duration max_wait = std::chrono::seconds(10);
 };
 
 // Store threads when none are configured: 2 for embedded stores (memory, SQLite: writes
@@ -88,6 +92,8 @@ struct GatewayOptions {
   // Client connections open at once; beyond it a new connection gets 503 too-many-connections
   // and is closed. 0 (the default) picks DefaultMaxConnections().
   size_t max_connections = 0;
+  // Requests waiting at once for a key in flight (`Prefer: wait`); beyond it, 409 at once.
+  size_t max_waiters = 1024;
 
   // The source of "now" for the gateway and its store: the retention guard's key ages, the
   // sweep, the retries after a response, and every lease and TTL. Default: the system clock;

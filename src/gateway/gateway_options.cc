@@ -192,7 +192,8 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   const std::string where = "route[" + std::to_string(index) + "]";
   static const std::vector<std::string_view> kKnown = {
       "method",      "path_prefix",    "key",      "retention", "lease",
-      "fingerprint", "stored_headers", "fail_open", "key_format", "max_key_future_skew"};
+      "fingerprint", "stored_headers", "fail_open", "key_format", "max_key_future_skew",
+      "max_wait"};
   for (const auto& [k, v] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
       return ConfigError(path, where + "." + std::string(k.str()), "is not a route setting");
@@ -251,6 +252,10 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   route.key_format = *format;
   IDEM_RETURN_IF_ERROR(
       ReadDuration(table, "max_key_future_skew", path, where, route.max_key_future_skew));
+  IDEM_RETURN_IF_ERROR(ReadDuration(table, "max_wait", path, where, route.max_wait));
+  if (route.max_wait < Duration(0)) {
+    return ConfigError(path, where + ".max_wait", "must not be negative (0s turns waiting off)");
+  }
   return Status::Ok();
 }
 
@@ -260,7 +265,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   static const std::vector<std::string_view> kKnown = {
       "listen", "upstream", "store", "admin_listen", "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
-      "max_upstream_response", "upstream_pool_size", "max_connections", "client_read_timeout",
+      "max_upstream_response", "upstream_pool_size", "max_connections", "max_waiters",
+      "client_read_timeout",
       "client_idle_timeout", "upstream_connect_timeout", "upstream_response_timeout",
       "upstream_idle_timeout", "shutdown_grace", "sweep_interval"};
   // clang-format on
@@ -296,6 +302,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
       read_count("max_upstream_response", options.max_upstream_response, kMaxBytes));
   IDEM_RETURN_IF_ERROR(read_count("upstream_pool_size", options.upstream_pool_size, 1 << 20));
   IDEM_RETURN_IF_ERROR(read_count("max_connections", options.max_connections, 1 << 20, 0));
+  IDEM_RETURN_IF_ERROR(read_count("max_waiters", options.max_waiters, 1 << 20, 0));
   const std::pair<std::string_view, Duration*> durations[] = {
       {"client_read_timeout", &options.client_read_timeout},
       {"client_idle_timeout", &options.client_idle_timeout},

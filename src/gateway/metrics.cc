@@ -43,6 +43,17 @@ void Histogram::Write(std::string& out, std::string_view name, std::string_view 
   out += fmt::format("{}_count {}\n", name, count_.load(std::memory_order_relaxed));
 }
 
+std::string_view WaitEndLabel(WaitEnd end) {
+  switch (end) {
+    case WaitEnd::kReplay: return "replay";
+    case WaitEnd::kExecution: return "execution";
+    case WaitEnd::kTimeout: return "timeout";
+    case WaitEnd::kOther: return "other";
+    case WaitEnd::kCount: break;
+  }
+  return "other";
+}
+
 std::string Metrics::Render() const {
   std::string out;
   out += "# HELP idem_gateway_requests_total Requests by what became of them.\n";
@@ -55,6 +66,23 @@ std::string Metrics::Render() const {
   out += "# HELP idem_gateway_takeovers_total Keys taken over after an owner's lease ran out.\n";
   out += "# TYPE idem_gateway_takeovers_total counter\n";
   out += fmt::format("idem_gateway_takeovers_total {}\n", takeovers_.load());
+  out += "# HELP idem_gateway_waits_started_total Requests that waited for a key in flight "
+         "(Prefer: wait).\n";
+  out += "# TYPE idem_gateway_waits_started_total counter\n";
+  out += fmt::format("idem_gateway_waits_started_total {}\n", waits_started_.load());
+  out += "# HELP idem_gateway_waits_refused_total Requests that asked to wait when max_waiters "
+         "were waiting (answered 409 at once).\n";
+  out += "# TYPE idem_gateway_waits_refused_total counter\n";
+  out += fmt::format("idem_gateway_waits_refused_total {}\n", waits_refused_.load());
+  out += "# HELP idem_gateway_waits_total Waits for a key in flight, by how they ended.\n";
+  out += "# TYPE idem_gateway_waits_total counter\n";
+  for (size_t i = 0; i < waits_ended_.size(); ++i) {
+    out += fmt::format("idem_gateway_waits_total{{end=\"{}\"}} {}\n",
+                       WaitEndLabel(static_cast<WaitEnd>(i)),
+                       waits_ended_[i].load(std::memory_order_relaxed));
+  }
+  wait_seconds_.Write(out, "idem_gateway_wait_seconds",
+                      "Time requests waited for a key in flight (Prefer: wait).");
   out += "# HELP idem_gateway_fenced_completions_total Late completions discarded by fencing.\n";
   out += "# TYPE idem_gateway_fenced_completions_total counter\n";
   out += fmt::format("idem_gateway_fenced_completions_total {}\n", zombies_.load());

@@ -35,6 +35,16 @@ std::string_view OutcomeLabel(Outcome outcome);
 enum class StoreWrite { kComplete, kRelease, kCount };
 std::string_view StoreWriteLabel(StoreWrite write);  // "complete", "release"
 
+// How a wait for a key in flight (`Prefer: wait`) ended. Names are the `end` label values.
+enum class WaitEnd {
+  kReplay,     // the first attempt completed: its response was replayed
+  kExecution,  // it was released (or its lease ran out): this request executed
+  kTimeout,    // still in flight at the deadline: 409
+  kOther,      // a mismatch, a store failure, or shutdown
+  kCount,
+};
+std::string_view WaitEndLabel(WaitEnd end);
+
 class Histogram {
  public:
   static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
@@ -63,6 +73,16 @@ class Metrics {
   Histogram& upstream_seconds() { return upstream_seconds_; }
   void CountZombie() { zombies_.fetch_add(1, std::memory_order_relaxed); }
   void CountTakeover() { takeovers_.fetch_add(1, std::memory_order_relaxed); }
+  // Waits for a key in flight: one started, refused (max_waiters reached), or ended.
+  void WaitStarted() { waits_started_.fetch_add(1, std::memory_order_relaxed); }
+  void CountWaitRefused() { waits_refused_.fetch_add(1, std::memory_order_relaxed); }
+  void WaitEnded(WaitEnd end, Duration waited) {
+    waits_ended_[static_cast<size_t>(end)].fetch_add(1, std::memory_order_relaxed);
+    wait_seconds_.Observe(waited);
+  }
+  uint64_t waits_ended(WaitEnd end) const {
+    return waits_ended_[static_cast<size_t>(end)].load(std::memory_order_relaxed);
+  }
   // Client connections: open now, refused at max_connections, and accepts that failed because
   // the process or the system ran out of file descriptors.
   void ConnectionOpened() { connections_open_.fetch_add(1, std::memory_order_relaxed); }
@@ -96,6 +116,10 @@ class Metrics {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Outcome::kCount)> outcomes_{};
   std::atomic<uint64_t> zombies_{0};
   std::atomic<uint64_t> takeovers_{0};
+  std::atomic<uint64_t> waits_started_{0};
+  std::atomic<uint64_t> waits_refused_{0};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(WaitEnd::kCount)> waits_ended_{};
+  Histogram wait_seconds_;
   static size_t Index(StoreWrite write) { return static_cast<size_t>(write); }
   static constexpr size_t kWrites = static_cast<size_t>(StoreWrite::kCount);
   std::array<std::array<std::atomic<uint64_t>, 2>, kWrites> write_attempts_{};  // [write][failed]

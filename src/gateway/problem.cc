@@ -53,6 +53,8 @@ constexpr ProblemRow kProblems[] = {
     {http::status::not_found, "not-found", "Not found"},
     {http::status::internal_server_error, "internal-error",
      "The gateway failed to process the request"},
+    {http::status::service_unavailable, "shutting-down",
+     "The gateway is shutting down; retry with the same key"},
 };
 static_assert(std::size(kProblems) == static_cast<size_t>(Problem::kCount),
               "one row per Problem, in the enum's order");
@@ -139,6 +141,8 @@ constexpr CauseRow kCauses[] = {
     {"`too_many_connections`",
      {Problem::kTooManyConnections, std::nullopt, LogLevel::kNone, "", RetryAfter::kOneSecond}},
     {"`admin_not_found`", {Problem::kNotFound, std::nullopt}},
+    {"`shutting_down`",
+     {Problem::kShuttingDown, Outcome::kConflict, LogLevel::kNone, "", RetryAfter::kOneSecond}},
 };
 static_assert(std::size(kCauses) == static_cast<size_t>(Cause::kCount),
               "one row per Cause, in the enum's order");

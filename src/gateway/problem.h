@@ -38,6 +38,7 @@ enum class Problem {
   kTooManyConnections,  // 503 + Retry-After: max_connections reached
   kNotFound,            // 404 (admin)
   kInternalError,       // 500: the gateway itself failed (SHA-256, a store's own bug)
+  kShuttingDown,        // 503 + Retry-After: a request waiting for a key when SIGTERM came
   kCount,
 };
 
@@ -109,6 +110,7 @@ enum class Cause {
   kSeveralKeys,          // more than one Idempotency-Key header
   kTooManyConnections,   // a connection beyond max_connections
   kAdminNotFound,        // no such admin endpoint, or no live record for the key
+  kShuttingDown,         // the gateway began shutting down while the request waited (Prefer)
   kCount,
 };
 const Answer& AnswerFor(Cause cause);

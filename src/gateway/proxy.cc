@@ -1,6 +1,7 @@
 // The request flow, step by step (each step is in flow/, and docs/architecture.md lists them):
 //   admit   route, key, retention guard, tenant digest, fingerprint   (no I/O)
 //   claim   Begin, then a pure verdict: answer now, or execute with a fencing token
+//   wait    (a duplicate in flight that sent Prefer: wait) Begin again once the key settles
 //   forward the one exchange with the upstream
 //   settle  Complete or Release, retried after the response if the store fails
 //   respond count and log the request (Trace::Finish), return the response
@@ -11,6 +12,7 @@
 #include "gateway/flow/forward.h"
 #include "gateway/flow/settle.h"
 #include "gateway/flow/trace.h"
+#include "gateway/flow/wait.h"
 #include "gateway/problem.h"
 
 namespace idem::gateway {
@@ -50,10 +52,23 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   }
   const RoutePolicy& route = *admission.route;
 
-  // claim
-  const Result<BeginOutcome> begun =
+  // claim, and wait if the key is in flight and the client prefers waiting to a 409
+  Result<BeginOutcome> claimed =
       co_await flow::Claim(s, admission.scope, admission.fingerprint, route.lease);
-  flow::ClaimVerdict verdict = flow::VerdictFor(begun, route, request, trace.key_digest);
+  const flow::Waited waited =
+      co_await flow::AwaitSettled(s, route, request, admission.scope, admission.fingerprint,
+                                  trace.key_digest, std::move(claimed));
+  if (waited.shutting_down) {
+    const Answer& answer = AnswerFor(Cause::kShuttingDown);
+    Response res = MakeProblem(answer,
+                               "the gateway is shutting down while the first request with this "
+                               "key runs; retry with the same key",
+                               request.version(), request.keep_alive());
+    flow::MarkPreferenceApplied(waited, res);
+    trace.Finish(answer, res);
+    co_return std::move(res);
+  }
+  flow::ClaimVerdict verdict = flow::VerdictFor(waited.begun, route, request, trace.key_digest);
   trace.detail = verdict.detail;
   if (!verdict.log_message.empty()) LogAnswer(s.log, *verdict.answer, verdict.log_message);
   if (verdict.action == flow::ClaimVerdict::Action::kForwardUnprotected) {
@@ -62,6 +77,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
     co_return std::move(res);
   }
   if (verdict.action == flow::ClaimVerdict::Action::kRespond) {
+    flow::MarkPreferenceApplied(waited, verdict.response);
     trace.Finish(*verdict.answer, verdict.response);
     Response res = std::move(verdict.response);
     co_return std::move(res);
@@ -82,6 +98,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
       co_await flow::Settle(s, route, admission.scope, token, forwarded, trace);
 
   // respond
+  flow::MarkPreferenceApplied(waited, forwarded.response);
   trace.Finish(outcome, forwarded.response);
   Response res = std::move(forwarded.response);
   co_return std::move(res);

@@ -68,7 +68,10 @@ class Server {
   void BeginShutdown() {
     if (draining_.exchange(true)) return;
     services_.log.Info("shutdown", "draining: no new connections; " +
-                                       std::to_string(active_.load()) + " request(s) in progress");
+                                       std::to_string(active_.load()) + " request(s) in progress, " +
+                                       std::to_string(services_.waiters.waiting()) +
+                                       " of them waiting for a key in flight (answered 503)");
+    services_.waiters.Shutdown();
     for (auto& acceptor : acceptors_) {
       tcp::acceptor* a = acceptor.get();
       asio::dispatch(a->get_executor(), [a] {
@@ -345,13 +348,14 @@ int RunGateway(const GatewayOptions& given) {
     return 2;
   }
   Metrics metrics;
+  KeyWaiters waiters(options.max_waiters);  // outlives the requests' frames (below)
   int abandoned = 0;
   {
     const int store_threads =
         options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
     std::optional<StoreExecutor> executor(std::in_place, **store,
                                           StoreExecutor::Options{store_threads, 4096});
-    Services services{options, *executor, **upstream, metrics, log};
+    Services services{options, *executor, **upstream, metrics, log, waiters};
     Server server(options, io, services);
     tcp::endpoint bound, admin_bound;
     if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {

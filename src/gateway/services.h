@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "gateway/access_log.h"
+#include "gateway/key_waiters.h"
 #include "gateway/metrics.h"
 #include "gateway/upstream.h"
 #include "idem/gateway_options.h"
@@ -28,6 +29,7 @@ struct Services {
   Upstream& upstream;
   Metrics& metrics;
   Log& log;
+  KeyWaiters& waiters;  // requests waiting for a key in flight (Prefer: wait)
 
   const std::shared_ptr<Clock>& clock() const { return options.clock; }
 };

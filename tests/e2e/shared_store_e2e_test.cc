@@ -131,6 +131,25 @@ TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
   EXPECT_EQ(Executions("dup"), 1);
 }
 
+TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneResult) {
+  // Prefer: wait=10 on every duplicate: nobody gets 409; the first attempt (800 ms upstream)
+  // executes once and every other client gets its response replayed, whether its gateway ran
+  // the attempt (woken at the completion) or the other one did (seen at its next look, <= 1 s).
+  constexpr int kClients = 40;
+  const auto start = SteadyClock::now();
+  const DuplicateTally tally = RaceDuplicates(kClients, [&](int i) {
+    return Post(i % 2, "wait", R"({"amount":7})", {{"X-Sleep-Ms", "800"}, {"Prefer", "wait=10"}});
+  });
+  const auto took = SteadyClock::now() - start;
+  EXPECT_EQ(Executions("wait"), 1);
+  EXPECT_EQ(tally.created, kClients) << "conflicts " << tally.conflicts << ", other " << tally.other;
+  EXPECT_LT(took, 6s) << "waiters see the result within about a second of the completion";
+  auto replay = Post(1, "wait", R"({"amount":7})", {{"Prefer", "wait=10"}});
+  EXPECT_EQ(replay.status, 201);
+  EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(replay.Header("Preference-Applied"), "") << "no wait: the key was not in flight";
+}
+
 TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) {
   auto first = Post(0, "before", "b");
   ASSERT_EQ(first.status, 201) << first.error << first.body;

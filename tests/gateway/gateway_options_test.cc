@@ -187,6 +187,22 @@ TEST_F(LoadGatewayConfigTest, ReadsTheRetentionGuard) {
       << bad.message();
 }
 
+TEST_F(LoadGatewayConfigTest, ReadsWaitingLimits) {
+  ASSERT_TRUE(Load("[gateway]\nmax_waiters = 8\n"
+                   "[[route]]\npath_prefix = \"/a\"\nmax_wait = \"3s\"\n"
+                   "[[route]]\npath_prefix = \"/b\"\nmax_wait = \"0s\"\n"
+                   "[[route]]\npath_prefix = \"/c\"\n")
+                  .ok());
+  EXPECT_EQ(options_.max_waiters, 8u);
+  ASSERT_EQ(options_.routes.size(), 3u);
+  EXPECT_EQ(options_.routes[0].max_wait, 3s);
+  EXPECT_EQ(options_.routes[1].max_wait, Duration(0)) << "0s turns waiting off";
+  EXPECT_EQ(options_.routes[2].max_wait, 10s) << "the default";
+  EXPECT_EQ(GatewayOptions{}.max_waiters, 1024u) << "the default";
+  Status bad = Load("[[route]]\npath_prefix = \"/a\"\nmax_wait = \"soon\"\n");
+  EXPECT_NE(bad.message().find("route[0].max_wait"), std::string::npos) << bad.message();
+}
+
 TEST_F(LoadGatewayConfigTest, ErrorsNameTheFileTheFieldAndTheProblem) {
   struct Case {
     const char* toml;

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include "gateway/flow/wait.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
 #include "idem/keys.h"
@@ -27,6 +28,8 @@ using testing::FakeUpstream;
 using Failure = UpstreamResult::Failure;
 
 constexpr Duration kLease = 10s;
+// Well under flow::kSlowPoll: a waiter woken in time was woken by the settle, not the poll.
+constexpr auto kSlowPollForTests = std::chrono::milliseconds(flow::kSlowPoll) / 2;
 
 // One gateway without listeners. Requests run on `io`, one thread (the test's).
 class Flow {
@@ -66,7 +69,8 @@ class Flow {
     memory = std::move(*opened);
     faults = std::make_unique<testing::FaultStore>(*memory);
     executor = std::make_unique<StoreExecutor>(*faults, StoreExecutor::Options{1, 4096});
-    services = std::make_unique<Services>(Services{options, *executor, upstream, metrics, log});
+    services =
+        std::make_unique<Services>(Services{options, *executor, upstream, metrics, log, waiters});
   }
 
   ~Flow() {
@@ -117,6 +121,7 @@ class Flow {
   FakeUpstream upstream;
   Metrics metrics;
   Log log{false};
+  KeyWaiters waiters{16};
   asio::io_context io;
   std::unique_ptr<Store> memory;
   std::unique_ptr<testing::FaultStore> faults;
@@ -543,6 +548,178 @@ TEST(ProxyFlowTest, EveryStoreCallFailingInTurnAfterATransientAnswer) {
     if (flow.faults->calls() < n) break;
   }
   EXPECT_EQ(n, 5) << "four store calls: Begin, Release, the retry's Begin, Complete";
+}
+
+// ---- Wait (Prefer: wait=N) -------------------------------------------------------------------
+
+Request PostPreferringWait(std::string key, std::string prefer, std::string body = R"({"amount":1})") {
+  Request req = Flow::Post("/pay", std::move(key), std::move(body));
+  req.set("Prefer", std::move(prefer));
+  return req;
+}
+
+TEST(ProxyFlowTest, DuplicatePreferringToWaitGetsTheFirstAttemptsResponseWhenItCompletes) {
+  Flow flow;
+  FakeUpstream::Step held = FakeUpstream::Answer(201, "created once");
+  held.hold = true;
+  flow.upstream.Script(held);
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+
+  std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=5"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
+  EXPECT_FALSE(Ready(waiting));
+  const auto released_at = std::chrono::steady_clock::now();
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first) && Ready(waiting); }));
+  EXPECT_LT(std::chrono::steady_clock::now() - released_at, kSlowPollForTests)
+      << "woken by the completion, not by the slow poll";
+  const Response replay = waiting.get();
+  EXPECT_EQ(replay.result_int(), 201u) << "the original status";
+  EXPECT_EQ(replay.body(), "created once");
+  EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+  EXPECT_EQ(Header(replay, "Preference-Applied"), "wait=5");
+  EXPECT_EQ(first.get().body(), "created once");
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.count(Outcome::kReplayed), 1u);
+  EXPECT_EQ(flow.count(Outcome::kConflict), 0u);
+  EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kReplay), 1u);
+  EXPECT_EQ(flow.waiters.waiting(), 0u);
+}
+
+TEST(ProxyFlowTest, DuplicatePreferringToWaitExecutesWhenTheFirstAttemptIsReleased) {
+  Flow flow;
+  FakeUpstream::Step unavailable = FakeUpstream::Answer(503, "try later");
+  unavailable.hold = true;
+  flow.upstream.Script(unavailable);
+  flow.upstream.Script(FakeUpstream::Answer(201, "second attempt"));
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+  std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "respond-async, wait=5"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
+
+  flow.upstream.Release();  // the first attempt answers 503: the key is released
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first) && Ready(waiting); }));
+  EXPECT_EQ(first.get().result_int(), 503u);
+  const Response executed = waiting.get();
+  EXPECT_EQ(executed.result_int(), 201u);
+  EXPECT_EQ(executed.body(), "second attempt");
+  EXPECT_EQ(Header(executed, kReplayedHeader), "false");
+  EXPECT_EQ(Header(executed, "Preference-Applied"), "wait=5");
+  ASSERT_EQ(flow.upstream.calls(), 2);
+  EXPECT_GT(TokenSent(flow.upstream.requests()[1]), TokenSent(flow.upstream.requests()[0]));
+  EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kExecution), 1u);
+}
+
+TEST(ProxyFlowTest, WaitEndsIn409AtItsDeadlineAndAnotherBodyGets422WithoutWaiting) {
+  Flow flow;
+  FakeUpstream::Step held;
+  held.hold = true;
+  flow.upstream.Script(held);
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+
+  const auto started = std::chrono::steady_clock::now();
+  std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(waiting); }));
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 1s);
+  const Response conflict = waiting.get();
+  EXPECT_TRUE(IsProblem(conflict, Problem::kKeyInFlight)) << conflict.body();
+  EXPECT_EQ(Header(conflict, "Preference-Applied"), "wait=1");
+  EXPECT_NE(Header(conflict, "Retry-After"), "(absent)");
+  EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kTimeout), 1u);
+
+  std::future<Response> other = flow.Start(PostPreferringWait("k-1", "wait=5", R"({"amount":2})"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(other); }));
+  EXPECT_TRUE(IsProblem(other.get(), Problem::kKeyReused));
+  EXPECT_FALSE(Ready(first));
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(flow.upstream.calls(), 1);
+}
+
+TEST(ProxyFlowTest, NoWaitWithoutThePreferenceOnARouteWithMaxWaitZeroOrBeyondMaxWaiters) {
+  Flow flow;
+  flow.options.routes.back().max_wait = Duration(0);
+  RoutePolicy waiting_route;
+  waiting_route.method = "POST";
+  waiting_route.path_prefix = "/wait";
+  waiting_route.lease = kLease;
+  waiting_route.max_wait = 2s;
+  flow.options.routes.insert(flow.options.routes.begin(), waiting_route);
+  FakeUpstream::Step held;
+  held.hold = true;
+  flow.upstream.Script(held);
+  flow.upstream.Script(held);
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  std::future<Response> first_wait = flow.Start(Flow::Post("/wait", "k-2"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 2; }));
+
+  // max_wait = 0 on /pay: 409 at once, no Preference-Applied.
+  std::future<Response> refused = flow.Start(PostPreferringWait("k-1", "wait=5"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(refused); }));
+  const Response conflict = refused.get();
+  EXPECT_TRUE(IsProblem(conflict, Problem::kKeyInFlight));
+  EXPECT_EQ(Header(conflict, "Preference-Applied"), "(absent)");
+
+  // A value that is not a number of seconds is ignored (RFC 7240), as is wait=0.
+  for (const char* prefer : {"wait=soon", "wait=0", "wait"}) {
+    Request req = Flow::Post("/wait", "k-2");
+    req.set("Prefer", prefer);
+    std::future<Response> answer = flow.Start(std::move(req));
+    ASSERT_TRUE(flow.RunUntil([&] { return Ready(answer); })) << prefer;
+    EXPECT_TRUE(IsProblem(answer.get(), Problem::kKeyInFlight)) << prefer;
+  }
+
+  // 16 waiters (the Flow's max_waiters) fill the gateway; the 17th gets 409 at once.
+  std::vector<std::future<Response>> waiters;
+  for (int i = 0; i < 16; ++i) {
+    Request req = Flow::Post("/wait", "k-2");
+    req.set("Prefer", "wait=30");
+    waiters.push_back(flow.Start(std::move(req)));
+  }
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 16; }));
+  Request extra = Flow::Post("/wait", "k-2");
+  extra.set("Prefer", "wait=30");
+  std::future<Response> beyond = flow.Start(std::move(extra));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(beyond); }));
+  EXPECT_TRUE(IsProblem(beyond.get(), Problem::kKeyInFlight));
+  EXPECT_NE(flow.metrics.Render().find("idem_gateway_waits_refused_total 1"), std::string::npos);
+
+  // The route's max_wait (2 s) caps the client's 30 s.
+  ASSERT_TRUE(flow.RunUntil([&] {
+    return std::all_of(waiters.begin(), waiters.end(), [](auto& f) { return Ready(f); });
+  }));
+  for (auto& f : waiters) EXPECT_TRUE(IsProblem(f.get(), Problem::kKeyInFlight));
+  EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kTimeout), 16u);
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first) && Ready(first_wait); }));
+  EXPECT_EQ(flow.upstream.calls(), 2);
+}
+
+TEST(ProxyFlowTest, ShutdownWakesWaitersWith503AndRetryAfter) {
+  Flow flow;
+  FakeUpstream::Step held;
+  held.hold = true;
+  flow.upstream.Script(held);
+  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+  std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=10"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
+
+  flow.waiters.Shutdown();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(waiting); }));
+  const Response unavailable = waiting.get();
+  EXPECT_TRUE(IsProblem(unavailable, Problem::kShuttingDown)) << unavailable.body();
+  EXPECT_EQ(Header(unavailable, "Retry-After"), "1");
+  EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kOther), 1u);
+  // New waiters are refused from then on: 409 at once.
+  std::future<Response> late = flow.Start(PostPreferringWait("k-1", "wait=10"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(late); }));
+  EXPECT_TRUE(IsProblem(late.get(), Problem::kKeyInFlight));
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(flow.upstream.calls(), 1);
 }
 
 }  // namespace

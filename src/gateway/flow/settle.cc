@@ -22,6 +22,7 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
     released =
         co_await s.store.AsyncRelease(std::move(release_scope), release_token, asio::use_awaitable);
   }
+  if (released.ok()) s.waiters.Notify(trace.key_digest);  // a waiter may claim it now
   if (!released.ok()) {
     // Keep trying after the response, while the lease lasts (completion_retry.h).
     auto executor = co_await asio::this_coro::executor;
@@ -43,6 +44,7 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
     completed = co_await s.store.AsyncComplete(std::move(attempt_scope), complete_token,
                                                std::move(to_store), retention, asio::use_awaitable);
   }
+  if (completed.ok()) s.waiters.Notify(trace.key_digest);  // waiters replay it now
   if (!completed.ok()) {
     // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
     // lease execute again, so it is tried again after the response, while the lease lasts.

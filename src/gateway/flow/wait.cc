@@ -1,0 +1,70 @@
+#include "gateway/flow/wait.h"
+
+#include <algorithm>
+
+#include "gateway/flow/claim.h"
+#include "gateway/key_waiters.h"
+#include "gateway/prefer.h"
+
+namespace idem::gateway::flow {
+namespace {
+
+bool InFlightNow(const Result<BeginOutcome>& begun) {
+  return begun.ok() && std::holds_alternative<InFlight>(*begun);
+}
+
+WaitEnd EndOf(const Waited& w) {
+  if (w.shutting_down || !w.begun.ok()) return WaitEnd::kOther;
+  if (std::holds_alternative<InFlight>(*w.begun)) return WaitEnd::kTimeout;
+  if (std::holds_alternative<Replay>(*w.begun)) return WaitEnd::kReplay;
+  if (OwnedToken(*w.begun)) return WaitEnd::kExecution;
+  return WaitEnd::kOther;
+}
+
+}  // namespace
+
+Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
+                          const Scope& scope, const Fingerprint& fingerprint,
+                          const std::string& scope_digest, Result<BeginOutcome> begun) {
+  Waited waited{std::move(begun), std::nullopt, false};
+  if (!InFlightNow(waited.begun) || route.max_wait <= Duration(0)) co_return waited;
+  const std::optional<Duration> preferred = PreferredWait(request);
+  if (!preferred || *preferred <= Duration(0)) co_return waited;
+  const Duration allowed = std::min(*preferred, route.max_wait);
+
+  auto executor = co_await asio::this_coro::executor;
+  std::unique_ptr<KeyWaiters::Slot> slot = s.waiters.Enter(scope_digest, executor);
+  if (!slot) {
+    if (!s.waiters.shutting_down()) s.metrics.CountWaitRefused();
+    co_return waited;
+  }
+  s.metrics.WaitStarted();
+  waited.applied = *preferred;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(allowed);
+  // Entered first, then asked the store again: a settle that came between the first Begin and
+  // Enter notified nobody, but this Begin sees it.
+  for (;;) {
+    waited.begun = co_await Claim(s, scope, fingerprint, route.lease);
+    if (!InFlightNow(waited.begun)) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    const auto next = std::min(deadline, now + kSlowPoll);
+    co_await slot->Wait(next);
+    if (slot->shutting_down()) {
+      waited.shutting_down = true;
+      break;
+    }
+  }
+  s.metrics.WaitEnded(EndOf(waited), std::chrono::duration_cast<Duration>(
+                                         std::chrono::steady_clock::now() - start));
+  co_return waited;
+}
+
+void MarkPreferenceApplied(const Waited& waited, Response& response) {
+  if (!waited.applied) return;
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(*waited.applied).count();
+  response.set("Preference-Applied", "wait=" + std::to_string(seconds));
+}
+
+}  // namespace idem::gateway::flow

@@ -1,0 +1,78 @@
+#include "gateway/key_waiters.h"
+
+#include <boost/asio/post.hpp>
+#include <vector>
+
+namespace idem::gateway {
+
+// One waiting request. `notified` and `timer` are touched only on `timer`'s executor (the
+// waiting coroutine's), where Wake posts.
+struct KeyWaiters::State {
+  explicit State(asio::any_io_executor executor) : timer(std::move(executor)) {}
+  asio::steady_timer timer;
+  bool notified = false;
+};
+
+KeyWaiters::KeyWaiters(size_t max_waiters) : max_waiters_(max_waiters) {}
+
+std::unique_ptr<KeyWaiters::Slot> KeyWaiters::Enter(std::string scope_digest,
+                                                    asio::any_io_executor executor) {
+  auto state = std::make_shared<State>(std::move(executor));
+  {
+    MutexLock lock(mu_);
+    if (shutting_down() || waiting_.size() >= max_waiters_) return nullptr;
+    waiting_.emplace(scope_digest, state);
+  }
+  return std::unique_ptr<Slot>(new Slot(*this, std::move(scope_digest), std::move(state)));
+}
+
+void KeyWaiters::Wake(const std::shared_ptr<State>& state) {
+  asio::post(state->timer.get_executor(), [state] {
+    state->notified = true;
+    state->timer.cancel();
+  });
+}
+
+void KeyWaiters::Notify(const std::string& scope_digest) {
+  MutexLock lock(mu_);
+  auto [begin, end] = waiting_.equal_range(scope_digest);
+  for (auto it = begin; it != end; ++it) Wake(it->second);
+}
+
+void KeyWaiters::Shutdown() {
+  shutting_down_.store(true, std::memory_order_release);
+  MutexLock lock(mu_);
+  for (const auto& [digest, state] : waiting_) Wake(state);
+}
+
+size_t KeyWaiters::waiting() const {
+  MutexLock lock(mu_);
+  return waiting_.size();
+}
+
+void KeyWaiters::Leave(const std::string& scope_digest, const State* state) {
+  MutexLock lock(mu_);
+  auto [begin, end] = waiting_.equal_range(scope_digest);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second.get() == state) {
+      waiting_.erase(it);
+      return;
+    }
+  }
+}
+
+KeyWaiters::Slot::Slot(KeyWaiters& owner, std::string scope_digest, std::shared_ptr<State> state)
+    : owner_(owner), scope_digest_(std::move(scope_digest)), state_(std::move(state)) {}
+
+KeyWaiters::Slot::~Slot() { owner_.Leave(scope_digest_, state_.get()); }
+
+Task<void> KeyWaiters::Slot::Wait(std::chrono::steady_clock::time_point until) {
+  if (!state_->notified && !shutting_down()) {
+    state_->timer.expires_at(until);
+    boost::system::error_code ec;  // operation_aborted: woken
+    co_await state_->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  state_->notified = false;
+}
+
+}  // namespace idem::gateway

@@ -1,0 +1,86 @@
+// KeyWaiters: requests waiting for a key's first attempt to settle (`Prefer: wait=N`), so that a
+// duplicate gets the first attempt's result instead of 409. A waiter is woken in process as soon
+// as this gateway completes or releases the key (Notify), at shutdown, or at its own deadline;
+// it then asks the store again, which is what decides (a replay, a claim of its own, still in
+// flight). A key settled by another gateway sharing the store wakes nobody here: waiters look
+// again at a slow interval (the caller's `until`).
+//
+//   auto slot = waiters.Enter(scope_digest, co_await asio::this_coro::executor);
+//   if (!slot) -> answer 409 now (max_waiters are waiting, or shutting down)
+//   co_await slot->Wait(deadline);   // woken early by Notify(scope_digest) or Shutdown()
+//
+// Thread safety: Enter, Notify, Shutdown and waiting() from any thread. A Slot belongs to the
+// coroutine that entered; its executor must be the one that coroutine runs on (a strand, or a
+// single-threaded io_context), because wake-ups are posted there.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "gateway/http.h"
+#include "idem/mutex.h"
+
+namespace idem::gateway {
+
+class KeyWaiters {
+ public:
+  // At most `max_waiters` requests wait at once (0: none may).
+  explicit KeyWaiters(size_t max_waiters);
+  KeyWaiters(const KeyWaiters&) = delete;
+  KeyWaiters& operator=(const KeyWaiters&) = delete;
+
+  class Slot;
+
+  // A place to wait for the key `scope_digest`, woken on `executor`. nullptr when max_waiters
+  // requests already wait, or after Shutdown. Leaving: destroy the slot.
+  std::unique_ptr<Slot> Enter(std::string scope_digest, asio::any_io_executor executor)
+      IDEM_EXCLUDES(mu_);
+
+  // Wakes every request waiting for `scope_digest` (its first attempt was completed or released).
+  void Notify(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
+
+  // Wakes every waiter and refuses new ones; their Slot::shutting_down() is then true.
+  void Shutdown() IDEM_EXCLUDES(mu_);
+  bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
+
+  size_t waiting() const IDEM_EXCLUDES(mu_);
+
+ private:
+  struct State;
+  void Leave(const std::string& scope_digest, const State* state) IDEM_EXCLUDES(mu_);
+  static void Wake(const std::shared_ptr<State>& state);
+
+  const size_t max_waiters_;
+  std::atomic<bool> shutting_down_{false};
+  mutable Mutex mu_;
+  std::unordered_multimap<std::string, std::shared_ptr<State>> waiting_ IDEM_GUARDED_BY(mu_);
+};
+
+class KeyWaiters::Slot {
+ public:
+  ~Slot();
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+  // Returns when the key was notified (since the previous Wait, or now), at shutdown, or at
+  // `until`, whichever is first.
+  Task<void> Wait(std::chrono::steady_clock::time_point until);
+
+  bool shutting_down() const { return owner_.shutting_down(); }
+
+ private:
+  friend class KeyWaiters;
+  Slot(KeyWaiters& owner, std::string scope_digest, std::shared_ptr<State> state);
+
+  KeyWaiters& owner_;
+  const std::string scope_digest_;
+  const std::shared_ptr<State> state_;
+};
+
+}  // namespace idem::gateway

@@ -1,0 +1,58 @@
+#include "gateway/prefer.h"
+
+#include <algorithm>
+#include <string_view>
+
+#include "core/text.h"
+
+namespace idem::gateway {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Seconds in `value` (digits, optionally in double quotes); nullopt otherwise.
+std::optional<Duration> Seconds(std::string_view value) {
+  value = Trim(value);
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+    value = value.substr(1, value.size() - 2);
+  }
+  if (value.empty() || value.size() > 12) return std::nullopt;
+  int64_t seconds = 0;
+  for (char c : value) {
+    if (c < '0' || c > '9') return std::nullopt;
+    seconds = seconds * 10 + (c - '0');
+  }
+  return std::chrono::seconds(std::min<int64_t>(seconds, 86400));
+}
+
+// The wait preference in one field value; nullopt when it has none usable.
+std::optional<Duration> WaitIn(std::string_view field) {
+  while (!field.empty()) {
+    const size_t comma = field.find(',');
+    std::string_view preference = field.substr(0, comma);
+    field = comma == std::string_view::npos ? std::string_view() : field.substr(comma + 1);
+    preference = Trim(preference.substr(0, preference.find(';')));  // parameters do not matter
+    const size_t eq = preference.find('=');
+    if (eq == std::string_view::npos) continue;
+    if (!internal::EqualsIgnoreCase(Trim(preference.substr(0, eq)), "wait")) continue;
+    return Seconds(preference.substr(eq + 1));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Duration> PreferredWait(const Request& request) {
+  for (const auto& field : request) {
+    if (!internal::EqualsIgnoreCase(field.name_string(), "prefer")) continue;
+    const std::string_view value(field.value().data(), field.value().size());
+    if (auto wait = WaitIn(value)) return wait;
+  }
+  return std::nullopt;
+}
+
+}  // namespace idem::gateway
