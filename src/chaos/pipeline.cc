@@ -642,6 +642,8 @@ bool Pipeline::ReplayFrom(const std::string& op) {
     jsErrCode jerr = static_cast<jsErrCode>(0);
     natsStatus s = js_DeleteConsumer(p.nats_admin->js(), p.stream.c_str(), name.c_str(), nullptr,
                                      &jerr);
+    // Not found: an earlier attempt that timed out on our side did delete it.
+    if (s != NATS_OK && jerr == JSConsumerNotFoundErr) s = NATS_OK;
     deleted = s == NATS_OK ? Status() : worker::FromNats(s, "delete consumer " + name, jerr);
     return deleted.ok();
   });
