@@ -143,7 +143,8 @@ TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneRes
   const auto took = SteadyClock::now() - start;
   EXPECT_EQ(Executions("wait"), 1);
   EXPECT_EQ(tally.created, kClients) << "conflicts " << tally.conflicts << ", other " << tally.other;
-  EXPECT_LT(took, 6s) << "waiters see the result within about a second of the completion";
+  // Under 10 s: no waiter ran into its deadline (that would also have been a 409).
+  EXPECT_LT(took, 9s);
   auto replay = Post(1, "wait", R"({"amount":7})", {{"Prefer", "wait=10"}});
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
