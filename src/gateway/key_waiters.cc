@@ -1,14 +1,14 @@
 #include "gateway/key_waiters.h"
 
 #include <boost/asio/post.hpp>
-#include <vector>
 
 namespace idem::gateway {
 
-// One waiting request. `notified` and `timer` are touched only on `timer`'s executor (the
-// waiting coroutine's), where Wake posts.
+// One waiting request. `notified` and `timer` are touched only on `executor` (the waiting
+// coroutine's), where Wake posts; `executor` itself never changes.
 struct KeyWaiters::State {
-  explicit State(asio::any_io_executor executor) : timer(std::move(executor)) {}
+  explicit State(asio::any_io_executor e) : executor(std::move(e)), timer(executor) {}
+  const asio::any_io_executor executor;
   asio::steady_timer timer;
   bool notified = false;
 };
@@ -27,7 +27,7 @@ std::unique_ptr<KeyWaiters::Slot> KeyWaiters::Enter(std::string scope_digest,
 }
 
 void KeyWaiters::Wake(const std::shared_ptr<State>& state) {
-  asio::post(state->timer.get_executor(), [state] {
+  asio::post(state->executor, [state] {
     state->notified = true;
     state->timer.cancel();
   });

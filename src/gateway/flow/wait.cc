@@ -40,14 +40,15 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
   }
   s.metrics.WaitStarted();
   waited.applied = *preferred;
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(allowed);
+  using SteadyClock = std::chrono::steady_clock;
+  const auto start = SteadyClock::now();
+  const auto deadline = start + std::chrono::duration_cast<SteadyClock::duration>(allowed);
   // Entered first, then asked the store again: a settle that came between the first Begin and
   // Enter notified nobody, but this Begin sees it.
   for (;;) {
     waited.begun = co_await Claim(s, scope, fingerprint, route.lease);
     if (!InFlightNow(waited.begun)) break;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = SteadyClock::now();
     if (now >= deadline) break;
     const auto next = std::min(deadline, now + kSlowPoll);
     co_await slot->Wait(next);
@@ -56,8 +57,8 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
       break;
     }
   }
-  s.metrics.WaitEnded(EndOf(waited), std::chrono::duration_cast<Duration>(
-                                         std::chrono::steady_clock::now() - start));
+  s.metrics.WaitEnded(EndOf(waited),
+                      std::chrono::duration_cast<Duration>(SteadyClock::now() - start));
   co_return waited;
 }
 
