@@ -1,0 +1,179 @@
+// KeyWaiters across threads: waiters on strands of an io_context run by several threads, woken
+// by Notify and Shutdown called from other threads (the way the gateway's completions and its
+// signal handler call them). Run under ThreadSanitizer in the tsan stage.
+#include "gateway/key_waiters.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+
+namespace idem::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+// An io_context run by `threads` threads until the object goes.
+class Loop {
+ public:
+  explicit Loop(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { io.run(); });
+  }
+  ~Loop() {
+    work_.reset();
+    for (auto& t : threads_) t.join();
+  }
+  asio::io_context io;
+
+ private:
+  asio::executor_work_guard<asio::io_context::executor_type> work_{io.get_executor()};
+  std::vector<std::thread> threads_;
+};
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (!done()) {
+    if (SteadyClock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+struct Counts {
+  std::atomic<int> entered{0}, refused{0}, woken{0}, shut_down{0};
+};
+
+// Enters for `key` on a strand of its own and waits once until `until`; counts what happened.
+void SpawnWaiter(Loop& loop, KeyWaiters& waiters, std::string key, SteadyClock::time_point until,
+                 Counts& counts) {
+  auto strand = asio::make_strand(loop.io);
+  asio::co_spawn(
+      strand,
+      [&waiters, key = std::move(key), until, &counts]() -> Task<void> {
+        auto executor = co_await asio::this_coro::executor;
+        auto slot = waiters.Enter(key, executor);
+        if (!slot) {
+          ++counts.refused;
+          co_return;
+        }
+        ++counts.entered;
+        co_await slot->Wait(until);
+        if (slot->shutting_down()) ++counts.shut_down;
+        ++counts.woken;
+      },
+      asio::detached);
+}
+
+TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) {
+  Loop loop(3);
+  KeyWaiters waiters(100);
+  Counts a, b;
+  const auto far = SteadyClock::now() + 60s;
+  for (int i = 0; i < 20; ++i) {
+    SpawnWaiter(loop, waiters, "a", far, a);
+    SpawnWaiter(loop, waiters, "b", far, b);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 40; }));
+  waiters.Notify("a");
+  ASSERT_TRUE(WaitUntil([&] { return a.woken == 20; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(b.woken, 0) << "a key's notification wakes no other key's waiters";
+  EXPECT_EQ(waiters.waiting(), 20u);
+  waiters.Shutdown();
+  ASSERT_TRUE(WaitUntil([&] { return b.woken == 20; }));
+  EXPECT_EQ(b.shut_down, 20);
+  EXPECT_EQ(a.shut_down, 0);
+  ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 0; }));
+  EXPECT_EQ(waiters.Enter("a", loop.io.get_executor()), nullptr) << "none enter after shutdown";
+}
+
+TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {
+  Loop loop(1);
+  KeyWaiters waiters(2);
+  auto one = waiters.Enter("k", loop.io.get_executor());
+  auto two = waiters.Enter("k", loop.io.get_executor());
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(waiters.Enter("other", loop.io.get_executor()), nullptr);
+  one.reset();
+  EXPECT_EQ(waiters.waiting(), 1u);
+  EXPECT_NE(waiters.Enter("other", loop.io.get_executor()), nullptr);
+  EXPECT_EQ(KeyWaiters(0).Enter("k", loop.io.get_executor()), nullptr);
+}
+
+TEST(KeyWaitersTest, AWaiterNotifiedBeforeItWaitsReturnsAtOnce) {
+  Loop loop(2);
+  KeyWaiters waiters(10);
+  std::atomic<bool> entered{false}, returned{false}, go{false};
+  auto strand = asio::make_strand(loop.io);
+  asio::co_spawn(
+      strand,
+      [&]() -> Task<void> {
+        auto slot = waiters.Enter("k", co_await asio::this_coro::executor);
+        entered = true;
+        // Let the notification land before the wait starts (it is posted to this strand).
+        asio::steady_timer pause(co_await asio::this_coro::executor);
+        while (!go) {
+          pause.expires_after(1ms);
+          co_await pause.async_wait(asio::use_awaitable);
+        }
+        co_await slot->Wait(SteadyClock::now() + 60s);
+        returned = true;
+      },
+      asio::detached);
+  ASSERT_TRUE(WaitUntil([&] { return entered.load(); }));
+  waiters.Notify("k");
+  go = true;
+  EXPECT_TRUE(WaitUntil([&] { return returned.load(); }, 5s));
+}
+
+// Many waiters entering, waiting briefly and leaving on four threads while two other threads
+// notify random keys and the test shuts down mid-way: every waiter that entered returns, and
+// ThreadSanitizer (tsan stage) sees no race.
+TEST(KeyWaitersTest, ConcurrentEnterWaitNotifyAndShutdown) {
+  constexpr int kWaiters = 400;
+  Counts counts;
+  {
+    Loop loop(4);
+    KeyWaiters waiters(kWaiters);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> notifiers;
+    for (int n = 0; n < 2; ++n) {
+      notifiers.emplace_back([&, n] {
+        std::mt19937 rng(n);
+        while (!stop) waiters.Notify("key-" + std::to_string(rng() % 8));
+      });
+    }
+    auto spawn = [&](int from, int to) {
+      for (int i = from; i < to; ++i) {
+        SpawnWaiter(loop, waiters, "key-" + std::to_string(i % 8),
+                    SteadyClock::now() + std::chrono::milliseconds(i % 50), counts);
+      }
+    };
+    spawn(0, kWaiters / 2);
+    ASSERT_TRUE(WaitUntil([&] { return counts.entered == kWaiters / 2; }));
+    spawn(kWaiters / 2, kWaiters * 3 / 4);  // racing the shutdown
+    waiters.Shutdown();
+    spawn(kWaiters * 3 / 4, kWaiters);      // after it: refused
+    ASSERT_TRUE(WaitUntil([&] {
+      return counts.entered + counts.refused == kWaiters && counts.woken == counts.entered;
+    }));
+    stop = true;
+    for (auto& t : notifiers) t.join();
+    EXPECT_TRUE(WaitUntil([&] { return waiters.waiting() == 0; })) << "every slot was left";
+  }
+  EXPECT_GT(counts.entered, 0);
+  EXPECT_GT(counts.refused, 0) << "waiters that came after the shutdown were refused";
+}
+
+}  // namespace
+}  // namespace idem::gateway
