@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Prefer: wait under a burst of duplicates: N concurrent requests with one Idempotency-Key (each
+# on its own connection) against a slow upstream, with `Prefer: wait=10`, through one gateway.
+# The first executes; the others wait for it and get its response replayed. Prints, per store:
+# upstream executions per key, the statuses, and how long after the executed response the
+# replays arrived (p50, p99, max over ROUNDS rounds, a fresh key each). The issue's aim: one
+# execution, replays within 5 ms (p99) of the first response. The same burst without the
+# preference is the reference: 409s.
+#
+#   bench/wait-bench.sh                       100 duplicates, 200 ms upstream, 5 rounds
+#   BENCH_CLIENTS=50 BENCH_SLEEP_MS=500 BENCH_ROUNDS=3 BENCH_STORES="memory sqlite" bench/wait-bench.sh
+#
+# Uses build/release (built unless SKIP_BUILD=1). Not part of the test command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clients=${BENCH_CLIENTS:-100}
+sleep_ms=${BENCH_SLEEP_MS:-200}
+rounds=${BENCH_ROUNDS:-5}
+stores=${BENCH_STORES:-memory sqlite}
+
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  cmake --preset release >/dev/null
+  cmake --build build/release --target idem example_service -j2 >/dev/null
+fi
+# The burst opens one connection per client; leave room.
+ulimit -n 4096 2>/dev/null || true
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Waits for "$2 HOST:PORT" in log $1; prints HOST:PORT.
+address_after() {
+  for _ in $(seq 1 250); do
+    local a
+    a=$(grep -o "$2 [0-9.]*:[0-9]*" "$1" 2>/dev/null | head -1 | awk '{print $NF}') || true
+    [[ -n $a ]] && { echo "$a"; return 0; }
+    sleep 0.02
+  done
+  cat "$1" >&2
+  return 1
+}
+
+build/release/example_service 127.0.0.1:0 >"$work/service.log" 2>&1 &
+pids+=($!)
+service=$(address_after "$work/service.log" "listening on")
+
+summary() {  # JSON lines on stdin -> one line of figures
+  python3 -c '
+import json, sys
+runs = [json.loads(l) for l in sys.stdin if l.strip()]
+lags = sorted(x for r in runs for x in r["lags_ms"])
+statuses = {}
+for r in runs:
+    for k, v in r["statuses"].items(): statuses[k] = statuses.get(k, 0) + v
+pct = lambda p: lags[min(len(lags) - 1, int(p * len(lags)))] if lags else float("nan")
+print("statuses %s; replays %d; lag after the executed response: p50 %.2f ms, p99 %.2f ms, max %.2f ms"
+      % (json.dumps(statuses, sort_keys=True), len(lags), pct(0.5), pct(0.99), lags[-1] if lags else float("nan")))'
+}
+
+echo "wait-bench: $clients duplicates at once, upstream ${sleep_ms} ms, $rounds rounds per case"
+for store in $stores; do
+  url=memory
+  [[ $store == sqlite ]] && url="sqlite:$work/idem-$store.db"
+  log="$work/gateway-$store.log"
+  build/release/idem gateway --listen 127.0.0.1:0 --upstream "http://$service" --store "$url" \
+    >"$log" 2>&1 &
+  gw_pid=$!
+  pids+=("$gw_pid")
+  gateway=$(address_after "$log" "gateway on")
+  for prefer in "wait=10" ""; do
+    case_name=$([[ -n $prefer ]] && echo "Prefer: $prefer" || echo "no Prefer")
+    out="$work/$store-${prefer:+wait}.jsonl"
+    executions=()
+    for round in $(seq 1 "$rounds"); do
+      key="$store-${prefer:+wait}-$round-$RANDOM"
+      python3 bench/lib/duplicate_burst.py "$gateway" "$key" "$clients" "$sleep_ms" "$prefer" >>"$out"
+      executions+=("$(curl -s "http://$service/executions?key=$key")")
+    done
+    printf '%-8s %-16s executions per key: %s; %s\n' "$store" "$case_name" \
+      "${executions[*]}" "$(summary <"$out")"
+  done
+  kill "$gw_pid"
+  wait "$gw_pid" 2>/dev/null || true
+done
