@@ -11,6 +11,7 @@ struct KeyWaiters::State {
   const asio::any_io_executor executor;
   asio::steady_timer timer;
   bool notified = false;
+  std::shared_ptr<const Completed> completed;
 };
 
 KeyWaiters::KeyWaiters(size_t max_waiters) : max_waiters_(max_waiters) {}
@@ -26,9 +27,11 @@ std::unique_ptr<KeyWaiters::Slot> KeyWaiters::Enter(std::string scope_digest,
   return std::unique_ptr<Slot>(new Slot(*this, std::move(scope_digest), std::move(state)));
 }
 
-void KeyWaiters::Wake(const std::shared_ptr<State>& state) {
-  asio::post(state->executor, [state] {
+void KeyWaiters::Wake(const std::shared_ptr<State>& state,
+                      std::shared_ptr<const Completed> completed) {
+  asio::post(state->executor, [state, completed = std::move(completed)]() mutable {
     state->notified = true;
+    if (completed) state->completed = std::move(completed);
     state->timer.cancel();
   });
 }
@@ -36,13 +39,22 @@ void KeyWaiters::Wake(const std::shared_ptr<State>& state) {
 void KeyWaiters::Notify(const std::string& scope_digest) {
   MutexLock lock(mu_);
   auto [begin, end] = waiting_.equal_range(scope_digest);
-  for (auto it = begin; it != end; ++it) Wake(it->second);
+  for (auto it = begin; it != end; ++it) Wake(it->second, nullptr);
+}
+
+void KeyWaiters::NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
+                                 const Fingerprint& fingerprint) {
+  MutexLock lock(mu_);
+  auto [begin, end] = waiting_.equal_range(scope_digest);
+  if (begin == end) return;
+  auto completed = std::make_shared<const Completed>(Completed{response, fingerprint});
+  for (auto it = begin; it != end; ++it) Wake(it->second, completed);
 }
 
 void KeyWaiters::Shutdown() {
   shutting_down_.store(true, std::memory_order_release);
   MutexLock lock(mu_);
-  for (const auto& [digest, state] : waiting_) Wake(state);
+  for (const auto& [digest, state] : waiting_) Wake(state, nullptr);
 }
 
 size_t KeyWaiters::waiting() const {
@@ -65,6 +77,10 @@ KeyWaiters::Slot::Slot(KeyWaiters& owner, std::string scope_digest, std::shared_
     : owner_(owner), scope_digest_(std::move(scope_digest)), state_(std::move(state)) {}
 
 KeyWaiters::Slot::~Slot() { owner_.Leave(scope_digest_, state_.get()); }
+
+const std::shared_ptr<const KeyWaiters::Completed>& KeyWaiters::Slot::completed() const {
+  return state_->completed;
+}
 
 Task<void> KeyWaiters::Slot::Wait(std::chrono::steady_clock::time_point until) {
   if (!state_->notified && !shutting_down()) {

@@ -1,9 +1,11 @@
 // KeyWaiters: requests waiting for a key's first attempt to settle (`Prefer: wait=N`), so that a
 // duplicate gets the first attempt's result instead of 409. A waiter is woken in process as soon
-// as this gateway completes or releases the key (Notify), at shutdown, or at its own deadline;
-// it then asks the store again, which is what decides (a replay, a claim of its own, still in
-// flight). A key settled by another gateway sharing the store wakes nobody here: waiters look
-// again at a slow interval (the caller's `until`).
+// as this gateway completes or releases the key (Notify), at shutdown, or at its own deadline.
+// When this gateway completed the key, the waiter is handed the stored response with the
+// request fingerprint it answers, and may replay it without asking the store; otherwise it asks
+// the store again, which is what decides (a replay, a claim of its own, still in flight). A key
+// settled by another gateway sharing the store wakes nobody here: waiters look again at a slow
+// interval (the caller's `until`).
 //
 //   auto slot = waiters.Enter(scope_digest, co_await asio::this_coro::executor);
 //   if (!slot) -> answer 409 now (max_waiters are waiting, or shutting down)
@@ -24,7 +26,9 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "gateway/http.h"
+#include "idem/fingerprint.h"
 #include "idem/mutex.h"
+#include "idem/record.h"
 
 namespace idem::gateway {
 
@@ -42,8 +46,19 @@ class KeyWaiters {
   std::unique_ptr<Slot> Enter(std::string scope_digest, asio::any_io_executor executor)
       IDEM_EXCLUDES(mu_);
 
-  // Wakes every request waiting for `scope_digest` (its first attempt was completed or released).
+  // What a completion hands its waiters: the response stored for the key, and the fingerprint of
+  // the request it answers (a waiter replays it only for an equal fingerprint).
+  struct Completed {
+    StoredResponse response;
+    Fingerprint fingerprint;
+  };
+
+  // Wakes every request waiting for `scope_digest`: its attempt was released.
   void Notify(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
+  // Wakes them because this gateway completed it: Complete stored `response` (and answered kOk)
+  // for a request with `fingerprint`. The response is copied once, and only if someone waits.
+  void NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
+                       const Fingerprint& fingerprint) IDEM_EXCLUDES(mu_);
 
   // Wakes every waiter and refuses new ones; their Slot::shutting_down() is then true.
   void Shutdown() IDEM_EXCLUDES(mu_);
@@ -54,7 +69,8 @@ class KeyWaiters {
  private:
   struct State;
   void Leave(const std::string& scope_digest, const State* state) IDEM_EXCLUDES(mu_);
-  static void Wake(const std::shared_ptr<State>& state);
+  static void Wake(const std::shared_ptr<State>& state,
+                   std::shared_ptr<const Completed> completed);
 
   const size_t max_waiters_;
   std::atomic<bool> shutting_down_{false};
@@ -73,6 +89,10 @@ class KeyWaiters::Slot {
   Task<void> Wait(std::chrono::steady_clock::time_point until);
 
   bool shutting_down() const { return owner_.shutting_down(); }
+
+  // The completion this gateway handed over with a wake-up, if any (null otherwise). Call only
+  // from the waiting coroutine, after Wait.
+  const std::shared_ptr<const Completed>& completed() const;
 
  private:
   friend class KeyWaiters;

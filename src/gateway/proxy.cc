@@ -95,7 +95,8 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
   // settle
   const FencingToken token = verdict.token;
   const Outcome outcome =
-      co_await flow::Settle(s, route, admission.scope, token, forwarded, trace);
+      co_await flow::Settle(s, route, admission.scope, admission.fingerprint, token, forwarded,
+                            trace);
 
   // respond
   flow::MarkPreferenceApplied(waited, forwarded.response);

@@ -96,6 +96,43 @@ TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) 
   EXPECT_EQ(waiters.Enter("a", loop.io.get_executor()), nullptr) << "none enter after shutdown";
 }
 
+TEST(KeyWaitersTest, ACompletionHandsItsResponseToTheWaitersAReleaseDoesNot) {
+  Loop loop(2);
+  KeyWaiters waiters(10);
+  std::atomic<int> handed{0}, bare{0}, returned{0};
+  const Fingerprint fingerprint(Fingerprint::Bytes{1, 2, 3});
+  auto spawn = [&](std::string key) {
+    asio::co_spawn(
+        asio::make_strand(loop.io),
+        [&, key]() -> Task<void> {
+          auto slot = waiters.Enter(key, co_await asio::this_coro::executor);
+          co_await slot->Wait(SteadyClock::now() + 60s);
+          const auto& done = slot->completed();
+          if (done && done->response.status == 201 && done->response.body == "receipt" &&
+              done->fingerprint == fingerprint) {
+            ++handed;
+          } else if (!done) {
+            ++bare;
+          }
+          ++returned;
+        },
+        asio::detached);
+  };
+  spawn("done");
+  spawn("done");
+  spawn("released");
+  ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 3; }));
+  StoredResponse response;
+  response.status = 201;
+  response.body = "receipt";
+  waiters.NotifyCompleted("done", response, fingerprint);
+  waiters.Notify("released");
+  waiters.NotifyCompleted("nobody waits", response, fingerprint);  // copies nothing, wakes none
+  ASSERT_TRUE(WaitUntil([&] { return returned == 3; }));
+  EXPECT_EQ(handed, 2);
+  EXPECT_EQ(bare, 1);
+}
+
 TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {
   Loop loop(1);
   KeyWaiters waiters(2);

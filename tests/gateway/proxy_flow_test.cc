@@ -585,6 +585,9 @@ TEST(ProxyFlowTest, DuplicatePreferringToWaitGetsTheFirstAttemptsResponseWhenItC
   EXPECT_EQ(flow.count(Outcome::kConflict), 0u);
   EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kReplay), 1u);
   EXPECT_EQ(flow.waiters.waiting(), 0u);
+  EXPECT_EQ(flow.faults->calls(), 4)
+      << "Begin and Complete for the first; Begin, and Begin again on entering, for the waiter, "
+         "which then replays what the completion handed it without asking the store again";
 }
 
 TEST(ProxyFlowTest, DuplicatePreferringToWaitExecutesWhenTheFirstAttemptIsReleased) {

@@ -33,7 +33,8 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
 }
 
 Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope,
-                       FencingToken token, const StoredResponse& stored, const Trace& trace) {
+                       const Fingerprint& fingerprint, FencingToken token,
+                       const StoredResponse& stored, const Trace& trace) {
   const Duration retention = route.retention;
   const FencingToken complete_token = token;
   Result<CompleteOutcome> completed = InternalError("not completed");
@@ -44,7 +45,11 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
     completed = co_await s.store.AsyncComplete(std::move(attempt_scope), complete_token,
                                                std::move(to_store), retention, asio::use_awaitable);
   }
-  if (completed.ok()) s.waiters.Notify(trace.key_digest);  // waiters replay it now
+  if (completed.ok() && *completed == CompleteOutcome::kOk) {
+    s.waiters.NotifyCompleted(trace.key_digest, stored, fingerprint);  // waiters replay it now
+  } else if (completed.ok()) {
+    s.waiters.Notify(trace.key_digest);  // fenced: the record is someone else's; ask the store
+  }
   if (!completed.ok()) {
     // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
     // lease execute again, so it is tried again after the response, while the lease lasts.
@@ -64,7 +69,8 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
 bool IsTransient(unsigned status) { return status >= 500 || status == 408 || status == 429; }
 
 Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
-                     FencingToken token, Forwarded& forwarded, const Trace& trace) {
+                     const Fingerprint& fingerprint, FencingToken token, Forwarded& forwarded,
+                     const Trace& trace) {
   // The upstream acted beyond doubt when it answered, even if its answer was too large to read.
   const bool too_large = forwarded.failure == UpstreamResult::Failure::kTooLarge;
   const bool transient = forwarded.transport_failed()
@@ -78,7 +84,7 @@ Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
   const StoredResponse stored = too_large ? OversizedAnswer()
                                     : ToStored(forwarded.response, route,
                                                s.options.max_stored_response);
-  co_await CompleteKey(s, route, scope, token, stored, trace);
+  co_await CompleteKey(s, route, scope, fingerprint, token, stored, trace);
   forwarded.response.set(kReplayedHeader, "false");
   Outcome executed = Outcome::kExecuted;
   co_return executed;

@@ -17,8 +17,10 @@ bool IsTransient(unsigned status);
 
 // Settles the claim of `scope` held with `token` after `forwarded`, and returns the request's
 // outcome: kReleased or kExecuted (then the response is marked Idempotent-Replayed: false).
-// `trace` gives the key digest for log lines and the arrival time for the retry's deadline.
+// `trace` gives the key digest for log lines and the arrival time for the retry's deadline;
+// `fingerprint` (the request's) goes to the key's waiters with a completion.
 Task<Outcome> Settle(Services& services, const RoutePolicy& route, const Scope& scope,
-                     FencingToken token, Forwarded& forwarded, const Trace& trace);
+                     const Fingerprint& fingerprint, FencingToken token, Forwarded& forwarded,
+                     const Trace& trace);
 
 }  // namespace idem::gateway::flow

@@ -56,6 +56,12 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
       waited.shutting_down = true;
       break;
     }
+    // Completed here for a request like this one: that is the replay Begin would return, so
+    // skip asking the store (a burst of waiters would otherwise make a Begin each).
+    if (const auto& done = slot->completed(); done && done->fingerprint == fingerprint) {
+      waited.begun = BeginOutcome(Replay{done->response});
+      break;
+    }
   }
   s.metrics.WaitEnded(EndOf(waited),
                       std::chrono::duration_cast<Duration>(SteadyClock::now() - start));

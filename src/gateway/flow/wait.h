@@ -4,8 +4,10 @@
 // attempt, a claim of its own after a release (still one execution at a time: it goes through
 // Begin like any request), 422 for another request under the key, or 409 if the key is still in
 // flight at the deadline. Waiting holds no thread and polls no store in a loop: the waiter sleeps
-// on a timer that KeyWaiters cuts short when this gateway settles the key, and looks again every
-// kSlowPoll otherwise (a key settled by another gateway sharing the store).
+// on a timer that KeyWaiters cuts short when this gateway settles the key (a completion hands
+// over the stored response, replayed without another store call when the fingerprints match),
+// and looks again every kSlowPoll otherwise (a key settled by another gateway sharing the
+// store).
 #pragma once
 
 #include <chrono>
