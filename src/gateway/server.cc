@@ -335,6 +335,8 @@ int RunGateway(const GatewayOptions& given) {
                            "': " + store.status().ToString());
     return 2;
   }
+  // Before the io_context: a request frame it still holds when it goes leaves its wait slot.
+  KeyWaiters waiters(options.max_waiters);
   GatewayIoContext io(options.threads);
   UpstreamOptions upstream_options;
   upstream_options.connect_timeout = options.upstream_connect_timeout;
@@ -348,7 +350,6 @@ int RunGateway(const GatewayOptions& given) {
     return 2;
   }
   Metrics metrics;
-  KeyWaiters waiters(options.max_waiters);  // outlives the requests' frames (below)
   int abandoned = 0;
   {
     const int store_threads =

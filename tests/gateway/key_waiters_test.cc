@@ -74,8 +74,8 @@ void SpawnWaiter(Loop& loop, KeyWaiters& waiters, std::string key, SteadyClock::
 }
 
 TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) {
+  KeyWaiters waiters(100);  // outlives the loop: its threads may still be leaving slots
   Loop loop(3);
-  KeyWaiters waiters(100);
   Counts a, b;
   const auto far = SteadyClock::now() + 60s;
   for (int i = 0; i < 20; ++i) {
@@ -97,8 +97,8 @@ TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) 
 }
 
 TEST(KeyWaitersTest, ACompletionHandsItsResponseToTheWaitersAReleaseDoesNot) {
-  Loop loop(2);
   KeyWaiters waiters(10);
+  Loop loop(2);
   std::atomic<int> handed{0}, bare{0}, returned{0};
   const Fingerprint fingerprint(Fingerprint::Bytes{1, 2, 3});
   auto spawn = [&](std::string key) {
@@ -134,8 +134,8 @@ TEST(KeyWaitersTest, ACompletionHandsItsResponseToTheWaitersAReleaseDoesNot) {
 }
 
 TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {
-  Loop loop(1);
   KeyWaiters waiters(2);
+  Loop loop(1);
   auto one = waiters.Enter("k", loop.io.get_executor());
   auto two = waiters.Enter("k", loop.io.get_executor());
   ASSERT_NE(one, nullptr);
@@ -148,8 +148,8 @@ TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {
 }
 
 TEST(KeyWaitersTest, AWaiterNotifiedBeforeItWaitsReturnsAtOnce) {
-  Loop loop(2);
   KeyWaiters waiters(10);
+  Loop loop(2);
   std::atomic<bool> entered{false}, returned{false}, go{false};
   auto strand = asio::make_strand(loop.io);
   asio::co_spawn(
@@ -180,8 +180,8 @@ TEST(KeyWaitersTest, ConcurrentEnterWaitNotifyAndShutdown) {
   constexpr int kWaiters = 400;
   Counts counts;
   {
-    Loop loop(4);
     KeyWaiters waiters(kWaiters);
+    Loop loop(4);
     std::atomic<bool> stop{false};
     std::vector<std::thread> notifiers;
     for (int n = 0; n < 2; ++n) {
