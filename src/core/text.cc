@@ -6,6 +6,24 @@
 
 namespace idem::internal {
 
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> ListElements(std::string_view value) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const size_t comma = value.find(',');
+    const std::string_view element = TrimOws(value.substr(0, comma));
+    if (!element.empty()) out.push_back(element);
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/status.h"
 
@@ -15,6 +16,12 @@ namespace idem::internal {
 
 // ASCII case-insensitive equality (HTTP header names, tokens).
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
+// `s` without the spaces and tabs around it (HTTP's optional whitespace, RFC 9110 5.6.3).
+std::string_view TrimOws(std::string_view s);
+
+// The non-empty elements of a comma-separated list (RFC 9110 5.6.1), trimmed. Views into `value`.
+std::vector<std::string_view> ListElements(std::string_view value);
 
 // The value of one hex digit (either case), or -1.
 int HexValue(char c);

@@ -15,15 +15,7 @@ void StripHopByHop(http::header<kIsRequest, http::fields>& h,
   std::vector<std::string> named;
   for (auto it = h.find(http::field::connection); it != h.end() && it->name() == http::field::connection;
        ++it) {
-    std::string_view value = it->value();
-    while (!value.empty()) {
-      const size_t comma = value.find(',');
-      std::string_view token = value.substr(0, comma);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-      if (!token.empty()) named.emplace_back(token);
-      value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
-    }
+    for (std::string_view token : internal::ListElements(it->value())) named.emplace_back(token);
   }
   for (const auto& name : named) {
     const bool kept = std::any_of(keep.begin(), keep.end(), [&](std::string_view k) {

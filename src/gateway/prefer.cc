@@ -8,15 +8,9 @@
 namespace idem::gateway {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // Seconds in `value` (digits, optionally in double quotes); nullopt otherwise.
 std::optional<Duration> Seconds(std::string_view value) {
-  value = Trim(value);
+  value = internal::TrimOws(value);
   if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
     value = value.substr(1, value.size() - 2);
   }
@@ -31,14 +25,11 @@ std::optional<Duration> Seconds(std::string_view value) {
 
 // The wait preference in one field value; nullopt when it has none usable.
 std::optional<Duration> WaitIn(std::string_view field) {
-  while (!field.empty()) {
-    const size_t comma = field.find(',');
-    std::string_view preference = field.substr(0, comma);
-    field = comma == std::string_view::npos ? std::string_view() : field.substr(comma + 1);
-    preference = Trim(preference.substr(0, preference.find(';')));  // parameters do not matter
+  for (std::string_view preference : internal::ListElements(field)) {
+    preference = internal::TrimOws(preference.substr(0, preference.find(';')));  // no parameters
     const size_t eq = preference.find('=');
     if (eq == std::string_view::npos) continue;
-    if (!internal::EqualsIgnoreCase(Trim(preference.substr(0, eq)), "wait")) continue;
+    if (!internal::EqualsIgnoreCase(internal::TrimOws(preference.substr(0, eq)), "wait")) continue;
     return Seconds(preference.substr(eq + 1));
   }
   return std::nullopt;

@@ -9,6 +9,8 @@ namespace idem::gateway {
 namespace {
 
 using internal::EqualsIgnoreCase;
+using internal::ListElements;
+using internal::TrimOws;
 
 constexpr std::string_view kKeyHeaderName = "Idempotency-Key";
 
@@ -23,25 +25,6 @@ bool IsToken(std::string_view s) {
     if (!IsTchar(c)) return false;
   }
   return true;
-}
-
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// The non-empty elements of a comma-separated list (RFC 9110 5.6.1), trimmed.
-std::vector<std::string_view> ListElements(std::string_view value) {
-  std::vector<std::string_view> out;
-  while (true) {
-    const size_t comma = value.find(',');
-    const std::string_view element = TrimOws(value.substr(0, comma));
-    if (!element.empty()) out.push_back(element);
-    if (comma == std::string_view::npos) break;
-    value.remove_prefix(comma + 1);
-  }
-  return out;
 }
 
 Refusal Refuse(Cause cause, std::string detail, const http::request_header<>& header) {
