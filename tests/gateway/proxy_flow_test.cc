@@ -102,6 +102,18 @@ class Flow {
     return response.get();
   }
 
+  // Starts a POST to `target` with `key` whose upstream answer, `step`, is held until
+  // upstream.Release(); returns once the request is at the upstream (the key in flight).
+  std::future<Response> StartHeld(std::string target, std::string key,
+                                  FakeUpstream::Step step = {}) {
+    step.hold = true;
+    const int held_before = upstream.held();
+    upstream.Script(std::move(step));
+    std::future<Response> response = Start(Post(std::move(target), std::move(key)));
+    EXPECT_TRUE(RunUntil([&] { return upstream.held() == held_before + 1; }));
+    return response;
+  }
+
   // Runs the event loop until `done` holds (at most 5 s, so a broken test fails, never hangs).
   template <typename Pred>
   bool RunUntil(Pred done) {
@@ -560,11 +572,8 @@ Request PostPreferringWait(std::string key, std::string prefer, std::string body
 
 TEST(ProxyFlowTest, DuplicatePreferringToWaitGetsTheFirstAttemptsResponseWhenItCompletes) {
   Flow flow;
-  FakeUpstream::Step held = FakeUpstream::Answer(201, "created once");
-  held.hold = true;
-  flow.upstream.Script(held);
-  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+  std::future<Response> first =
+      flow.StartHeld("/pay", "k-1", FakeUpstream::Answer(201, "created once"));
 
   std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=5"));
   ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
@@ -592,12 +601,9 @@ TEST(ProxyFlowTest, DuplicatePreferringToWaitGetsTheFirstAttemptsResponseWhenItC
 
 TEST(ProxyFlowTest, DuplicatePreferringToWaitExecutesWhenTheFirstAttemptIsReleased) {
   Flow flow;
-  FakeUpstream::Step unavailable = FakeUpstream::Answer(503, "try later");
-  unavailable.hold = true;
-  flow.upstream.Script(unavailable);
+  std::future<Response> first =
+      flow.StartHeld("/pay", "k-1", FakeUpstream::Answer(503, "try later"));
   flow.upstream.Script(FakeUpstream::Answer(201, "second attempt"));
-  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
   std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "respond-async, wait=5"));
   ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
 
@@ -616,11 +622,7 @@ TEST(ProxyFlowTest, DuplicatePreferringToWaitExecutesWhenTheFirstAttemptIsReleas
 
 TEST(ProxyFlowTest, WaitEndsIn409AtItsDeadlineAndAnotherBodyGets422WithoutWaiting) {
   Flow flow;
-  FakeUpstream::Step held;
-  held.hold = true;
-  flow.upstream.Script(held);
-  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+  std::future<Response> first = flow.StartHeld("/pay", "k-1");
 
   const auto started = std::chrono::steady_clock::now();
   std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=1"));
@@ -650,13 +652,8 @@ TEST(ProxyFlowTest, NoWaitWithoutThePreferenceOnARouteWithMaxWaitZeroOrBeyondMax
   waiting_route.lease = kLease;
   waiting_route.max_wait = 2s;
   flow.options.routes.insert(flow.options.routes.begin(), waiting_route);
-  FakeUpstream::Step held;
-  held.hold = true;
-  flow.upstream.Script(held);
-  flow.upstream.Script(held);
-  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
-  std::future<Response> first_wait = flow.Start(Flow::Post("/wait", "k-2"));
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 2; }));
+  std::future<Response> first = flow.StartHeld("/pay", "k-1");
+  std::future<Response> first_wait = flow.StartHeld("/wait", "k-2");
 
   // max_wait = 0 on /pay: 409 at once, no Preference-Applied.
   std::future<Response> refused = flow.Start(PostPreferringWait("k-1", "wait=5"));
@@ -702,11 +699,7 @@ TEST(ProxyFlowTest, NoWaitWithoutThePreferenceOnARouteWithMaxWaitZeroOrBeyondMax
 
 TEST(ProxyFlowTest, ShutdownWakesWaitersWith503AndRetryAfter) {
   Flow flow;
-  FakeUpstream::Step held;
-  held.hold = true;
-  flow.upstream.Script(held);
-  std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.upstream.held() == 1; }));
+  std::future<Response> first = flow.StartHeld("/pay", "k-1");
   std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=10"));
   ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
 
