@@ -29,9 +29,10 @@ constexpr std::string_view kTenant = "idem.intent";
 // lease (StoreOptions::abandoned_retention's default), then counts as absent.
 constexpr int64_t kAbandonedMs = int64_t{24} * 3600 * 1000;
 
-class Stmt : public internal::worker::SqliteStmt {
+class IntentStmt : public internal::worker::SqliteStmt {
  public:
-  Stmt(sqlite3* db, std::string_view op) : SqliteStmt(db, op, internal::sqlite::kRecordTables) {}
+  IntentStmt(sqlite3* db, std::string_view op)
+      : SqliteStmt(db, op, internal::sqlite::kRecordTables) {}
 };
 
 // Every intent record carries this fingerprint (sha256 of "idem intent", as on PostgreSQL).
@@ -45,7 +46,7 @@ Result<Fingerprint> IntentFingerprint() {
 // SQLite store issues below its own reservation and re-reads the row when another connection
 // has committed, so tokens stay strictly increasing across both.
 Result<int64_t> NextToken(sqlite3* db) {
-  Stmt stmt(db, "intent begin: fence");
+  IntentStmt stmt(db, "intent begin: fence");
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "UPDATE idem_meta SET value = value + 1 WHERE name = 'fence' RETURNING value"));
   auto row = stmt.Step();
@@ -68,7 +69,7 @@ Result<IntentBegun> IntentBegin(sqlite3* db, std::string_view intent_id,
 
   std::optional<internal::RecordHead> head;
   {
-    Stmt read(db, kOp);
+    IntentStmt read(db, kOp);
     IDEM_RETURN_IF_ERROR(read.Prepare(
         "SELECT fingerprint, state, token, lease_deadline_ms, expires_ms FROM idem_records "
         "WHERE tenant = ?1 AND client = '' AND key = ?2"));
@@ -108,7 +109,7 @@ Result<IntentBegun> IntentBegin(sqlite3* db, std::string_view intent_id,
   auto token = NextToken(db);
   if (!token.ok()) return token.status().WithContext("intent " + std::string(intent_id));
   const int64_t deadline = now + lease.count();
-  Stmt write(db, kOp);
+  IntentStmt write(db, kOp);
   if (decision.action == BeginAction::kTakeOver) {
     IDEM_RETURN_IF_ERROR(write.Prepare(
         "UPDATE idem_records SET token = ?3, lease_deadline_ms = ?4, expires_ms = ?5 "
@@ -139,7 +140,7 @@ Result<bool> IntentSent(sqlite3* db, std::string_view intent_id, uint64_t token,
   const int64_t now = NowMs();
   const std::string headers = internal::EncodeHeaders({});
   // The stored response, as the PostgreSQL intents store it: 204, no headers, no body.
-  Stmt stmt(db, kOp);
+  IntentStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "UPDATE idem_records SET state = 2, expires_ms = ?4, status = 204, headers = ?5, "
       "body = x'' WHERE tenant = ?1 AND client = '' AND key = ?2 AND token = ?3 AND state = 1 "
@@ -155,7 +156,7 @@ Result<bool> IntentRelease(sqlite3* db, std::string_view intent_id, uint64_t tok
   constexpr std::string_view kOp = "intent release";
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {intent_id}));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
-  Stmt stmt(db, kOp);
+  IntentStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "DELETE FROM idem_records WHERE tenant = ?1 AND client = '' AND key = ?2 AND token = ?3 "
       "AND state = 1 AND expires_ms > ?4"));

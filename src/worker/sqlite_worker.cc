@@ -73,9 +73,9 @@ CREATE TABLE IF NOT EXISTS idem_states (
 )sql";
 
 // The worker tables' statements: created on first use.
-class Stmt : public internal::worker::SqliteStmt {
+class WorkerStmt : public internal::worker::SqliteStmt {
  public:
-  Stmt(sqlite3* db, std::string_view op) : SqliteStmt(db, op, kSchema) {}
+  WorkerStmt(sqlite3* db, std::string_view op) : SqliteStmt(db, op, kSchema) {}
 };
 
 }  // namespace
@@ -84,7 +84,7 @@ Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view
   constexpr std::string_view kOp = "inbox claim";
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {consumer, message_id}));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
-  Stmt stmt(db, kOp);
+  WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "INSERT INTO idem_inbox (consumer, message_id, claimed_ms, expires_ms) "
       "VALUES (?1, ?2, ?3, ?3 + coalesce((SELECT keep_ms FROM idem_inbox_consumers "
@@ -99,7 +99,7 @@ Status InboxRetention(sqlite3* db, std::string_view consumer, std::chrono::secon
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {consumer}));
   if (keep.count() < 0) return InvalidArgumentError("inbox retention: keep must be >= 0");
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
-  Stmt stmt(db, kOp);
+  WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "INSERT INTO idem_inbox_consumers (consumer, keep_ms) VALUES (?1, ?2) "
       "ON CONFLICT (consumer) DO UPDATE SET keep_ms = excluded.keep_ms"));
@@ -113,7 +113,7 @@ Result<int64_t> InboxSweep(sqlite3* db, int64_t limit) {
   constexpr std::string_view kOp = "inbox sweep";
   if (limit <= 0) return InvalidArgumentError("inbox sweep: limit must be positive");
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
-  Stmt stmt(db, kOp);
+  WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "DELETE FROM idem_inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id "
       "FROM idem_inbox WHERE expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2)"));
@@ -129,7 +129,7 @@ Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_vie
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
   const std::string_view meta = meta_json.empty() ? "{}" : meta_json;
   {
-    Stmt stmt(db, kOp);
+    WorkerStmt stmt(db, kOp);
     IDEM_RETURN_IF_ERROR(stmt.Prepare(
         "INSERT INTO idem_ledger (txn_id, account, amount, meta, created_ms) "
         "VALUES (?1, ?2, ?3, json(?4), ?5) ON CONFLICT (txn_id) DO NOTHING"));
@@ -150,7 +150,7 @@ Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_vie
     // sqlite3_changes counts the ledger row, not the trigger's balance row.
     if (sqlite3_changes(db) == 1) return true;
   }
-  Stmt existing(db, kOp);
+  WorkerStmt existing(db, kOp);
   IDEM_RETURN_IF_ERROR(
       existing.Prepare("SELECT account, amount FROM idem_ledger WHERE txn_id = ?1"));
   auto row = existing.Text(1, txn_id).Step();
@@ -172,7 +172,7 @@ Result<int64_t> LedgerBalance(sqlite3* db, std::string_view account) {
   constexpr std::string_view kOp = "ledger balance";
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {account}));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
-  Stmt stmt(db, kOp);
+  WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare("SELECT balance FROM idem_balances WHERE account = ?1"));
   auto row = stmt.Text(1, account).Step();
   if (!row.ok()) return row.status();
@@ -191,7 +191,7 @@ Result<TransitionOutcome> Transition(sqlite3* db, std::string_view kind, std::st
   bool allowed = false;
   for (std::string_view from : allowed_from) allowed = allowed || from == *state;
   if (!allowed) return TransitionOutcome::kRefused;
-  Stmt stmt(db, kOp);
+  WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "INSERT INTO idem_states (kind, id, state, updated_ms) VALUES (?1, ?2, ?3, ?4) "
       "ON CONFLICT (kind, id) DO UPDATE SET state = excluded.state, "
@@ -205,7 +205,7 @@ Result<std::string> StateOf(sqlite3* db, std::string_view kind, std::string_view
   constexpr std::string_view kOp = "state of";
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {kind, id}));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
-  Stmt stmt(db, kOp);
+  WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare("SELECT state FROM idem_states WHERE kind = ?1 AND id = ?2"));
   auto row = stmt.Text(1, kind).Text(2, id).Step();
   if (!row.ok()) return row.status();

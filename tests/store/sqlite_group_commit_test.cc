@@ -17,13 +17,15 @@
 #include "store/sqlite/sqlite_store.h"
 #include "util/temp_dir.h"
 
+#include "util/test_fingerprint.h"
+
 namespace idem {
 namespace {
 
 namespace asio = boost::asio;
 using std::chrono::seconds;
+using testing::Fp;
 
-Fingerprint Fp() { return *ComputeFingerprint({}, {"POST", "/", "", "x", {}}); }
 
 struct Tally {
   int acquired = 0, completed = 0, failed = 0;

@@ -20,12 +20,14 @@
 #include "store/sqlite/sqlite_store.h"
 #include "util/temp_dir.h"
 
+#include "util/test_fingerprint.h"
+
 namespace idem {
 namespace {
 
 using std::chrono::seconds;
+using testing::Fp;
 
-Fingerprint Fp() { return *ComputeFingerprint({}, {"POST", "/", "", "x", {}}); }
 
 // Runs raw SQL on the database file, as another process would.
 void RawSql(const std::string& path, const std::string& sql) {

@@ -19,13 +19,15 @@
 #include "idem/store_wrapper.h"
 #include "util/fault_store.h"
 
+#include "util/test_fingerprint.h"
+
 namespace idem {
 namespace {
 
 namespace asio = boost::asio;
 using std::chrono::seconds;
+using testing::Fp;
 
-Fingerprint Fp() { return *ComputeFingerprint({}, {"POST", "/", "", "x", {}}); }
 
 std::unique_ptr<Store> Memory() { return std::move(*OpenStore("memory")); }
 
