@@ -192,6 +192,42 @@ class Store {
   virtual void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) {
     done(Release(scope, token));
   }
+
+  // ---- Settle notices: waking waiters in other processes that share the store ----
+  //
+  // A request waiting for a key in flight (the gateway's `Prefer: wait`) marks the key with
+  // Watch. The Complete, Release or Purge that later settles a marked key, in whatever process,
+  // publishes a notice that every subscriber of the store receives, so a waiter on gateway B
+  // wakes when gateway A completes. Unmarked keys publish nothing: requests that nobody waits
+  // for pay nothing. Redis (pub/sub) and PostgreSQL (LISTEN/NOTIFY) implement both; the memory
+  // store is never shared and SQLite has no channel between processes, so for them Watch does
+  // nothing and SubscribeSettled returns null (a gateway wakes its own waiters in process, and
+  // waiters elsewhere look again at a slow interval).
+  //
+  // Marks the record of `scope` if it is in flight; does nothing otherwise. A mark lasts as
+  // long as the attempt it marks (a takeover keeps it; a new claim after a release starts
+  // unmarked). Errors are the engine's; a caller may ignore them and rely on its slow look.
+  virtual Status Watch(const Scope& scope) { return Status::Ok(); }
+
+  // A subscription to settle notices; destroying it stops them (and waits for a handler that
+  // is running to return).
+  class SettleSubscription {
+   public:
+    virtual ~SettleSubscription() = default;
+  };
+  // Called with the Scope::Digest() of a settled, marked key.
+  using SettleHandler = std::function<void(std::string_view scope_digest)>;
+
+  // Starts delivering notices to `on_settled`, on a thread of the subscription's, until the
+  // subscription is destroyed. Notices are hints, not a log: one published while the
+  // subscription is reconnecting (it does so by itself, with backoff) is lost, and a notice may
+  // name a key the subscriber does not care about. A subscriber must therefore still look at
+  // the store itself, now and then. Null (and Ok) for a store without notices; an error only
+  // when the store has notices and the first connection failed for a reason retrying cannot
+  // fix (a bad password, say).
+  virtual Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(SettleHandler on_settled) {
+    return std::unique_ptr<SettleSubscription>();
+  }
 };
 
 // Opens a store from a URL. Options follow '?', joined with '&'; an unknown option or a bad

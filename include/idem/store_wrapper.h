@@ -1,5 +1,6 @@
-// StoreWrapper: a Store that forwards every call to another Store, NeverBlocks included (a
-// wrapper around the memory store keeps its inline path in StoreExecutor).
+// StoreWrapper: a Store that forwards every call to another Store, NeverBlocks, Watch and
+// SubscribeSettled included (a wrapper around the memory store keeps its inline path in
+// StoreExecutor).
 //
 // Subclass it and override one method to add behaviour around a store (metrics, logging, fault
 // injection in tests) without re-implementing the others. The Submit calls and QueuesWrites
@@ -8,6 +9,8 @@
 //
 // Thread safety: as thread-safe as the wrapped store.
 #pragma once
+
+#include <utility>
 
 #include "idem/store.h"
 
@@ -36,6 +39,11 @@ class StoreWrapper : public Store {
   Result<uint64_t> Sweep(TimePoint now) override { return target_.Sweep(now); }
   std::string Describe() const override { return target_.Describe(); }
   bool NeverBlocks() const override { return target_.NeverBlocks(); }
+  Status Watch(const Scope& scope) override { return target_.Watch(scope); }
+  Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
+      SettleHandler on_settled) override {
+    return target_.SubscribeSettled(std::move(on_settled));
+  }
 
  private:
   Store& target_;

@@ -11,6 +11,7 @@ struct KeyWaiters::State {
   const asio::any_io_executor executor;
   asio::steady_timer timer;
   bool notified = false;
+  bool interrupted = false;
   std::shared_ptr<const Completed> completed;
 };
 
@@ -82,8 +83,20 @@ const std::shared_ptr<const KeyWaiters::Completed>& KeyWaiters::Slot::completed(
   return state_->completed;
 }
 
+std::function<void()> KeyWaiters::Slot::Interrupter() const {
+  return [state = state_] {
+    asio::post(state->executor, [state] {
+      state->interrupted = true;
+      state->notified = true;
+      state->timer.cancel();
+    });
+  };
+}
+
+bool KeyWaiters::Slot::interrupted() const { return state_->interrupted; }
+
 Task<void> KeyWaiters::Slot::Wait(std::chrono::steady_clock::time_point until) {
-  if (!state_->notified && !shutting_down()) {
+  if (!state_->notified && !state_->interrupted && !shutting_down()) {
     state_->timer.expires_at(until);
     boost::system::error_code ec;  // operation_aborted: woken
     co_await state_->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));

@@ -11,6 +11,9 @@
 //   if (!slot) -> answer 409 now (max_waiters are waiting, or shutting down)
 //   co_await slot->Wait(deadline);   // woken early by Notify(scope_digest) or Shutdown()
 //
+// A slot can also be interrupted: the gateway watches a waiting client's connection and frees
+// its slot at once if the client hangs up (Slot::Interrupter).
+//
 // Thread safety: Enter, Notify, Shutdown and waiting() from any thread. A Slot belongs to the
 // coroutine that entered; its executor must be the one that coroutine runs on (a strand, or a
 // single-threaded io_context), because wake-ups are posted there.
@@ -18,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -89,6 +93,12 @@ class KeyWaiters::Slot {
   Task<void> Wait(std::chrono::steady_clock::time_point until);
 
   bool shutting_down() const { return owner_.shutting_down(); }
+
+  // A callable that wakes this slot for good, from any thread, even after the slot is gone:
+  // for the watch on a waiting client's connection. Call only from the waiting coroutine.
+  std::function<void()> Interrupter() const;
+  // True once the interrupter was called (the client hung up).
+  bool interrupted() const;
 
   // The completion this gateway handed over with a wake-up, if any (null otherwise). Call only
   // from the waiting coroutine, after Wait.

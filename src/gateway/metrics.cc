@@ -48,6 +48,7 @@ std::string_view WaitEndLabel(WaitEnd end) {
     case WaitEnd::kReplay: return "replay";
     case WaitEnd::kExecution: return "execution";
     case WaitEnd::kTimeout: return "timeout";
+    case WaitEnd::kHangup: return "hangup";
     case WaitEnd::kOther: return "other";
     case WaitEnd::kCount: break;
   }

@@ -40,6 +40,7 @@ enum class WaitEnd {
   kReplay,     // the first attempt completed: its response was replayed
   kExecution,  // it was released (or its lease ran out): this request executed
   kTimeout,    // still in flight at the deadline: 409
+  kHangup,     // the client closed its connection while waiting
   kOther,      // a mismatch, a store failure, or shutdown
   kCount,
 };

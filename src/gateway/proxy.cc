@@ -31,7 +31,7 @@ Task<Response> ForwardUnprotected(Services& s, Request& request, flow::Trace& tr
 
 }  // namespace
 
-Task<Response> HandleProxyRequest(Services& s, Request& request) {
+Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHangup* client) {
   flow::Trace trace(s, request);
 
   // admit
@@ -57,7 +57,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
       co_await flow::Claim(s, admission.scope, admission.fingerprint, route.lease);
   const flow::Waited waited =
       co_await flow::AwaitSettled(s, route, request, admission.scope, admission.fingerprint,
-                                  trace.key_digest, std::move(claimed));
+                                  trace.key_digest, std::move(claimed), client);
   if (waited.shutting_down) {
     const Answer& answer = AnswerFor(Cause::kShuttingDown);
     Response res = MakeProblem(answer,
@@ -68,8 +68,10 @@ Task<Response> HandleProxyRequest(Services& s, Request& request) {
     trace.Finish(answer, res);
     co_return std::move(res);
   }
+  // A client that hung up while waiting gets the 409 it would have had (nobody reads it): it
+  // never claims the key.
   flow::ClaimVerdict verdict = flow::VerdictFor(waited.begun, route, request, trace.key_digest);
-  trace.detail = verdict.detail;
+  trace.detail = waited.hung_up ? "the client hung up while waiting" : verdict.detail;
   if (!verdict.log_message.empty()) LogAnswer(s.log, *verdict.answer, verdict.log_message);
   if (verdict.action == flow::ClaimVerdict::Action::kForwardUnprotected) {
     s.log.Warn("fail_open", "store failed, forwarding without idempotency: " + trace.detail);

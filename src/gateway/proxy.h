@@ -3,13 +3,16 @@
 // admit -> claim -> forward -> settle, then the response is counted and logged (flow/trace.h).
 #pragma once
 
+#include "gateway/flow/wait.h"
 #include "gateway/http.h"
 #include "gateway/services.h"
 
 namespace idem::gateway {
 
 // Handles one request. Never throws. Runs to the end even if the client has gone: a completion
-// or a release must not be cut short, because that client is the one who will retry.
-Task<Response> HandleProxyRequest(Services& services, Request& request);
+// or a release must not be cut short, because that client is the one who will retry. Only a
+// wait for a key in flight ends early when `client` (may be null) reports a hang-up.
+Task<Response> HandleProxyRequest(Services& services, Request& request,
+                                  flow::ClientHangup* client = nullptr);
 
 }  // namespace idem::gateway

@@ -21,6 +21,7 @@
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
+#include "gateway/socket_hangup.h"
 #include "gateway/upstream_pool.h"
 #include "idem/gateway.h"
 #include "idem/store.h"
@@ -206,7 +207,8 @@ class Server {
       if (admin) {
         response = co_await HandleAdminRequest(services_, request);
       } else {
-        response = co_await HandleProxyRequest(services_, request);
+        SocketHangup hangup(stream.socket());
+        response = co_await HandleProxyRequest(services_, request, &hangup);
       }
       if (draining_ || !client_keep_alive) response.keep_alive(false);
       stream.expires_after(options_.client_read_timeout);
@@ -338,6 +340,16 @@ int RunGateway(const GatewayOptions& given) {
   // Before the io_context: a request frame it still holds when it goes leaves its wait slot.
   KeyWaiters waiters(options.max_waiters);
   GatewayIoContext io(options.threads);
+  // Settles by other gateways sharing the store (Redis pub/sub, PostgreSQL LISTEN) wake this
+  // gateway's waiters. After the io_context (a wake-up is posted to a waiter's strand), so it
+  // stops before the io_context goes; the store outlives it.
+  auto notices = (**store).SubscribeSettled(
+      [&waiters](std::string_view scope_digest) { waiters.Notify(std::string(scope_digest)); });
+  if (!notices.ok()) {
+    log.Warn("store", "no settle notices (" + notices.status().ToString() +
+                          "): a request waiting for a key another gateway runs looks again "
+                          "every second instead of waking at once");
+  }
   UpstreamOptions upstream_options;
   upstream_options.connect_timeout = options.upstream_connect_timeout;
   upstream_options.response_timeout = options.upstream_response_timeout;

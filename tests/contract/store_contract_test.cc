@@ -7,8 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <latch>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -526,6 +529,92 @@ TEST_P(StoreContractTest, DuplicatesRacingCompletionsNeverAcquireTwice) {
   EXPECT_EQ(acquisitions.load(), kScopes);
   EXPECT_EQ(completions.load(), kScopes);
   EXPECT_EQ(bad.load(), 0);
+}
+
+// ---- settle notices: Watch and SubscribeSettled (stores shared between processes) ---------
+
+namespace {
+
+// The digests a subscription delivered, in order.
+class NoticeLog {
+ public:
+  Store::SettleHandler Handler() {
+    return [this](std::string_view digest) {
+      std::lock_guard lock(mu_);
+      seen_.emplace_back(digest);
+      arrived_.notify_all();
+    };
+  }
+  // Waits up to 5 s for `digest`; returns every digest seen up to and including it (empty
+  // when it never came).
+  std::vector<std::string> Until(const std::string& digest) {
+    std::unique_lock lock(mu_);
+    const bool came = arrived_.wait_for(lock, seconds(5), [&] {
+      return std::find(seen_.begin(), seen_.end(), digest) != seen_.end();
+    });
+    if (!came) return {};
+    return {seen_.begin(), std::find(seen_.begin(), seen_.end(), digest) + 1};
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable arrived_;
+  std::vector<std::string> seen_;
+};
+
+}  // namespace
+
+TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishNothing) {
+  NoticeLog log;
+  auto subscription = Must(store_->SubscribeSettled(log.Handler()));
+  if (!subscription) {
+    EXPECT_TRUE(store_->Watch(S("any")).ok()) << "a store without notices watches nothing";
+    GTEST_SKIP() << GetParam().name << " has no settle notices (one process, or no channel)";
+  }
+  // Unwatched: completed and released without a notice.
+  const Scope quiet = S("quiet"), quiet_released = S("quiet-released");
+  Must(store_->Complete(quiet, Token(Must(store_->Begin(quiet, Fp("a"), kLease))), Created(),
+                        kTtl));
+  Must(store_->Release(quiet_released,
+                       Token(Must(store_->Begin(quiet_released, Fp("a"), kLease)))));
+  // Watching a key that is absent or completed marks nothing.
+  EXPECT_TRUE(store_->Watch(S("absent")).ok());
+  EXPECT_TRUE(store_->Watch(quiet).ok());
+
+  // Watched, then completed, released, purged, or taken over and then completed.
+  const Scope completed = S("completed"), released = S("released"), purged = S("purged"),
+              taken = S("taken-over");
+  const FencingToken c = Token(Must(store_->Begin(completed, Fp("a"), kLease)));
+  const FencingToken r = Token(Must(store_->Begin(released, Fp("a"), kLease)));
+  Must(store_->Begin(purged, Fp("a"), kLease));
+  Must(store_->Begin(taken, Fp("a"), kLease));
+  for (const Scope& scope : {completed, released, purged, taken}) {
+    EXPECT_TRUE(store_->Watch(scope).ok());
+  }
+  EXPECT_EQ(Must(store_->Complete(completed, c, Created(), kTtl)), CompleteOutcome::kOk);
+  EXPECT_EQ(Must(store_->Release(released, r)), ReleaseOutcome::kReleased);
+  EXPECT_TRUE(Must(store_->Purge(purged)));
+  clock_->Advance(kLease + seconds(1));
+  const FencingToken t = Token(Must(store_->Begin(taken, Fp("a"), kLease)));
+  EXPECT_EQ(Must(store_->Complete(taken, t, Created(), kTtl)), CompleteOutcome::kOk);
+
+  // Notices arrive in the order of the settles, so once the last is in, every earlier one is.
+  const std::vector<std::string> seen = log.Until(taken.Digest());
+  ASSERT_FALSE(seen.empty()) << "the taken-over key's completion was never noticed";
+  const std::vector<std::string> expected = {completed.Digest(), released.Digest(),
+                                             purged.Digest(), taken.Digest()};
+  EXPECT_EQ(seen, expected) << "unwatched keys must publish nothing; watched ones once each";
+
+  // A new claim after the release starts unwatched: its completion is not noticed.
+  const FencingToken again = Token(Must(store_->Begin(released, Fp("a"), kLease)));
+  Must(store_->Complete(released, again, Created(), kTtl));
+  const Scope last = S("last");
+  Must(store_->Begin(last, Fp("a"), kLease));
+  EXPECT_TRUE(store_->Watch(last).ok());
+  EXPECT_TRUE(Must(store_->Purge(last)));
+  const std::vector<std::string> later = log.Until(last.Digest());
+  ASSERT_EQ(later.size(), expected.size() + 1);
+  EXPECT_EQ(later.back(), last.Digest());
 }
 
 // ---- durability: a real process killed with SIGKILL ------------------------------------------

@@ -24,6 +24,7 @@ namespace idem::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 // The fencing token the example service echoes in its receipt ("fencing_token":"7"), or 0.
@@ -241,6 +242,33 @@ TEST_F(GatewayTest, UnreachableUpstreamIs502AndTheKeyIsReleased) {
   StartGateway();
   EXPECT_EQ(Post("/pay", "down", "b").status, 201);
   EXPECT_EQ(Executions("down"), 1);
+}
+
+// A waiting client that closes its connection frees its wait slot at once, not at the end of
+// its wait, and its request never runs.
+TEST_F(GatewayTest, AWaitingClientThatHangsUpIsNoticedAtOnceAndNeverRuns) {
+  StartGateway();
+  HttpResponse first;
+  std::thread runner([&] { first = Post("/v1/payments", "hang", "b", {{"X-Sleep-Ms", "1500"}}); });
+  ASSERT_TRUE(WaitFor([&] { return InFlight("hang"); }, 5s));
+  // Sends the duplicate, waits 300 ms for an answer that cannot come yet, and hangs up.
+  const std::string answer = RawExchange(
+      gateway_address_,
+      "POST /v1/payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: hang\r\nPrefer: wait=30\r\n"
+      "Content-Length: 1\r\n\r\nb",
+      300ms);
+  EXPECT_EQ(answer, "") << "the first attempt still runs: nothing to answer yet";
+  const auto hung_up_at = SteadyClock::now();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Metrics().find("idem_gateway_waits_total{end=\"hangup\"} 1") != std::string::npos;
+      },
+      5s, 10ms))
+      << Metrics();
+  EXPECT_LT(SteadyClock::now() - hung_up_at, 1s) << "noticed at the hang-up";
+  runner.join();
+  EXPECT_EQ(first.status, 201);
+  EXPECT_EQ(Executions("hang"), 1);
 }
 
 TEST_F(GatewayTest, ResponsesTooLargeToStoreAreNeverExecutedTwice) {

@@ -102,6 +102,28 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
     return r.status == 200 ? std::stoi(r.body) : -1;
   }
 
+  // Runs `key` on gateway 0 (a 600 ms upstream) and, 150 ms later, a duplicate preferring to
+  // wait on gateway 1. Returns how long after the first attempt's
+  // answer the waiter got its replay; fails the test if the waiter did not get one.
+  SteadyClock::duration CrossGatewayWakeLag(const std::string& key) {
+    SteadyClock::time_point first_done, waiter_done;
+    HttpResponse first, waiter;
+    std::thread runner([&] {
+      first = Post(0, key, "b", {{"X-Sleep-Ms", "600"}});
+      first_done = SteadyClock::now();
+    });
+    std::this_thread::sleep_for(150ms);  // the first attempt is in flight by then
+    waiter = Post(1, key, "b", {{"Prefer", "wait=10"}});
+    waiter_done = SteadyClock::now();
+    runner.join();
+    EXPECT_EQ(first.status, 201) << first.error << first.body;
+    EXPECT_EQ(waiter.status, 201) << waiter.error << waiter.body;
+    EXPECT_EQ(waiter.Header("Idempotent-Replayed"), "true");
+    EXPECT_EQ(waiter.Header("Preference-Applied"), "wait=10");
+    EXPECT_EQ(Executions(key), 1);
+    return waiter_done - first_done;
+  }
+
   TempDir dir_;
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<Process> service_;
@@ -149,6 +171,30 @@ TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneRes
   EXPECT_EQ(replay.status, 201);
   EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(replay.Header("Preference-Applied"), "") << "no wait: the key was not in flight";
+}
+
+// The store tells gateway 1 when gateway 0 completes a key gateway 1 has a waiter for (Redis
+// pub/sub, PostgreSQL LISTEN/NOTIFY): the waiter answers within milliseconds of the first
+// attempt, not at its next look (every second), and the store's own restart does not end that.
+TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByTheCompletionNotByItsNextLook) {
+  // The waiter enters about 150 ms into the 600 ms attempt, so its next look would come about
+  // 550 ms after the completion: under 300 ms, only the notice can have woken it.
+  for (int i = 0; i < 3; ++i) {
+    const auto lag = CrossGatewayWakeLag("cross-" + std::to_string(i));
+    EXPECT_LT(lag, 300ms) << "attempt " << i << ": "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(lag).count();
+  }
+
+  server_->Kill();
+  ASSERT_EQ(server_->Restart(), "");
+  for (int gateway = 0; gateway < 2; ++gateway) {  // both gateways' pools have reconnected
+    const std::string key = "after-restart-" + std::to_string(gateway);
+    ASSERT_TRUE(WaitFor([&] { return Post(gateway, key, "b").status == 201; }, 10s, 100ms));
+  }
+  // The subscriber reconnects by itself, within its 2 s backoff cap.
+  std::this_thread::sleep_for(2500ms);
+  const auto lag = CrossGatewayWakeLag("cross-after-restart");
+  EXPECT_LT(lag, 300ms) << std::chrono::duration_cast<std::chrono::milliseconds>(lag).count();
 }
 
 TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) {

@@ -89,9 +89,9 @@ class Flow {
     return req;
   }
 
-  // Starts a request; the caller drives `io`.
-  std::future<Response> Start(Request request) {
-    return asio::co_spawn(io, Handle(*services, std::move(request)), asio::use_future);
+  // Starts a request (from `client`, if given); the caller drives `io`.
+  std::future<Response> Start(Request request, flow::ClientHangup* client = nullptr) {
+    return asio::co_spawn(io, Handle(*services, std::move(request), client), asio::use_future);
   }
 
   // Runs a request to its end, and every store write retried after its response.
@@ -141,8 +141,8 @@ class Flow {
   std::unique_ptr<Services> services;
 
  private:
-  static Task<Response> Handle(Services& s, Request request) {
-    Response response = co_await HandleProxyRequest(s, request);
+  static Task<Response> Handle(Services& s, Request request, flow::ClientHangup* client) {
+    Response response = co_await HandleProxyRequest(s, request, client);
     co_return std::move(response);
   }
 };
@@ -695,6 +695,58 @@ TEST(ProxyFlowTest, NoWaitWithoutThePreferenceOnARouteWithMaxWaitZeroOrBeyondMax
   flow.upstream.Release();
   ASSERT_TRUE(flow.RunUntil([&] { return Ready(first) && Ready(first_wait); }));
   EXPECT_EQ(flow.upstream.calls(), 2);
+}
+
+// A client connection that the test hangs up by hand.
+class FakeClient final : public flow::ClientHangup {
+ public:
+  void Watch(std::function<void()> on_hangup) override { on_hangup_ = std::move(on_hangup); }
+  void Stop() override {
+    on_hangup_ = nullptr;
+    ++stops;
+  }
+  bool watched() const { return static_cast<bool>(on_hangup_); }
+  void HangUp() {
+    if (on_hangup_) on_hangup_();
+  }
+  int stops = 0;
+
+ private:
+  std::function<void()> on_hangup_;
+};
+
+TEST(ProxyFlowTest, AWaiterWhoseClientHangsUpLeavesAtOnceAndNeverClaimsTheKey) {
+  Flow flow;
+  std::future<Response> first =
+      flow.StartHeld("/pay", "k-1", FakeUpstream::Answer(503, "try later"));
+  FakeClient client;
+  std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=30"), &client);
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1 && client.watched(); }));
+
+  client.HangUp();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(waiting); }));
+  EXPECT_EQ(flow.waiters.waiting(), 0u) << "the slot is free at once, not at the 30 s deadline";
+  EXPECT_TRUE(IsProblem(waiting.get(), Problem::kKeyInFlight));
+  EXPECT_EQ(flow.metrics.waits_ended(WaitEnd::kHangup), 1u);
+  EXPECT_EQ(client.stops, 1);
+
+  // The first attempt is then released: nobody claims the key for the client who left.
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(first.get().result_int(), 503u);
+  EXPECT_EQ(flow.upstream.calls(), 1);
+
+  // A client that stays is watched for the whole wait, and the watch ends with it.
+  Flow other;
+  FakeClient patient;
+  std::future<Response> second = other.StartHeld("/pay", "k-2", FakeUpstream::Answer(201, "ok"));
+  std::future<Response> waits = other.Start(PostPreferringWait("k-2", "wait=30"), &patient);
+  ASSERT_TRUE(other.RunUntil([&] { return patient.watched(); }));
+  other.upstream.Release();
+  ASSERT_TRUE(other.RunUntil([&] { return Ready(second) && Ready(waits); }));
+  EXPECT_EQ(waits.get().body(), "ok");
+  EXPECT_FALSE(patient.watched());
+  EXPECT_EQ(patient.stops, 1);
 }
 
 TEST(ProxyFlowTest, ShutdownWakesWaitersWith503AndRetryAfter) {

@@ -14,6 +14,7 @@ bool InFlightNow(const Result<BeginOutcome>& begun) {
 }
 
 WaitEnd EndOf(const Waited& w) {
+  if (w.hung_up) return WaitEnd::kHangup;
   if (w.shutting_down || !w.begun.ok()) return WaitEnd::kOther;
   if (std::holds_alternative<InFlight>(*w.begun)) return WaitEnd::kTimeout;
   if (std::holds_alternative<Replay>(*w.begun)) return WaitEnd::kReplay;
@@ -21,11 +22,28 @@ WaitEnd EndOf(const Waited& w) {
   return WaitEnd::kOther;
 }
 
+// Marks the key watched (Store::Watch), so that its settle by another gateway sharing the
+// store is published and wakes this one. A store without notices does nothing; a failure
+// leaves this waiter to its slow look, so it is not an error of the request.
+Task<void> WatchKey(Services& s, const Scope& scope) {
+  // A named local: GCC 12 mishandles a temporary with non-trivial captures in a co_await.
+  auto watch = [watch_scope = scope](Store& store) -> Result<bool> {
+    IDEM_RETURN_IF_ERROR(store.Watch(watch_scope));
+    return true;
+  };
+  auto watched = co_await s.store.Run(std::move(watch), asio::use_awaitable);
+  if (!watched.ok()) {
+    s.log.Warn("wait", "key " + scope.Digest() + ": cannot watch it for settle notices (" +
+                           watched.status().ToString() + "); looking again every second");
+  }
+}
+
 }  // namespace
 
 Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
                           const Scope& scope, const Fingerprint& fingerprint,
-                          const std::string& scope_digest, Result<BeginOutcome> begun) {
+                          const std::string& scope_digest, Result<BeginOutcome> begun,
+                          ClientHangup* client) {
   Waited waited{std::move(begun), std::nullopt, false};
   if (!InFlightNow(waited.begun) || route.max_wait <= Duration(0)) co_return waited;
   const std::optional<Duration> preferred = PreferredWait(request);
@@ -43,8 +61,11 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
   using SteadyClock = std::chrono::steady_clock;
   const auto start = SteadyClock::now();
   const auto deadline = start + std::chrono::duration_cast<SteadyClock::duration>(allowed);
-  // Entered first, then asked the store again: a settle that came between the first Begin and
-  // Enter notified nobody, but this Begin sees it.
+  // Entered first, then watched the key, then asked the store again: a settle that came
+  // before Enter notified nobody here, and one before the mark published nothing, but this
+  // Begin sees either.
+  if (client) client->Watch(slot->Interrupter());
+  co_await WatchKey(s, scope);
   for (;;) {
     waited.begun = co_await Claim(s, scope, fingerprint, route.lease);
     if (!InFlightNow(waited.begun)) break;
@@ -52,6 +73,10 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
     if (now >= deadline) break;
     const auto next = std::min(deadline, now + kSlowPoll);
     co_await slot->Wait(next);
+    if (slot->interrupted()) {
+      waited.hung_up = true;
+      break;
+    }
     if (slot->shutting_down()) {
       waited.shutting_down = true;
       break;
@@ -63,6 +88,7 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
       break;
     }
   }
+  if (client) client->Stop();
   s.metrics.WaitEnded(EndOf(waited),
                       std::chrono::duration_cast<Duration>(SteadyClock::now() - start));
   co_return waited;

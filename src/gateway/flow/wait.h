@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -23,18 +24,32 @@ namespace idem::gateway::flow {
 // How often a waiter asks the store again without being woken.
 inline constexpr std::chrono::milliseconds kSlowPoll{1000};
 
+// The connection of a waiting request, watched so that a client who hangs up frees its wait
+// slot at once instead of holding it until the deadline.
+class ClientHangup {
+ public:
+  virtual ~ClientHangup() = default;
+  // Calls `on_hangup` once if the client closes or resets the connection before Stop. Data
+  // from the client (a pipelined request) ends the watch without calling it.
+  virtual void Watch(std::function<void()> on_hangup) = 0;
+  virtual void Stop() = 0;
+};
+
 struct Waited {
   Result<BeginOutcome> begun;           // the last Begin's answer
   std::optional<Duration> applied;      // the wait preference honoured; nullopt: no wait
   bool shutting_down = false;           // the gateway began shutting down during the wait
+  bool hung_up = false;                 // the client closed its connection during the wait
 };
 
 // If `begun` says the key is in flight and `request` prefers to wait (and the route and
 // max_waiters allow it), waits as described above; otherwise returns `begun` unchanged.
-// `scope_digest` is the key's Scope::Digest() (what Settle notifies).
+// `scope_digest` is the key's Scope::Digest() (what Settle notifies). `client` (may be null)
+// is watched while the request waits.
 Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
                           const Scope& scope, const Fingerprint& fingerprint,
-                          const std::string& scope_digest, Result<BeginOutcome> begun);
+                          const std::string& scope_digest, Result<BeginOutcome> begun,
+                          ClientHangup* client);
 
 // Adds `Preference-Applied: wait=N` to `response` when a wait was honoured.
 void MarkPreferenceApplied(const Waited& waited, Response& response);

@@ -33,6 +33,7 @@ inline constexpr const char* kCompleteSql =
 inline constexpr const char* kReleaseSql =
     "SELECT idem_release($1::bytea, $2::bigint, $3::bigint)";
 inline constexpr const char* kPurgeSql = "SELECT idem_purge($1::bytea, $2::bigint)";
+inline constexpr const char* kWatchSql = "SELECT idem_watch($1::bytea, $2::bigint)";
 inline constexpr const char* kGetSql =
     "SELECT fingerprint, state, token, lease_deadline_ms, created_ms, expires_ms, response "
     "FROM idem_records WHERE scope_id = $1::bytea AND expires_ms > idem_now($2::bigint) "

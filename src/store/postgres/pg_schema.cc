@@ -6,6 +6,7 @@
 #include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_inbox_fast_sql.h"
 #include "store/postgres/pg_inbox_lean_sql.h"
+#include "store/postgres/pg_notices_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
@@ -30,6 +31,7 @@ constexpr Migration kMigrations[] = {
      kSchemaV7InboxLean},
     {"emit layer: room on each outbox page for the claim to be a HOT update",
      outbox::internal::kOutboxClaimRoomSql},
+    {"gateway: settle notices wake waiters on other gateways", kSchemaV9SettleNotices},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

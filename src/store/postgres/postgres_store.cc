@@ -4,6 +4,7 @@
 
 #include "core/store_checks.h"
 #include "store/postgres/pg_calls.h"
+#include "store/postgres/pg_notices.h"
 #include "store/postgres/pg_pool.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_url.h"
@@ -29,6 +30,7 @@ constexpr Prepared kStatements[] = {
     {"idem_complete", internal::pg::kCompleteSql},
     {"idem_release", internal::pg::kReleaseSql},
     {"idem_purge", internal::pg::kPurgeSql},
+    {"idem_watch", internal::pg::kWatchSql},
     {"idem_get", internal::pg::kGetSql},
     {"idem_sweep", internal::pg::kSweepSql},
     {"idem_ensure_partitions", internal::pg::kEnsurePartitionsSql},
@@ -95,6 +97,17 @@ class PostgresStore final : public Store {
 
   Result<bool> Purge(const Scope& scope) override {
     return CallBool("purge", "idem_purge", internal::pg::PurgeParams(scope, Now()), scope);
+  }
+
+  Status Watch(const Scope& scope) override {
+    // Same parameters as a purge: the scope id and now.
+    auto watched = CallBool("watch", "idem_watch", internal::pg::PurgeParams(scope, Now()), scope);
+    return watched.ok() ? Status::Ok() : watched.status();
+  }
+
+  Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
+      SettleHandler on_settled) override {
+    return internal::pg::SubscribePostgresSettled(pool_.config(), std::move(on_settled));
   }
 
   Result<uint64_t> Sweep(TimePoint now) override {

@@ -59,15 +59,19 @@ class RedisPool {
 
   const RedisEndpoint& endpoint() const { return endpoint_; }
 
+  // A new connection outside the pool, set up as pooled ones are (timeouts, AUTH, SELECT), for
+  // a caller that keeps it to itself, such as a subscriber; free it with redisFree. AUTH or
+  // SELECT refused: kFailedPrecondition; server unreachable: kUnavailable.
+  Result<redisContext*> Connect();
+  // Runs argv on `context`; `healthy` is cleared when the connection must not be reused.
+  Result<RedisReply> RunOn(redisContext* context, const std::vector<std::string_view>& argv,
+                           bool& healthy);
+
  private:
   using SteadyTime = std::chrono::steady_clock::time_point;
 
   Result<redisContext*> Checkout() IDEM_EXCLUDES(mu_);
   void Return(redisContext* context, bool healthy) IDEM_EXCLUDES(mu_);
-  Result<redisContext*> Connect();
-  // Runs argv on `context`; `healthy` is cleared when the connection must not be reused.
-  Result<RedisReply> RunOn(redisContext* context, const std::vector<std::string_view>& argv,
-                           bool& healthy);
 
   const RedisEndpoint endpoint_;
   Mutex mu_;

@@ -19,6 +19,11 @@ namespace {
   "  redis.call('DEL', key)\n"                                            \
   "  redis.call('HSET', key, 's', '0', 't', token)\n"                     \
   "  redis.call('PEXPIRE', key, ms)\n"                                    \
+  "end\n"                                                                 \
+  "local function notify(channel)\n"                                      \
+  "  if redis.call('HEXISTS', key, 'w') == 1 then\n"                       \
+  "    redis.call('PUBLISH', channel, key)\n"                              \
+  "  end\n"                                                               \
   "end\n"
 
 constexpr std::string_view kBegin = IDEM_LUA_PRELUDE R"lua(
@@ -46,6 +51,7 @@ constexpr std::string_view kComplete = IDEM_LUA_PRELUDE R"lua(
 local h = redis.call('HMGET', key, 's', 't', 'e')
 if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
 local ttl = tonumber(ARGV[3])
+notify(ARGV[5])
 redis.call('HSET', key, 's', '2', 'r', ARGV[4], 'e', int(now + ttl))
 redis.call('PEXPIRE', key, ttl)
 return 1
@@ -54,6 +60,7 @@ return 1
 constexpr std::string_view kRelease = IDEM_LUA_PRELUDE R"lua(
 local h = redis.call('HMGET', key, 's', 't', 'e')
 if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
+notify(ARGV[4])
 tombstone(h[2], tonumber(ARGV[3]))
 return 1
 )lua";
@@ -61,7 +68,15 @@ return 1
 constexpr std::string_view kPurge = IDEM_LUA_PRELUDE R"lua(
 local h = redis.call('HMGET', key, 's', 't', 'e')
 if not h[1] or h[1] == '0' or now >= tonumber(h[3]) then return 0 end
+notify(ARGV[3])
 tombstone(h[2], tonumber(ARGV[2]))
+return 1
+)lua";
+
+constexpr std::string_view kWatch = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 'e')
+if h[1] ~= '1' or now >= tonumber(h[2]) then return 0 end
+redis.call('HSET', key, 'w', '1')
 return 1
 )lua";
 
@@ -89,6 +104,10 @@ const RedisScript& RedisReleaseScript() {
 }
 const RedisScript& RedisPurgeScript() {
   static const RedisScript script = RedisScript::Make("purge", kPurge);
+  return script;
+}
+const RedisScript& RedisWatchScript() {
+  static const RedisScript script = RedisScript::Make("watch", kWatch);
   return script;
 }
 const RedisScript& RedisGetScript() {

@@ -8,6 +8,7 @@
 //   f  fingerprint, 32 raw bytes      t  fencing token, decimal
 //   l  lease deadline, ms             c  created at, ms
 //   e  expires at, ms                 r  stored response (response_codec), completed only
+//   w  present when a waiter watches the attempt (watch script); its settle is then published
 // Every script takes "now" in ms as ARGV[1]; an empty ARGV[1] means "the Redis server's
 // clock" (TIME), which is what production uses, so gateways whose clocks drift apart still
 // agree on every lease. Expiry is logical (a record counts as absent once now >= e) and
@@ -28,12 +29,16 @@ namespace idem::internal {
 // Returns {1, token} acquired | {2, token, previous} taken over | {3, response} replay |
 //         {4, retry-after ms} in flight | {5} mismatch.
 const RedisScript& RedisBeginScript();
-// ARGV: now, token, ttl ms, response. Returns 1 stored, 0 fenced.
+// Complete, release and purge PUBLISH the key on the settle channel (their last ARGV) when the
+// record is watched (redis_notices.h).
+// ARGV: now, token, ttl ms, response, channel. Returns 1 stored, 0 fenced.
 const RedisScript& RedisCompleteScript();
-// ARGV: now, token, tombstone ms. Returns 1 released, 0 fenced.
+// ARGV: now, token, tombstone ms, channel. Returns 1 released, 0 fenced.
 const RedisScript& RedisReleaseScript();
-// ARGV: now, tombstone ms. Returns 1 if a live record was removed, else 0.
+// ARGV: now, tombstone ms, channel. Returns 1 if a live record was removed, else 0.
 const RedisScript& RedisPurgeScript();
+// ARGV: now. Marks an in-flight record as watched. Returns 1 if marked, 0 if not in flight.
+const RedisScript& RedisWatchScript();
 // ARGV: now. Returns {} when absent, else {s, f, t, l, c, e, r}.
 const RedisScript& RedisGetScript();
 

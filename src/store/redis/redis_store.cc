@@ -4,6 +4,7 @@
 
 #include "core/response_codec.h"
 #include "core/store_checks.h"
+#include "store/redis/redis_notices.h"
 #include "store/redis/redis_pool.h"
 #include "store/redis/redis_scripts.h"
 
@@ -36,7 +37,8 @@ class RedisStore final : public Store {
       : options_(options),
         server_clock_(options.clock == SystemClock()),
         pool_(std::move(endpoint)),
-        abandoned_ms_(std::to_string(options.abandoned_retention.count())) {}
+        abandoned_ms_(std::to_string(options.abandoned_retention.count())),
+        channel_(internal::RedisSettleChannel(pool_.endpoint())) {}
 
   Status Ping() {
     auto reply = pool_.Run({"PING"});
@@ -65,7 +67,8 @@ class RedisStore final : public Store {
     const std::string token_text = std::to_string(token);
     const std::string ttl_ms = std::to_string(ttl.count());
     const std::string encoded = internal::EncodeResponse(response);
-    auto done = RunFlag(internal::RedisCompleteScript(), key, {now, token_text, ttl_ms, encoded});
+    auto done = RunFlag(internal::RedisCompleteScript(), key,
+                        {now, token_text, ttl_ms, encoded, channel_});
     if (!done.ok()) return done.status().WithContext("complete scope " + scope.Digest());
     return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
@@ -74,7 +77,8 @@ class RedisStore final : public Store {
     const std::string key = KeyFor(scope);
     const std::string now = Now();
     const std::string token_text = std::to_string(token);
-    auto done = RunFlag(internal::RedisReleaseScript(), key, {now, token_text, abandoned_ms_});
+    auto done =
+        RunFlag(internal::RedisReleaseScript(), key, {now, token_text, abandoned_ms_, channel_});
     if (!done.ok()) return done.status().WithContext("release scope " + scope.Digest());
     return *done ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
   }
@@ -92,9 +96,21 @@ class RedisStore final : public Store {
   Result<bool> Purge(const Scope& scope) override {
     const std::string key = KeyFor(scope);
     const std::string now = Now();
-    auto done = RunFlag(internal::RedisPurgeScript(), key, {now, abandoned_ms_});
+    auto done = RunFlag(internal::RedisPurgeScript(), key, {now, abandoned_ms_, channel_});
     if (!done.ok()) return done.status().WithContext("purge scope " + scope.Digest());
     return *done;
+  }
+
+  Status Watch(const Scope& scope) override {
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    auto done = RunFlag(internal::RedisWatchScript(), key, {now});
+    return done.ok() ? Status::Ok() : done.status().WithContext("watch scope " + scope.Digest());
+  }
+
+  Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
+      SettleHandler on_settled) override {
+    return internal::SubscribeRedisSettled(pool_, std::move(on_settled));
   }
 
   // Redis expires records by itself (PEXPIRE at each record's expiry).
@@ -204,6 +220,7 @@ class RedisStore final : public Store {
   const bool server_clock_;
   mutable RedisPool pool_;
   const std::string abandoned_ms_;
+  const std::string channel_;  // where watched records' settles are published
 };
 
 }  // namespace
