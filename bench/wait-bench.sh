@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Prefer: wait under a burst of duplicates: N concurrent requests with one Idempotency-Key (each
-# on its own connection) against a slow upstream, with `Prefer: wait=10`, through one gateway.
-# The first executes; the others wait for it and get its response replayed. Prints, per store:
+# on its own connection) against a slow upstream, with `Prefer: wait=10`. Memory and SQLite: one
+# gateway. Redis and PostgreSQL (servers started here): two gateways sharing the store, the
+# requests sent to them in turn, so half the waiters are woken by the store's settle notice
+# (pub/sub, LISTEN/NOTIFY) rather than in process. The first executes; the others wait for it
+# and get its response replayed. Prints, per store:
 # upstream executions per key, the statuses, and how long after the executed response the
 # replays arrived (p50, p99, max over ROUNDS rounds, a fresh key each). The issue's aim: one
 # execution, replays within 5 ms (p99) of the first response. The same burst without the
 # preference is the reference: 409s.
 #
 #   bench/wait-bench.sh                       100 duplicates, 200 ms upstream, 5 rounds
-#   BENCH_CLIENTS=50 BENCH_SLEEP_MS=500 BENCH_ROUNDS=3 BENCH_STORES="memory sqlite" bench/wait-bench.sh
+#   BENCH_CLIENTS=50 BENCH_SLEEP_MS=500 BENCH_ROUNDS=3 BENCH_STORES="memory redis" bench/wait-bench.sh
 #
 # Uses build/release (built unless SKIP_BUILD=1). Not part of the test command.
 set -euo pipefail
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 clients=${BENCH_CLIENTS:-100}
 sleep_ms=${BENCH_SLEEP_MS:-200}
 rounds=${BENCH_ROUNDS:-5}
-stores=${BENCH_STORES:-memory sqlite}
+stores=${BENCH_STORES:-memory sqlite redis postgres}
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   cmake --preset release >/dev/null
@@ -30,9 +33,11 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_postgres
   rm -rf "$work"
 }
 trap cleanup EXIT
+source bench/lib/postgres-server.sh
 
 # Waits for "$2 HOST:PORT" in log $1; prints HOST:PORT.
 address_after() {
@@ -64,15 +69,44 @@ print("statuses %s; replays %d; lag after the executed response: p50 %.2f ms, p9
 }
 
 echo "wait-bench: $clients duplicates at once, upstream ${sleep_ms} ms, $rounds rounds per case"
+# Starts the store server for $1 (if it needs one); prints the store URL.
+store_url() {
+  case $1 in
+    memory) echo memory ;;
+    sqlite) echo "sqlite:$work/idem-sqlite.db" ;;
+    redis)
+      local port
+      port=$(free_port)
+      redis-server --port "$port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no \
+        >"$work/redis.log" 2>&1 &
+      pids+=($!)
+      for _ in $(seq 1 250); do
+        grep -q "Ready to accept connections" "$work/redis.log" && break
+        sleep 0.02
+      done
+      echo "redis://127.0.0.1:$port" ;;
+    postgres)
+      start_postgres "$work/pg" >&2
+      echo "postgresql://postgres@127.0.0.1:$pg_port/bench" ;;
+    *) echo "wait-bench: unknown store $1" >&2; return 1 ;;
+  esac
+}
+
 for store in $stores; do
-  url=memory
-  [[ $store == sqlite ]] && url="sqlite:$work/idem-$store.db"
-  log="$work/gateway-$store.log"
-  build/release/idem gateway --listen 127.0.0.1:0 --upstream "http://$service" --store "$url" \
-    >"$log" 2>&1 &
-  gw_pid=$!
-  pids+=("$gw_pid")
-  gateway=$(address_after "$log" "gateway on")
+  url=$(store_url "$store")
+  gateway_count=1
+  [[ $store == redis || $store == postgres ]] && gateway_count=2
+  gateways=()
+  gw_pids=()
+  for g in $(seq 1 "$gateway_count"); do
+    log="$work/gateway-$store-$g.log"
+    build/release/idem gateway --listen 127.0.0.1:0 --upstream "http://$service" --store "$url" \
+      >"$log" 2>&1 &
+    gw_pids+=($!)
+    pids+=($!)
+    gateways+=("$(address_after "$log" "gateway on")")
+  done
+  gateway=$(IFS=,; echo "${gateways[*]}")
   for prefer in "wait=10" ""; do
     case_name=$([[ -n $prefer ]] && echo "Prefer: $prefer" || echo "no Prefer")
     out="$work/$store-${prefer:+wait}.jsonl"
@@ -82,9 +116,9 @@ for store in $stores; do
       python3 bench/lib/duplicate_burst.py "$gateway" "$key" "$clients" "$sleep_ms" "$prefer" >>"$out"
       executions+=("$(curl -s "http://$service/executions?key=$key")")
     done
-    printf '%-8s %-16s executions per key: %s; %s\n' "$store" "$case_name" \
+    printf '%-8s %-10s %-16s executions per key: %s; %s\n' "$store" \
+      "$gateway_count gw" "$case_name" \
       "${executions[*]}" "$(summary <"$out")"
   done
-  kill "$gw_pid"
-  wait "$gw_pid" 2>/dev/null || true
+  for p in "${gw_pids[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
 done

@@ -2,7 +2,9 @@
 """N duplicates of one request at once, each on its own connection, through an idempotency
 gateway; prints when each response arrived relative to the first one that executed.
 
-  duplicate_burst.py HOST:PORT KEY N SLEEP_MS [PREFER]
+  duplicate_burst.py HOST:PORT[,HOST:PORT...] KEY N SLEEP_MS [PREFER]
+
+With several gateways (sharing one store), the requests go to them in turn.
 
 One thread and epoll: all N requests are written first, then every response is timestamped the
 moment epoll reports its socket readable (one clock read per wake-up, before any parsing), so
@@ -14,18 +16,19 @@ import socket
 import sys
 import time
 
-host, port = sys.argv[1].rsplit(":", 1)
+gateways = [a.rsplit(":", 1) for a in sys.argv[1].split(",")]
 key, n, sleep_ms = sys.argv[2], int(sys.argv[3]), sys.argv[4]
 prefer = sys.argv[5] if len(sys.argv) > 5 else ""
 body = b'{"amount":100}'
-request = (f"POST /v1/payments HTTP/1.1\r\nHost: {host}\r\nIdempotency-Key: {key}\r\n"
+request = (f"POST /v1/payments HTTP/1.1\r\nHost: gateway\r\nIdempotency-Key: {key}\r\n"
            f"Content-Type: application/json\r\nX-Sleep-Ms: {sleep_ms}\r\n"
            + (f"Prefer: {prefer}\r\n" if prefer else "")
            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 sel = selectors.DefaultSelector()
 socks = []
-for _ in range(n):
+for i in range(n):
+    host, port = gateways[i % len(gateways)]
     s = socket.create_connection((host, int(port)))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     socks.append(s)
