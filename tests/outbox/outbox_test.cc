@@ -272,7 +272,8 @@ TEST_F(OutboxTest, UpgradeFromVersion6LeavesRoomForHotClaims) {
   auto version = MigratePostgresSchema(server().Url(database_));
   ASSERT_TRUE(version.ok()) << version.status().ToString();
   EXPECT_EQ(*version, internal::pg::kSchemaVersion);
-  EXPECT_EQ(Query("SELECT max(version) FROM public.idem_schema"), "8");
+  EXPECT_EQ(Query("SELECT max(version) FROM public.idem_schema"),
+            std::to_string(internal::pg::kSchemaVersion));
   EXPECT_EQ(fillfactors(), "fillfactor=45");
   EXPECT_EQ(Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() + 9)"), "t");
   EXPECT_EQ(fillfactors(), "fillfactor=45");
