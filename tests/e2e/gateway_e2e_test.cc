@@ -429,6 +429,34 @@ TEST_F(GatewayTest, SigtermFinishesRequestsInFlightThenExitsCleanly) {
   EXPECT_EQ(Post("/pay", "draining", "b").Header("Idempotent-Replayed"), "true");
 }
 
+// SIGTERM answers a waiting duplicate at once (503 shutting-down, Retry-After: 1) and still lets
+// the first attempt finish and store its response, which the retry then replays.
+TEST_F(GatewayTest, SigtermAnswersWaitersWith503AndTheFirstAttemptStillCompletes) {
+  StartGateway();
+  HttpResponse slow, waiter;
+  std::thread first([&] { slow = Post("/pay", "drain-wait", "b", {{"X-Sleep-Ms", "1200"}}); });
+  ASSERT_TRUE(WaitFor([&] { return InFlight("drain-wait"); }, 5s));
+  std::thread waiting([&] { waiter = Post("/pay", "drain-wait", "b", {{"Prefer", "wait=30"}}); });
+  ASSERT_TRUE(WaitFor(
+      [&] { return Metrics().find("idem_gateway_waits_started_total 1") != std::string::npos; },
+      5s));
+  const auto stopping = SteadyClock::now();
+  const int status = gateway_->Stop(SIGTERM);
+  waiting.join();
+  first.join();
+  EXPECT_EQ(waiter.status, 503) << waiter.error << waiter.body;
+  EXPECT_NE(waiter.body.find("urn:idem:problem:shutting-down"), std::string::npos) << waiter.body;
+  EXPECT_EQ(waiter.Header("Retry-After"), "1");
+  EXPECT_EQ(slow.status, 201) << slow.error;
+  EXPECT_LT(SteadyClock::now() - stopping, 5s);
+  ASSERT_TRUE(WIFEXITED(status)) << gateway_->Output();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << gateway_->Output();
+  StartGateway();
+  const HttpResponse retry = Post("/pay", "drain-wait", "b");
+  EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Executions("drain-wait"), 1);
+}
+
 // A request still running when shutdown_grace ends is cut off: the gateway does not wait for
 // the upstream, exits 0 and says how many it cut off (their keys stay in flight until the lease
 // expires). The cut-off coroutine is destroyed with everything it holds (a pooled upstream

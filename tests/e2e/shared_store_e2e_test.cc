@@ -197,6 +197,32 @@ TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByTheCompletionNotByItsNe
   EXPECT_LT(lag, 300ms) << std::chrono::duration_cast<std::chrono::milliseconds>(lag).count();
 }
 
+// A release wakes a waiter on the other gateway too: the first attempt's upstream answers 503
+// (the key is released for a retry), and the waiter claims the key and runs the request itself
+// at once, instead of at its next look.
+TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByAReleaseAndRunsTheRequestItself) {
+  const std::string target = "/v1/payments?status=503";
+  SteadyClock::time_point first_done;
+  HttpResponse first;
+  std::thread runner([&] {
+    first = Http(gateways_[0].address, "POST", target,
+                 {{"Idempotency-Key", "released"}, {"X-Sleep-Ms", "600"}}, "b");
+    first_done = SteadyClock::now();
+  });
+  std::this_thread::sleep_for(150ms);
+  const HttpResponse waiter = Http(gateways_[1].address, "POST", target,
+                                   {{"Idempotency-Key", "released"}, {"Prefer", "wait=10"}}, "b");
+  const auto waiter_done = SteadyClock::now();
+  runner.join();
+  EXPECT_EQ(first.status, 503) << first.error << first.body;
+  EXPECT_EQ(waiter.status, 503) << waiter.error << waiter.body;
+  EXPECT_NE(waiter.Header("Idempotent-Replayed"), "true") << "it ran: a release stores nothing";
+  EXPECT_EQ(waiter.Header("Preference-Applied"), "wait=10");
+  EXPECT_EQ(Executions("released"), 2) << "the first attempt, then the waiter's own";
+  EXPECT_LT(waiter_done - first_done, 300ms)
+      << std::chrono::duration_cast<std::chrono::milliseconds>(waiter_done - first_done).count();
+}
+
 TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) {
   auto first = Post(0, "before", "b");
   ASSERT_EQ(first.status, 201) << first.error << first.body;
