@@ -26,7 +26,11 @@ std::string RedisServer::Start() {
   std::string error;
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = FreeLoopbackPort();
-    if (port_ == 0) return "no free loopback port";
+    // A cluster node also listens on port + 10000 (the cluster bus), which must be a port.
+    for (int tries = 0; options_.cluster_node && port_ > 55535 && tries < 100; ++tries) {
+      port_ = FreeLoopbackPort();
+    }
+    if (port_ == 0 || (options_.cluster_node && port_ > 55535)) return "no free loopback port";
     error = Launch();
     if (error.empty()) return error;
     // Another process took the port between the probe and the bind: try another.
@@ -45,6 +49,12 @@ std::string RedisServer::Launch() {
                                    "--protected-mode", "no",
                                    "--appendonly", options_.append_only ? "yes" : "no",
                                    "--appendfsync", "always"};
+  if (options_.cluster_node) {
+    for (const char* arg : {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout", "2000"}) {
+      argv.emplace_back(arg);
+    }
+  }
   const std::string log = dir_.File("redis-" + std::to_string(++launches_) + ".log");
   process_ = std::make_unique<Process>(argv, log);
   if (process_->WaitForLine("Ready to accept connections", std::chrono::seconds(10))) return "";

@@ -15,6 +15,9 @@ class RedisServer {
  public:
   struct Options {
     bool append_only = false;  // appendonly yes, appendfsync always: survives Restart()
+    // A Redis Cluster node (cluster-enabled, node timeout 2 s), to be joined into a cluster
+    // with `redis-cli --cluster create` (tests/util/redis_cluster.h).
+    bool cluster_node = false;
   };
 
   RedisServer() : RedisServer(Options{}) {}

@@ -56,17 +56,27 @@ Result<RedisReply> RedisPool::Run(const std::vector<std::string_view>& argv) {
 }
 
 Result<RedisReply> RedisPool::Eval(const RedisScript& script, std::string_view key,
-                                   const std::vector<std::string_view>& args) {
+                                   const std::vector<std::string_view>& args, bool asking) {
   std::vector<std::string_view> argv = {"EVALSHA", script.sha1, "1", key};
   argv.insert(argv.end(), args.begin(), args.end());
   auto context = Checkout();
   if (!context.ok()) return context.status();
   bool healthy = true;
-  auto reply = RunOn(*context, argv, healthy);
+  // ASKING holds for the next command only: it is sent again before the EVAL fallback.
+  auto ask = [&]() -> Status {
+    if (!asking) return Status::Ok();
+    auto asked = RunOn(*context, {"ASKING"}, healthy);
+    return asked.ok() ? Status::Ok() : asked.status();
+  };
+  auto run = [&]() -> Result<RedisReply> {
+    if (Status asked = ask(); !asked.ok()) return asked;
+    return RunOn(*context, argv, healthy);
+  };
+  Result<RedisReply> reply = run();
   if (!reply.ok() && healthy && reply.status().message().find("NOSCRIPT") != std::string::npos) {
     argv[0] = "EVAL";
     argv[1] = script.body;
-    reply = RunOn(*context, argv, healthy);
+    reply = run();
   }
   Return(*context, healthy);
   if (!reply.ok()) return reply.status().WithContext(std::string("script ") + std::string(script.name));

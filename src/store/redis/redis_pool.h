@@ -53,9 +53,10 @@ class RedisPool {
   Result<RedisReply> Run(const std::vector<std::string_view>& argv);
 
   // EVALSHA of `script` with one key; on NOSCRIPT (a restarted or flushed server) sends the
-  // body with EVAL, which also caches it on the server.
+  // body with EVAL, which also caches it on the server. With `asking`, each is preceded by
+  // ASKING on the same connection (a Redis Cluster ASK redirect: redis_cluster.h).
   Result<RedisReply> Eval(const RedisScript& script, std::string_view key,
-                          const std::vector<std::string_view>& args);
+                          const std::vector<std::string_view>& args, bool asking = false);
 
   const RedisEndpoint& endpoint() const { return endpoint_; }
 

@@ -4,6 +4,7 @@
 
 #include "core/response_codec.h"
 #include "core/store_checks.h"
+#include "store/redis/redis_cluster.h"
 #include "store/redis/redis_notices.h"
 #include "store/redis/redis_pool.h"
 #include "store/redis/redis_scripts.h"
@@ -36,12 +37,20 @@ class RedisStore final : public Store {
   RedisStore(internal::RedisEndpoint endpoint, const StoreOptions& options)
       : options_(options),
         server_clock_(options.clock == SystemClock()),
-        pool_(std::move(endpoint)),
+        endpoint_(std::move(endpoint)),
         abandoned_ms_(std::to_string(options.abandoned_retention.count())),
-        channel_(internal::RedisSettleChannel(pool_.endpoint())) {}
+        channel_(internal::RedisSettleChannel(endpoint_)) {
+    if (endpoint_.cluster) {
+      cluster_ = std::make_unique<internal::RedisCluster>(endpoint_);
+    } else {
+      single_ = std::make_unique<internal::RedisPool>(endpoint_);
+    }
+  }
 
-  Status Ping() {
-    auto reply = pool_.Run({"PING"});
+  // Reaches the server (PING), or reads a cluster's slot map.
+  Status Open() {
+    if (cluster_) return cluster_->Refresh();
+    auto reply = single_->Run({"PING"});
     return reply.ok() ? Status::Ok() : reply.status();
   }
 
@@ -51,7 +60,7 @@ class RedisStore final : public Store {
     const std::string key = KeyFor(scope);
     const std::string now = Now();
     const std::string lease_ms = std::to_string(lease.count());
-    auto reply = pool_.Eval(internal::RedisBeginScript(), key,
+    auto reply = Eval(internal::RedisBeginScript(), key,
                             {now, fingerprint.raw(), lease_ms, abandoned_ms_});
     if (!reply.ok()) return reply.status().WithContext("begin scope " + scope.Digest());
     auto outcome = DecodeBegin(reply->get());
@@ -86,7 +95,7 @@ class RedisStore final : public Store {
   Result<std::optional<Record>> Get(const Scope& scope) override {
     const std::string key = KeyFor(scope);
     const std::string now = Now();
-    auto reply = pool_.Eval(internal::RedisGetScript(), key, {now});
+    auto reply = Eval(internal::RedisGetScript(), key, {now});
     if (!reply.ok()) return reply.status().WithContext("get scope " + scope.Digest());
     auto record = DecodeRecord(scope, reply->get());
     if (!record.ok()) return record.status().WithContext("get scope " + scope.Digest());
@@ -110,14 +119,16 @@ class RedisStore final : public Store {
 
   Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
       SettleHandler on_settled) override {
-    return internal::SubscribeRedisSettled(pool_, std::move(on_settled));
+    // Pub/sub reaches every node of a cluster: any one will do.
+    return internal::SubscribeRedisSettled(cluster_ ? cluster_->seed_pool() : *single_,
+                                           std::move(on_settled));
   }
 
   // Redis expires records by itself (PEXPIRE at each record's expiry).
   Result<uint64_t> Sweep(TimePoint) override { return uint64_t{0}; }
 
   std::string Describe() const override {
-    return pool_.endpoint().Describe() + (server_clock_ ? ", server clock" : ", injected clock");
+    return endpoint_.Describe() + (server_clock_ ? ", server clock" : ", injected clock");
   }
 
  private:
@@ -125,8 +136,14 @@ class RedisStore final : public Store {
     auto digest = Sha256Hex(scope.Encoded());
     // Sha256Hex fails only with a broken OpenSSL; fall back to a key that cannot collide
     // with a digest rather than sharing one between scopes.
-    return pool_.endpoint().prefix + ":{" + (digest.ok() ? *digest : "raw:" + scope.Encoded()) +
+    return endpoint_.prefix + ":{" + (digest.ok() ? *digest : "raw:" + scope.Encoded()) +
            "}";
+  }
+
+  // One script call on the server, or on the cluster node that owns the key.
+  Result<internal::RedisReply> Eval(const internal::RedisScript& script, const std::string& key,
+                                    const std::vector<std::string_view>& args) {
+    return cluster_ ? cluster_->Eval(script, key, args) : single_->Eval(script, key, args);
   }
 
   std::string Now() const {
@@ -135,7 +152,7 @@ class RedisStore final : public Store {
 
   Result<bool> RunFlag(const internal::RedisScript& script, const std::string& key,
                        const std::vector<std::string_view>& args) {
-    auto reply = pool_.Eval(script, key, args);
+    auto reply = Eval(script, key, args);
     if (!reply.ok()) return reply.status();
     if ((*reply)->type != REDIS_REPLY_INTEGER) return Malformed(script.name);
     return (*reply)->integer == 1;
@@ -218,7 +235,9 @@ class RedisStore final : public Store {
 
   const StoreOptions options_;
   const bool server_clock_;
-  mutable RedisPool pool_;
+  const internal::RedisEndpoint endpoint_;
+  std::unique_ptr<internal::RedisPool> single_;      // one server, or
+  std::unique_ptr<internal::RedisCluster> cluster_;  // the nodes of a cluster
   const std::string abandoned_ms_;
   const std::string channel_;  // where watched records' settles are published
 };
@@ -230,8 +249,8 @@ Result<std::unique_ptr<Store>> OpenRedisStore(std::string_view url, const StoreO
   if (!endpoint.ok()) return endpoint.status();
   const std::string where = endpoint->Describe();
   auto store = std::make_unique<RedisStore>(std::move(*endpoint), options);
-  Status ping = store->Ping();
-  if (!ping.ok()) return ping.WithContext("open " + where);
+  Status opened = store->Open();
+  if (!opened.ok()) return opened.WithContext("open " + where);
   return std::unique_ptr<Store>(std::move(store));
 }
 

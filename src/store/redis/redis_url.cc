@@ -46,8 +46,17 @@ Status ApplyOption(std::string_view name, std::string_view value, RedisEndpoint&
     (name == "timeout_ms" ? endpoint.command_timeout : endpoint.connect_timeout) = Duration(*n);
     return Status::Ok();
   }
-  return InvalidArgumentError("unknown redis store option '" + std::string(name) +
-                              "' (known: prefix, pool_size, connect_timeout_ms, timeout_ms)");
+  if (name == "cluster") {
+    if (value != "true" && value != "false") {
+      return InvalidArgumentError("cluster must be true or false, not '" + std::string(value) +
+                                  "'");
+    }
+    endpoint.cluster = value == "true";
+    return Status::Ok();
+  }
+  return InvalidArgumentError(
+      "unknown redis store option '" + std::string(name) +
+      "' (known: prefix, pool_size, connect_timeout_ms, timeout_ms, cluster)");
 }
 
 Result<RedisEndpoint> Parse(std::string_view url) {
@@ -87,15 +96,22 @@ Result<RedisEndpoint> Parse(std::string_view url) {
     endpoint.user = std::move(*decoded_user);
     endpoint.password = std::move(*decoded_password);
   }
-  std::string_view host = authority;
-  if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
-    host = authority.substr(0, colon);
-    auto port = ParseIntInRange("port", authority.substr(colon + 1), 1, 65535);
-    if (!port.ok()) return port.status();
-    endpoint.port = static_cast<int>(*port);
+  const std::vector<std::string_view> nodes = ListElements(authority);
+  if (nodes.empty()) return InvalidArgumentError("the host is missing");
+  for (std::string_view node : nodes) {
+    std::string_view host = node;
+    int port = 6379;
+    if (const size_t colon = node.rfind(':'); colon != std::string_view::npos) {
+      host = node.substr(0, colon);
+      auto parsed = ParseIntInRange("port", node.substr(colon + 1), 1, 65535);
+      if (!parsed.ok()) return parsed.status();
+      port = static_cast<int>(*parsed);
+    }
+    if (host.empty()) return InvalidArgumentError("the host is missing");
+    endpoint.seeds.emplace_back(std::string(host), port);
   }
-  if (host.empty()) return InvalidArgumentError("the host is missing");
-  endpoint.host = std::string(host);
+  endpoint.host = endpoint.seeds.front().first;
+  endpoint.port = endpoint.seeds.front().second;
   if (!path.empty()) {
     auto db = ParseIntInRange("database number", path, 0, 1'000'000);
     if (!db.ok()) return db.status();
@@ -105,12 +121,26 @@ Result<RedisEndpoint> Parse(std::string_view url) {
       ForEachQueryOption(query, [&](std::string_view name, std::string_view value) {
         return ApplyOption(name, value, endpoint);
       }));
+  if (endpoint.seeds.size() > 1 && !endpoint.cluster) {
+    return InvalidArgumentError("several hosts name the seed nodes of a cluster: add cluster=true");
+  }
+  if (endpoint.cluster && endpoint.db != 0) {
+    return InvalidArgumentError("a Redis Cluster has database 0 only");
+  }
   return endpoint;
 }
 
 }  // namespace
 
 std::string RedisEndpoint::Describe() const {
+  if (cluster) {
+    std::string nodes;
+    for (const auto& [seed_host, seed_port] : seeds) {
+      nodes += (nodes.empty() ? "" : ",") + seed_host + ":" + std::to_string(seed_port);
+    }
+    return "redis://" + nodes + " (cluster, prefix " + prefix + ", pool " +
+           std::to_string(pool_size) + " per node)";
+  }
   return "redis://" + host + ":" + std::to_string(port) + "/" + std::to_string(db) + " (prefix " +
          prefix + ", pool " + std::to_string(pool_size) + ")";
 }

@@ -1,6 +1,6 @@
 // Parsing `redis://` store URLs.
 //
-//   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?OPTION=VALUE&...]
+//   redis://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/DB][?OPTION=VALUE&...]
 //
 // USER and PASSWORD are percent-decoded; with a password and no user the connection sends
 // `AUTH PASSWORD`, with both `AUTH USER PASSWORD` (Redis 6 ACLs). DB selects a logical database
@@ -10,10 +10,15 @@
 //   pool_size=N              connections kept per store (default 16, 1 to 1024)
 //   connect_timeout_ms=N     TCP connect and handshake bound (default 1000)
 //   timeout_ms=N             bound on every command's round trip (default 2000)
+//   cluster=true|false       a Redis Cluster: the hosts are seed nodes, each call goes to the
+//                            node that owns its key's hash slot (redis_cluster.h). Several hosts
+//                            need cluster=true; a cluster has database 0 only.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "idem/clock.h"
 #include "idem/status.h"
@@ -21,8 +26,11 @@
 namespace idem::internal {
 
 struct RedisEndpoint {
-  std::string host;
+  std::string host;  // the first (or only) node
   int port = 6379;
+  // With cluster: every seed node named in the URL, the first one included.
+  std::vector<std::pair<std::string, int>> seeds;
+  bool cluster = false;
   int db = 0;
   std::string user;
   std::string password;

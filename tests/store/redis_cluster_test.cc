@@ -1,0 +1,168 @@
+// The Redis store on a Redis Cluster: hash slots as Redis computes them, cluster URLs, and the
+// two redirects of a live resharding (ASK while a slot migrates, MOVED once it has), followed
+// against a real six-node cluster. The contract suite also runs on it (contract/).
+#include "store/redis/redis_cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "idem/store.h"
+#include "store/redis/redis_url.h"
+#include "util/redis_cluster.h"
+
+namespace idem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(RedisHashSlotTest, MatchesRedisClusterKeySlot) {
+  // Values from CLUSTER KEYSLOT on a real node.
+  EXPECT_EQ(internal::RedisHashSlot("foo"), 12182);
+  EXPECT_EQ(internal::RedisHashSlot("bar"), 5061);
+  EXPECT_EQ(internal::RedisHashSlot("{user1000}.following"),
+            internal::RedisHashSlot("{user1000}.followers"));
+  EXPECT_EQ(internal::RedisHashSlot("{user1000}.following"), internal::RedisHashSlot("user1000"));
+  EXPECT_EQ(internal::RedisHashSlot("foo{}{bar}"), internal::RedisHashSlot("foo{}{bar}"))
+      << "an empty tag hashes the whole key";
+  EXPECT_NE(internal::RedisHashSlot("foo{}{bar}"), internal::RedisHashSlot("bar"));
+  EXPECT_EQ(internal::RedisHashSlot("foo{{bar}}zap"), internal::RedisHashSlot("{bar"));
+}
+
+TEST(RedisClusterUrlTest, SeedsNeedClusterTrueAndDatabaseZero) {
+  auto e = internal::ParseRedisUrl("redis://:pw@10.0.0.1:7000,10.0.0.2,10.0.0.3:7002?cluster=true");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_TRUE(e->cluster);
+  ASSERT_EQ(e->seeds.size(), 3u);
+  EXPECT_EQ(e->seeds[1], (std::pair<std::string, int>{"10.0.0.2", 6379}));
+  EXPECT_EQ(e->host, "10.0.0.1");
+  EXPECT_EQ(e->port, 7000);
+  EXPECT_EQ(e->password, "pw");
+  EXPECT_NE(e->Describe().find("cluster"), std::string::npos);
+  for (const char* url : {"redis://a:1,b:2", "redis://a:1?cluster=true/1",
+                          "redis://a:1/2?cluster=true", "redis://a:1?cluster=yes",
+                          "redis://a:1,?cluster=true&x=1", "redis://,?cluster=true"}) {
+    auto bad = internal::ParseRedisUrl(url);
+    ASSERT_FALSE(bad.ok()) << url;
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << url;
+  }
+}
+
+// The Redis key of `scope` ("PREFIX:{SHA-256 hex}") and its slot, as the store computes them.
+int SlotOf(const Scope& scope) {
+  return internal::RedisHashSlot("{" + *Sha256Hex(scope.Encoded()) + "}");
+}
+
+const StoredResponse kReshardCreated{201, {{"Location", "/pay/1"}}, "created"};
+
+struct Primary {
+  std::string id;
+  int port = 0;
+};
+
+class RedisClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string error = cluster_.Start();
+    ASSERT_EQ(error, "") << error;
+  }
+
+  // The primaries, from CLUSTER NODES; `owner` is set to the one serving `slot`.
+  std::vector<Primary> Primaries(int slot, Primary& owner) {
+    std::vector<Primary> primaries;
+    std::istringstream lines(RedisCluster::Command(cluster_.port(0), {"CLUSTER", "NODES"}));
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::vector<std::string> f;
+      for (std::string field; fields >> field;) f.push_back(field);
+      // A primary serves slots; a replica still being attached may list itself as a master
+      // without any for a moment.
+      if (f.size() < 9 || f[2].find("master") == std::string::npos) continue;
+      Primary p{f[0], std::stoi(f[1].substr(f[1].find(':') + 1, f[1].find('@')))};
+      primaries.push_back(p);
+      for (size_t i = 8; i < f.size(); ++i) {
+        if (f[i].front() == '[') continue;  // a slot being migrated: "[slot->-id]"
+        const size_t dash = f[i].find('-');
+        const int first = std::stoi(f[i].substr(0, dash));
+        const int last = dash == std::string::npos ? first : std::stoi(f[i].substr(dash + 1));
+        if (slot >= first && slot <= last) owner = p;
+      }
+    }
+    return primaries;
+  }
+
+  RedisCluster cluster_;
+};
+
+// A slot is resharded by hand, step by step, while the store keeps working on two scopes that
+// hash to it: an existing record (served by the old owner, then ASKed to the new one once its
+// key moved, then MOVED) and one created mid-migration (ASKed to the new owner at once).
+TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
+  auto opened = OpenStore(cluster_.Url("&prefix=reshard"));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const Fingerprint fp = *ComputeFingerprint({}, {"POST", "/pay", "", "body", {}});
+  const Scope existing{"tenant", "", "existing"};
+  const int slot = SlotOf(existing);
+  Scope created{"tenant", "", ""};
+  for (int i = 0; SlotOf(created) != slot || created.key.empty(); ++i) {
+    created.key = "created-" + std::to_string(i);
+  }
+  auto begun = store.Begin(existing, fp, 30s);
+  ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+  ASSERT_TRUE(store.Complete(existing, *OwnedToken(*begun), kReshardCreated, 1h).ok());
+
+  Primary from;
+  std::vector<Primary> primaries = Primaries(slot, from);
+  ASSERT_EQ(primaries.size(), 3u);
+  ASSERT_FALSE(from.id.empty());
+  const Primary to = primaries[0].id == from.id ? primaries[1] : primaries[0];
+  const std::string slot_text = std::to_string(slot);
+  ASSERT_EQ(RedisCluster::Command(to.port, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id}),
+            "OK");
+  ASSERT_EQ(RedisCluster::Command(from.port, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to.id}),
+            "OK");
+
+  // Mid-migration: a new key goes to the importing node (ASK); the existing one stays put.
+  auto fresh = store.Begin(created, fp, 30s);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<Acquired>(*fresh)) << OutcomeName(*fresh);
+  EXPECT_EQ(RedisCluster::Command(to.port, {"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "1")
+      << "the new record lives on the importing node";
+  auto replay = store.Begin(existing, fp, 30s);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<Replay>(*replay)) << OutcomeName(*replay);
+
+  // The existing key moves: now it is ASKed to the new owner as well.
+  const std::string keys =
+      RedisCluster::Command(from.port, {"CLUSTER", "GETKEYSINSLOT", slot_text, "10"});
+  ASSERT_FALSE(keys.empty());
+  ASSERT_EQ(RedisCluster::Command(from.port, {"MIGRATE", "127.0.0.1", std::to_string(to.port),
+                                              keys, "0", "5000"}),
+            "OK");
+  replay = store.Begin(existing, fp, 30s);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_TRUE(std::holds_alternative<Replay>(*replay)) << OutcomeName(*replay);
+  ASSERT_TRUE(store.Complete(created, *OwnedToken(*fresh), kReshardCreated, 1h).ok());
+
+  // The slot is handed over for good: the old owner answers MOVED.
+  for (const Primary& p : primaries) {
+    ASSERT_EQ(RedisCluster::Command(p.port, {"CLUSTER", "SETSLOT", slot_text, "NODE", to.id}),
+              "OK");
+  }
+  for (const Scope& scope : {existing, created}) {
+    auto again = store.Begin(scope, fp, 30s);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_TRUE(std::holds_alternative<Replay>(*again)) << scope.key << " " << OutcomeName(*again);
+    auto record = store.Get(scope);
+    ASSERT_TRUE(record.ok() && record->has_value()) << scope.key;
+    EXPECT_EQ((*record)->response->body, "created");
+  }
+  EXPECT_EQ(RedisCluster::Command(from.port, {"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "0");
+}
+
+}  // namespace
+}  // namespace idem::testing

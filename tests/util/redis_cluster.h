@@ -1,0 +1,102 @@
+// A throwaway Redis Cluster for tests: six redis-server nodes on loopback (three primaries, one
+// replica each), joined by `redis-cli --cluster create`, stopped by PID with the test.
+#pragma once
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "servers/process.h"
+#include "servers/temp_dir.h"
+#include "util/redis_server.h"
+
+namespace idem::testing {
+
+class RedisCluster {
+ public:
+  static constexpr int kNodes = 6;
+
+  // "" on success, else what went wrong.
+  std::string Start() {
+    for (int i = 0; i < kNodes; ++i) {
+      nodes_.push_back(std::make_unique<RedisServer>(RedisServer::Options{.cluster_node = true}));
+      if (std::string error = nodes_.back()->Start(); !error.empty()) return error;
+    }
+    std::vector<std::string> argv = {"/usr/bin/redis-cli", "--cluster", "create"};
+    for (const auto& node : nodes_) argv.push_back("127.0.0.1:" + std::to_string(node->port()));
+    for (const char* arg : {"--cluster-replicas", "1", "--cluster-yes"}) argv.emplace_back(arg);
+    servers::Process create(argv, dir_.File("create.log"));
+    auto status = create.WaitForExit(std::chrono::seconds(60));
+    if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+      return "redis-cli --cluster create failed:\n" + create.Output();
+    }
+    // Every node must see every slot served before a client can rely on the map.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (const auto& node : nodes_) {
+      while (Info(node->port()).find("cluster_state:ok") == std::string::npos) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          return "the cluster never reached cluster_state:ok: " + Info(node->port());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    return "";
+  }
+
+  // "redis://127.0.0.1:P1,127.0.0.1:P2?cluster=true" + `options` ("&prefix=x").
+  std::string Url(const std::string& options = "") const {
+    return "redis://127.0.0.1:" + std::to_string(nodes_[0]->port()) +
+           ",127.0.0.1:" + std::to_string(nodes_[1]->port()) + "?cluster=true" + options;
+  }
+
+  int port(int node) const { return nodes_[node]->port(); }
+
+  // The reply of a command on one node, as text (arrays joined by newlines), or "(error) …".
+  static std::string Command(int port, const std::vector<std::string>& argv) {
+    redisContext* c = redisConnect("127.0.0.1", port);
+    if (c == nullptr || c->err != 0) {
+      if (c != nullptr) redisFree(c);
+      return "(error) cannot connect";
+    }
+    std::vector<const char*> args;
+    std::vector<size_t> lengths;
+    for (const auto& a : argv) {
+      args.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()),
+                                                        args.data(), lengths.data()));
+    std::string out = "(error) no reply";
+    if (r != nullptr) {
+      out = Text(r);
+      freeReplyObject(r);
+    }
+    redisFree(c);
+    return out;
+  }
+
+ private:
+  static std::string Text(const redisReply* r) {
+    switch (r->type) {
+      case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
+      case REDIS_REPLY_NIL: return "(nil)";
+      case REDIS_REPLY_ERROR: return "(error) " + std::string(r->str, r->len);
+      case REDIS_REPLY_ARRAY: {
+        std::string out;
+        for (size_t i = 0; i < r->elements; ++i) out += (i ? "\n" : "") + Text(r->element[i]);
+        return out;
+      }
+      default: return std::string(r->str, r->len);
+    }
+  }
+  static std::string Info(int port) { return Command(port, {"CLUSTER", "INFO"}); }
+
+  servers::TempDir dir_;
+  std::vector<std::unique_ptr<RedisServer>> nodes_;
+};
+
+}  // namespace idem::testing
