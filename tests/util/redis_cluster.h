@@ -44,6 +44,24 @@ class RedisCluster {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }
+    // And every replica must be linked to its primary and done with its first sync, or a
+    // failover promotes a replica that has nothing.
+    for (;;) {
+      int replicas_in_sync = 0;
+      for (const auto& node : nodes_) {
+        const std::string info = Command(node->port(), {"INFO", "replication"});
+        if (info.find("role:slave") != std::string::npos &&
+            info.find("master_link_status:up") != std::string::npos &&
+            info.find("master_sync_in_progress:0") != std::string::npos) {
+          ++replicas_in_sync;
+        }
+      }
+      if (replicas_in_sync == kNodes / 2) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        return "only " + std::to_string(replicas_in_sync) + " replicas are in sync";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     return "";
   }
 
@@ -54,6 +72,15 @@ class RedisCluster {
   }
 
   int port(int node) const { return nodes_[node]->port(); }
+  // SIGKILL one node, as a crash would (its replica takes over after the node timeout, 2 s).
+  void Kill(int node) { nodes_[node]->Kill(); }
+  // The index of the node listening on `port`, or -1.
+  int NodeOnPort(int port) const {
+    for (int i = 0; i < kNodes; ++i) {
+      if (nodes_[i]->port() == port) return i;
+    }
+    return -1;
+  }
 
   // The reply of a command on one node, as text (arrays joined by newlines), or "(error) …".
   static std::string Command(int port, const std::vector<std::string>& argv) {
