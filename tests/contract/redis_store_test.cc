@@ -1,9 +1,7 @@
-// Runs the store contract suite, unchanged, on a real redis-server and on a real six-node Redis
-// Cluster, both started for this test binary.
+// Runs the store contract suite, unchanged, on a real redis-server started for this test binary.
 #include <atomic>
 
 #include "contract/store_contract.h"
-#include "util/redis_cluster.h"
 #include "util/redis_server.h"
 
 namespace idem::testing {
@@ -26,28 +24,9 @@ ContractTarget RedisTarget() {
           /*sweep_counts=*/false};
 }
 
-// One six-node cluster (three primaries, a replica each) for the whole binary.
-RedisCluster& SharedCluster() {
-  static RedisCluster cluster;
-  static const std::string error = cluster.Start();
-  if (!error.empty()) ADD_FAILURE() << "cannot start a Redis Cluster: " << error;
-  return cluster;
-}
-
-ContractTarget RedisClusterTarget() {
-  return {"RedisCluster",
-          [](const TempDir&) {
-            static std::atomic<int> next{0};
-            return SharedCluster().Url("&prefix=contract" + std::to_string(++next));
-          },
-          /*sweep_counts=*/false};
-}
-
-INSTANTIATE_TEST_SUITE_P(Redis, StoreContractTest,
-                         ::testing::Values(RedisTarget(), RedisClusterTarget()),
+INSTANTIATE_TEST_SUITE_P(Redis, StoreContractTest, ::testing::Values(RedisTarget()),
                          ContractTargetName);
-INSTANTIATE_TEST_SUITE_P(Redis, DurableStoreContractTest,
-                         ::testing::Values(RedisTarget(), RedisClusterTarget()),
+INSTANTIATE_TEST_SUITE_P(Redis, DurableStoreContractTest, ::testing::Values(RedisTarget()),
                          ContractTargetName);
 
 }  // namespace
