@@ -29,6 +29,7 @@ fi
 ulimit -n 4096 2>/dev/null || true
 
 work=$(mktemp -d)
+chmod 711 "$work"  # the postgres user must reach its data directory below it
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

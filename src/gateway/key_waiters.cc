@@ -95,13 +95,15 @@ std::function<void()> KeyWaiters::Slot::Interrupter() const {
 
 bool KeyWaiters::Slot::interrupted() const { return state_->interrupted; }
 
-Task<void> KeyWaiters::Slot::Wait(std::chrono::steady_clock::time_point until) {
+Task<bool> KeyWaiters::Slot::Wait(std::chrono::steady_clock::time_point until) {
   if (!state_->notified && !state_->interrupted && !shutting_down()) {
     state_->timer.expires_at(until);
     boost::system::error_code ec;  // operation_aborted: woken
     co_await state_->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
+  const bool notified = state_->notified;
   state_->notified = false;
+  co_return notified;
 }
 
 }  // namespace idem::gateway

@@ -89,8 +89,8 @@ class KeyWaiters::Slot {
   Slot& operator=(const Slot&) = delete;
 
   // Returns when the key was notified (since the previous Wait, or now), at shutdown, or at
-  // `until`, whichever is first.
-  Task<void> Wait(std::chrono::steady_clock::time_point until);
+  // `until`, whichever is first: true when notified (or interrupted), false at `until`.
+  Task<bool> Wait(std::chrono::steady_clock::time_point until);
 
   bool shutting_down() const { return owner_.shutting_down(); }
 

@@ -1,6 +1,7 @@
 #include "gateway/flow/wait.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "gateway/flow/claim.h"
 #include "gateway/key_waiters.h"
@@ -38,6 +39,24 @@ Task<void> WatchKey(Services& s, const Scope& scope) {
   }
 }
 
+// After a wake-up without a hand-over (a settle on another gateway, or a release here): the
+// stored response if the key is now completed for a request like this one. A read, which on
+// PostgreSQL takes no scope lock, so a burst of waiters woken together does not queue behind
+// one another as their Begins would. Anything else (still in flight, released, another
+// fingerprint, a store error) is left to Begin.
+Task<std::optional<StoredResponse>> CompletedFor(Services& s, const Scope& scope,
+                                                 const Fingerprint& fingerprint) {
+  Scope get_scope = scope;  // a named local: see the g++ 12 note in docs
+  auto got = co_await s.store.AsyncGet(std::move(get_scope), asio::use_awaitable);
+  if (!got.ok() || !got->has_value()) co_return std::nullopt;
+  const Record& record = **got;
+  if (record.state != RecordState::kCompleted || record.fingerprint != fingerprint ||
+      !record.response) {
+    co_return std::nullopt;
+  }
+  co_return *record.response;
+}
+
 }  // namespace
 
 Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
@@ -72,7 +91,7 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
     const auto now = SteadyClock::now();
     if (now >= deadline) break;
     const auto next = std::min(deadline, now + kSlowPoll);
-    co_await slot->Wait(next);
+    const bool woken = co_await slot->Wait(next);
     if (slot->interrupted()) {
       waited.hung_up = true;
       break;
@@ -86,6 +105,13 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
     if (const auto& done = slot->completed(); done && done->fingerprint == fingerprint) {
       waited.begun = BeginOutcome(Replay{done->response});
       break;
+    }
+    if (woken) {
+      std::optional<StoredResponse> stored = co_await CompletedFor(s, scope, fingerprint);
+      if (stored) {
+        waited.begun = BeginOutcome(Replay{std::move(*stored)});
+        break;
+      }
     }
   }
   if (client) client->Stop();

@@ -5,9 +5,10 @@
 // Begin like any request), 422 for another request under the key, or 409 if the key is still in
 // flight at the deadline. Waiting holds no thread and polls no store in a loop: the waiter sleeps
 // on a timer that KeyWaiters cuts short when this gateway settles the key (a completion hands
-// over the stored response, replayed without another store call when the fingerprints match),
-// and looks again every kSlowPoll otherwise (a key settled by another gateway sharing the
-// store).
+// over the stored response, replayed without another store call when the fingerprints match)
+// or when a settle notice from another gateway sharing the store arrives (then a read finds
+// the completed response without the scope lock a Begin takes), and looks again every
+// kSlowPoll otherwise.
 #pragma once
 
 #include <chrono>
