@@ -238,7 +238,8 @@ TEST_F(RedisClusterTest, AKilledPrimaryIsReplacedByItsReplicaAndTheStoreCarriesO
       EXPECT_TRUE(std::holds_alternative<InFlight>(*begun)) << OutcomeName(*begun);
     }
   }
-  std::printf("[ failover ] %zu records on the killed primary: %d completed and %d in flight lost\n",
+  std::printf("[ failover ] %zu records on the killed primary: %d completed and %d in flight "
+              "lost\n",
               on_victim.size(), lost_completed, lost_in_flight);
   // The other primaries' records were never affected.
   for (int i = 0; i < kScopes; ++i) {

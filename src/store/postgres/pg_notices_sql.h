@@ -57,7 +57,9 @@ BEGIN
          AND r.token = p_token
       RETURNING r.waited, r.tenant, r.client, r.key INTO v_row;
       IF NOT FOUND THEN RETURN false; END IF;
-      IF v_row.waited THEN PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key); END IF;
+      IF v_row.waited THEN
+        PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key);
+      END IF;
       RETURN true;
     EXCEPTION WHEN check_violation THEN
       IF v_retried OR NOT idem_ensure_partition(v_expires) THEN RAISE; END IF;
@@ -79,7 +81,9 @@ BEGIN
      AND r.token = p_token
   RETURNING r.waited, r.tenant, r.client, r.key INTO v_row;
   IF NOT FOUND THEN RETURN false; END IF;
-  IF v_row.waited THEN PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key); END IF;
+  IF v_row.waited THEN
+    PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key);
+  END IF;
   RETURN true;
 END $$;
 
@@ -97,7 +101,9 @@ BEGIN
     RETURNING r.waited, r.tenant, r.client, r.key
   LOOP
     v_found := true;
-    IF v_row.waited THEN PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key); END IF;
+    IF v_row.waited THEN
+    PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key);
+  END IF;
   END LOOP;
   RETURN v_found;
 END $$;

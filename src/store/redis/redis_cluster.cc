@@ -140,7 +140,8 @@ Status RedisCluster::Refresh() {
       if (host.empty() || host == "?") host = asked_host;
       const Node owner = NodeName(host, static_cast<int>(primary->element[1]->integer));
       const auto first = std::max<long long>(0, range->element[0]->integer);
-      const auto last_slot = std::min<long long>(kRedisClusterSlots - 1, range->element[1]->integer);
+      const auto last_slot =
+          std::min<long long>(kRedisClusterSlots - 1, range->element[1]->integer);
       for (long long slot = first; slot <= last_slot; ++slot) {
         owners[slot] = owner;
         ++owned;

@@ -193,7 +193,7 @@ Result<RedisReply> RedisPool::RunOn(redisContext* context,
     if (error.rfind("NOAUTH", 0) == 0 || error.rfind("WRONGPASS", 0) == 0) {
       return FailedPreconditionError("redis: " + error);
     }
-    // MOVED/ASK: this client does not follow Redis Cluster redirects (docs/redis.md).
+    // MOVED and ASK come back as errors too: RedisCluster (redis_cluster.h) follows them.
     return UnavailableError("redis: " + error);
   }
   return reply;

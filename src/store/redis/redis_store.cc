@@ -60,8 +60,8 @@ class RedisStore final : public Store {
     const std::string key = KeyFor(scope);
     const std::string now = Now();
     const std::string lease_ms = std::to_string(lease.count());
-    auto reply = Eval(internal::RedisBeginScript(), key,
-                            {now, fingerprint.raw(), lease_ms, abandoned_ms_});
+    auto reply =
+        Eval(internal::RedisBeginScript(), key, {now, fingerprint.raw(), lease_ms, abandoned_ms_});
     if (!reply.ok()) return reply.status().WithContext("begin scope " + scope.Digest());
     auto outcome = DecodeBegin(reply->get());
     if (!outcome.ok()) return outcome.status().WithContext("begin scope " + scope.Digest());
