@@ -32,7 +32,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
   cmd->add_option("--store", o.store,
                   "Where records live: memory | sqlite:PATH[?durability=off|normal|full\n"
                   "&busy_timeout_ms=N] | redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=P\n"
-                  "&pool_size=N&timeout_ms=N&connect_timeout_ms=N] (see docs/redis.md) |\n"
+                  "&pool_size=N&timeout_ms=N&connect_timeout_ms=N] | a Redis Cluster:\n"
+                  "redis://HOST:PORT,HOST:PORT...?cluster=true[&...] (see docs/redis.md) |\n"
                   "postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N&timeout_ms=N&schema=NAME]\n"
                   "(see docs/postgresql.md)")
       ->capture_default_str();
