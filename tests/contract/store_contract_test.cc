@@ -9,14 +9,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <latch>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "idem/fingerprint.h"
+#include "util/notice_log.h"
 
 namespace idem::testing {
 namespace {
@@ -532,40 +531,6 @@ TEST_P(StoreContractTest, DuplicatesRacingCompletionsNeverAcquireTwice) {
 }
 
 // ---- settle notices: Watch and SubscribeSettled (stores shared between processes) ---------
-
-namespace {
-
-// The digests a subscription delivered, in order.
-class NoticeLog {
- public:
-  Store::SettleHandler Handler() {
-    return [this](std::string_view digest) {
-      std::lock_guard lock(mu_);
-      seen_.emplace_back(digest);
-      arrived_.notify_all();
-    };
-  }
-  // Waits up to 5 s for every digest of `expected`; returns every digest seen so far, sorted
-  // (a cluster's nodes do not keep one order between them).
-  std::vector<std::string> AllOf(std::vector<std::string> expected) {
-    std::unique_lock lock(mu_);
-    arrived_.wait_for(lock, seconds(5), [&] {
-      return std::all_of(expected.begin(), expected.end(), [&](const std::string& d) {
-        return std::find(seen_.begin(), seen_.end(), d) != seen_.end();
-      });
-    });
-    std::vector<std::string> seen = seen_;
-    std::sort(seen.begin(), seen.end());
-    return seen;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable arrived_;
-  std::vector<std::string> seen_;
-};
-
-}  // namespace
 
 TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishNothing) {
   NoticeLog log;

@@ -15,6 +15,7 @@
 
 #include "idem/store.h"
 #include "store/redis/redis_url.h"
+#include "util/raw_redis.h"
 #include "util/redis_cluster.h"
 
 namespace idem::testing {
@@ -76,7 +77,7 @@ class RedisClusterTest : public ::testing::Test {
   // The primaries, from CLUSTER NODES; `owner` is set to the one serving `slot`.
   std::vector<Primary> Primaries(int slot, Primary& owner) {
     std::vector<Primary> primaries;
-    std::istringstream lines(RedisCluster::Command(cluster_.port(0), {"CLUSTER", "NODES"}));
+    std::istringstream lines(RawRedis::Once(cluster_.port(0), {"CLUSTER", "NODES"}));
     for (std::string line; std::getline(lines, line);) {
       std::istringstream fields(line);
       std::vector<std::string> f;
@@ -124,16 +125,16 @@ TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
   ASSERT_FALSE(from.id.empty());
   const Primary to = primaries[0].id == from.id ? primaries[1] : primaries[0];
   const std::string slot_text = std::to_string(slot);
-  ASSERT_EQ(RedisCluster::Command(to.port, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id}),
+  ASSERT_EQ(RawRedis::Once(to.port, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id}),
             "OK");
-  ASSERT_EQ(RedisCluster::Command(from.port, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to.id}),
+  ASSERT_EQ(RawRedis::Once(from.port, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to.id}),
             "OK");
 
   // Mid-migration: a new key goes to the importing node (ASK); the existing one stays put.
   auto fresh = store.Begin(created, fp, 30s);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
   ASSERT_TRUE(std::holds_alternative<Acquired>(*fresh)) << OutcomeName(*fresh);
-  EXPECT_EQ(RedisCluster::Command(to.port, {"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "1")
+  EXPECT_EQ(RawRedis::Once(to.port, {"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "1")
       << "the new record lives on the importing node";
   auto replay = store.Begin(existing, fp, 30s);
   ASSERT_TRUE(replay.ok()) << replay.status().ToString();
@@ -141,9 +142,9 @@ TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
 
   // The existing key moves: now it is ASKed to the new owner as well.
   const std::string keys =
-      RedisCluster::Command(from.port, {"CLUSTER", "GETKEYSINSLOT", slot_text, "10"});
+      RawRedis::Once(from.port, {"CLUSTER", "GETKEYSINSLOT", slot_text, "10"});
   ASSERT_FALSE(keys.empty());
-  ASSERT_EQ(RedisCluster::Command(from.port, {"MIGRATE", "127.0.0.1", std::to_string(to.port),
+  ASSERT_EQ(RawRedis::Once(from.port, {"MIGRATE", "127.0.0.1", std::to_string(to.port),
                                               keys, "0", "5000"}),
             "OK");
   replay = store.Begin(existing, fp, 30s);
@@ -153,7 +154,7 @@ TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
 
   // The slot is handed over for good: the old owner answers MOVED.
   for (const Primary& p : primaries) {
-    ASSERT_EQ(RedisCluster::Command(p.port, {"CLUSTER", "SETSLOT", slot_text, "NODE", to.id}),
+    ASSERT_EQ(RawRedis::Once(p.port, {"CLUSTER", "SETSLOT", slot_text, "NODE", to.id}),
               "OK");
   }
   for (const Scope& scope : {existing, created}) {
@@ -164,7 +165,7 @@ TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
     ASSERT_TRUE(record.ok() && record->has_value()) << scope.key;
     EXPECT_EQ((*record)->response->body, "created");
   }
-  EXPECT_EQ(RedisCluster::Command(from.port, {"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "0");
+  EXPECT_EQ(RawRedis::Once(from.port, {"CLUSTER", "COUNTKEYSINSLOT", slot_text}), "0");
 }
 
 // A primary is killed: calls on its slots fail promptly (503 for the gateway) until its replica
@@ -201,7 +202,7 @@ TEST_F(RedisClusterTest, AKilledPrimaryIsReplacedByItsReplicaAndTheStoreCarriesO
   ASSERT_FALSE(on_victim.empty());
   // The records reached the victim's replica (WAIT: it acknowledged every write). Loss beyond
   // this is what the kill itself takes: writes racing it.
-  EXPECT_EQ(RedisCluster::Command(victim.port, {"WAIT", "1", "5000"}), "1");
+  EXPECT_EQ(RawRedis::Once(victim.port, {"WAIT", "1", "5000"}), "1");
   cluster_.Kill(victim_node);
 
   // Until the promotion: prompt errors, never a hang.

@@ -9,6 +9,7 @@
 
 #include "idem/store.h"
 #include "store/redis/redis_url.h"
+#include "util/raw_redis.h"
 #include "util/redis_server.h"
 
 namespace idem::testing {
@@ -23,45 +24,6 @@ Fingerprint Fp() {
 }
 
 const StoredResponse kCreated{201, {{"Location", "/pay/1"}}, "created"};
-
-// A plain hiredis connection for looking at what the store wrote.
-class RawRedis {
- public:
-  explicit RawRedis(int port) : context_(redisConnect("127.0.0.1", port)) {}
-  ~RawRedis() { redisFree(context_); }
-  bool ok() const { return context_ != nullptr && context_->err == 0; }
-
-  // The reply as a string (integers and status replies too), "(nil)" or "(error) ...".
-  std::string Command(const std::vector<std::string>& argv) {
-    std::vector<const char*> args;
-    std::vector<size_t> lengths;
-    for (const auto& a : argv) {
-      args.push_back(a.data());
-      lengths.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(context_, static_cast<int>(args.size()),
-                                                        args.data(), lengths.data()));
-    if (r == nullptr) return "(io error)";
-    std::string out;
-    switch (r->type) {
-      case REDIS_REPLY_INTEGER: out = std::to_string(r->integer); break;
-      case REDIS_REPLY_NIL: out = "(nil)"; break;
-      case REDIS_REPLY_ERROR: out = "(error) " + std::string(r->str, r->len); break;
-      case REDIS_REPLY_ARRAY:
-        for (size_t i = 0; i < r->elements; ++i) {
-          if (i > 0) out += "\n";
-          out += std::string(r->element[i]->str ? r->element[i]->str : "", r->element[i]->len);
-        }
-        break;
-      default: out = std::string(r->str, r->len);
-    }
-    freeReplyObject(r);
-    return out;
-  }
-
- private:
-  redisContext* context_;
-};
 
 std::unique_ptr<Store> MustOpen(const std::string& url, StoreOptions options = {}) {
   auto store = OpenStore(url, options);

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "util/notice_log.h"
+
 namespace idem::internal {
 namespace {
 
@@ -93,36 +95,15 @@ class Pipes {
   bool refuse_ = false;
 };
 
-class Received {
- public:
-  Store::SettleHandler Handler() {
-    return [this](std::string_view digest) {
-      std::lock_guard lock(mu_);
-      digests_.emplace_back(digest);
-      arrived_.notify_all();
-    };
-  }
-  std::vector<std::string> WaitFor(size_t count) {
-    std::unique_lock lock(mu_);
-    arrived_.wait_for(lock, 5s, [&] { return digests_.size() >= count; });
-    return digests_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable arrived_;
-  std::vector<std::string> digests_;
-};
-
 TEST(SettleListenerTest, DeliversNoticesAndReconnectsWithBackoffAfterAFailure) {
   Pipes pipes;
-  Received received;
+  testing::NoticeLog received;
   auto first = pipes.Open();
   ASSERT_TRUE(first.ok());
   SettleListener listener([&] { return pipes.Open(); }, std::move(*first), received.Handler());
   pipes.Send("one");
   pipes.Send("two");
-  EXPECT_EQ(received.WaitFor(2), (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(received.AtLeast(2), (std::vector<std::string>{"one", "two"}));
 
   // The connection breaks and the server refuses for a while: the listener keeps trying.
   pipes.Refuse(true);
@@ -132,13 +113,13 @@ TEST(SettleListenerTest, DeliversNoticesAndReconnectsWithBackoffAfterAFailure) {
   pipes.Refuse(false);
   ASSERT_TRUE(pipes.WaitOpened(2)) << "the listener never reconnected";
   pipes.Send("three");
-  EXPECT_EQ(received.WaitFor(3).back(), "three");
+  EXPECT_EQ(received.AtLeast(3).back(), "three");
   EXPECT_EQ(listener.reconnects(), 1);
 }
 
 TEST(SettleListenerTest, StopsAtOnceWhileWaitingForNoticesOrBetweenAttempts) {
   Pipes pipes;
-  Received received;
+  testing::NoticeLog received;
   for (bool connected : {true, false}) {
     pipes.Refuse(!connected);
     std::unique_ptr<NoticeSource> first;

@@ -2,8 +2,6 @@
 // replica each), joined by `redis-cli --cluster create`, stopped by PID with the test.
 #pragma once
 
-#include <hiredis/hiredis.h>
-
 #include <chrono>
 #include <memory>
 #include <string>
@@ -12,6 +10,7 @@
 
 #include "servers/process.h"
 #include "servers/temp_dir.h"
+#include "util/raw_redis.h"
 #include "util/redis_server.h"
 
 namespace idem::testing {
@@ -49,7 +48,7 @@ class RedisCluster {
     for (;;) {
       int replicas_in_sync = 0;
       for (const auto& node : nodes_) {
-        const std::string info = Command(node->port(), {"INFO", "replication"});
+        const std::string info = RawRedis::Once(node->port(), {"INFO", "replication"});
         if (info.find("role:slave") != std::string::npos &&
             info.find("master_link_status:up") != std::string::npos &&
             info.find("master_sync_in_progress:0") != std::string::npos) {
@@ -82,45 +81,8 @@ class RedisCluster {
     return -1;
   }
 
-  // The reply of a command on one node, as text (arrays joined by newlines), or "(error) …".
-  static std::string Command(int port, const std::vector<std::string>& argv) {
-    redisContext* c = redisConnect("127.0.0.1", port);
-    if (c == nullptr || c->err != 0) {
-      if (c != nullptr) redisFree(c);
-      return "(error) cannot connect";
-    }
-    std::vector<const char*> args;
-    std::vector<size_t> lengths;
-    for (const auto& a : argv) {
-      args.push_back(a.data());
-      lengths.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()),
-                                                        args.data(), lengths.data()));
-    std::string out = "(error) no reply";
-    if (r != nullptr) {
-      out = Text(r);
-      freeReplyObject(r);
-    }
-    redisFree(c);
-    return out;
-  }
-
  private:
-  static std::string Text(const redisReply* r) {
-    switch (r->type) {
-      case REDIS_REPLY_INTEGER: return std::to_string(r->integer);
-      case REDIS_REPLY_NIL: return "(nil)";
-      case REDIS_REPLY_ERROR: return "(error) " + std::string(r->str, r->len);
-      case REDIS_REPLY_ARRAY: {
-        std::string out;
-        for (size_t i = 0; i < r->elements; ++i) out += (i ? "\n" : "") + Text(r->element[i]);
-        return out;
-      }
-      default: return std::string(r->str, r->len);
-    }
-  }
-  static std::string Info(int port) { return Command(port, {"CLUSTER", "INFO"}); }
+  static std::string Info(int port) { return RawRedis::Once(port, {"CLUSTER", "INFO"}); }
 
   servers::TempDir dir_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;

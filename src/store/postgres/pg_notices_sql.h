@@ -16,11 +16,14 @@ ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAUL
 -- The payload names the key as the gateway does (Scope::Digest): SHA-256 of tenant, client
 -- and key joined by NUL bytes, in hex. (scope_id hashes another encoding.) textsend gives the
 -- bytes the gateway sent and never fails, so a notice can never make its settle fail.
-CREATE OR REPLACE FUNCTION idem_notify_settled(p_tenant text, p_client text, p_key text)
+-- Nothing for a record nobody waits for.
+CREATE OR REPLACE FUNCTION idem_notify_settled(
+    p_waited boolean, p_tenant text, p_client text, p_key text)
 RETURNS void LANGUAGE sql VOLATILE AS $$
   SELECT pg_notify('idem_settled', encode(sha256(textsend(p_tenant) || '\x00'::bytea ||
                                                  textsend(p_client) || '\x00'::bytea ||
                                                  textsend(p_key)), 'hex'))
+   WHERE p_waited
 $$;
 
 -- Marks the live in-flight record of the scope as watched; false when there is none.
@@ -57,9 +60,7 @@ BEGIN
          AND r.token = p_token
       RETURNING r.waited, r.tenant, r.client, r.key INTO v_row;
       IF NOT FOUND THEN RETURN false; END IF;
-      IF v_row.waited THEN
-        PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key);
-      END IF;
+      PERFORM idem_notify_settled(v_row.waited, v_row.tenant, v_row.client, v_row.key);
       RETURN true;
     EXCEPTION WHEN check_violation THEN
       IF v_retried OR NOT idem_ensure_partition(v_expires) THEN RAISE; END IF;
@@ -81,9 +82,7 @@ BEGIN
      AND r.token = p_token
   RETURNING r.waited, r.tenant, r.client, r.key INTO v_row;
   IF NOT FOUND THEN RETURN false; END IF;
-  IF v_row.waited THEN
-    PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key);
-  END IF;
+  PERFORM idem_notify_settled(v_row.waited, v_row.tenant, v_row.client, v_row.key);
   RETURN true;
 END $$;
 
@@ -101,9 +100,7 @@ BEGIN
     RETURNING r.waited, r.tenant, r.client, r.key
   LOOP
     v_found := true;
-    IF v_row.waited THEN
-    PERFORM idem_notify_settled(v_row.tenant, v_row.client, v_row.key);
-  END IF;
+    PERFORM idem_notify_settled(v_row.waited, v_row.tenant, v_row.client, v_row.key);
   END LOOP;
   RETURN v_found;
 END $$;
