@@ -9,6 +9,11 @@
 //   ◀───────────────────────┘   └──┘ takeover, new fencing token     ▼
 //                                                                  (gone)
 //
+// A long-running operation (Store::Accept) stays IN FLIGHT under the same token while a
+// background job finishes it: the record then also holds the operation's accepted response (a
+// 202), which Begin hands to duplicates, and a longer lease. The job ends it with Complete or
+// Release like any owner; a takeover after its lease drops the accepted response.
+//
 // The fencing token increases every time ownership of the scope changes (first begin, each
 // takeover), and never repeats for a scope even after the record is released or purged, so a
 // zombie holding an old token can never complete a newer owner's record. Tokens order owners
@@ -61,6 +66,9 @@ struct Record {
   TimePoint expires_at;
   // Present exactly when state == kCompleted.
   std::optional<StoredResponse> response;
+  // While in flight: the accepted response of a long-running operation (Store::Accept), if
+  // its owner stored one. Never present once completed.
+  std::optional<StoredResponse> accepted;
 
   friend bool operator==(const Record&, const Record&) = default;
 };

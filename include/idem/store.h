@@ -60,9 +60,11 @@ struct Replay {
 };
 
 // Another owner holds a live lease on the scope. Retry after `retry_after` (the lease's
-// remaining time; at least 1 ms).
+// remaining time; at least 1 ms). `accepted` is set when the owner is a long-running operation
+// that stored its accepted response (Accept): a duplicate gets that response again.
 struct InFlight {
   Duration retry_after;
+  std::optional<StoredResponse> accepted;
   friend bool operator==(const InFlight&, const InFlight&) = default;
 };
 
@@ -140,6 +142,19 @@ class Store {
   // Gives up ownership after a transient failure: the in-flight record is deleted so the next
   // retry executes again, instead of being locked until the lease runs out.
   virtual Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) = 0;
+
+  // Turns the in-flight record owned by `token` into a long-running operation: the request was
+  // accepted (the upstream answered 202) and a background job will finish it. The record stays
+  // in flight under the same token, with `accepted` stored and the lease extended to now +
+  // lease; Begin with the same fingerprint then answers InFlight carrying `accepted` (never a
+  // second claim while the lease lasts). The job ends the operation with Complete (the final
+  // response) or Release, passing the same token; after the lease a retry takes over as usual,
+  // and the job's late Complete is kFenced. Calling Accept again replaces the accepted response
+  // and extends the lease again. kFenced when `token` does not own an in-flight record.
+  // REQUIRES: lease > 0. On error the record may or may not have been updated; calling Accept
+  // again with the same arguments is safe.
+  virtual Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                         const StoredResponse& accepted, Duration lease) = 0;
 
   // The live record for `scope`, or nullopt if absent or expired.
   virtual Result<std::optional<Record>> Get(const Scope& scope) = 0;

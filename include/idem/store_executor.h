@@ -90,6 +90,17 @@ class StoreExecutor {
                         std::forward<CompletionToken>(token));
   }
 
+  // Accept is rare (once per long-running operation), so it is a plain call, inline when the
+  // store never blocks.
+  template <typename CompletionToken>
+  auto AsyncAccept(Scope scope, FencingToken fencing_token, StoredResponse accepted,
+                   Duration lease, CompletionToken&& token) {
+    return RunRequestCall(
+        [scope = std::move(scope), fencing_token, accepted = std::move(accepted),
+         lease](Store& s) { return s.Accept(scope, fencing_token, accepted, lease); },
+        std::forward<CompletionToken>(token));
+  }
+
   template <typename CompletionToken>
   auto AsyncGet(Scope scope, CompletionToken&& token) {
     return RunRequestCall([scope = std::move(scope)](Store& s) { return s.Get(scope); },

@@ -34,6 +34,10 @@ class StoreWrapper : public Store {
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
     return target_.Release(scope, token);
   }
+  Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                 const StoredResponse& accepted, Duration lease) override {
+    return target_.Accept(scope, token, accepted, lease);
+  }
   Result<std::optional<Record>> Get(const Scope& scope) override { return target_.Get(scope); }
   Result<bool> Purge(const Scope& scope) override { return target_.Purge(scope); }
   Result<uint64_t> Sweep(TimePoint now) override { return target_.Sweep(now); }

@@ -270,6 +270,133 @@ TEST_P(StoreContractTest, CrashedOwnerNeverLocksTheKeyUntilItsTtl) {
   EXPECT_TRUE(std::holds_alternative<TakenOver>(Must(store_->Begin(S("k1"), Fp("a"), kLease))));
 }
 
+// ---- accept: long-running operations ----------------------------------------------------------
+
+namespace {
+StoredResponse AcceptedResponse() {
+  return {202,
+          {{"Location", "/v1/operations/op_1"}, {"Retry-After", "5"}},
+          R"({"status":"running"})"};
+}
+}  // namespace
+
+TEST_P(StoreContractTest, AcceptedOperationStaysInFlightAndDuplicatesGetItsResponse) {
+  const FencingToken token = Token(Must(store_->Begin(S("op"), Fp("a"), kLease)));
+  clock_->Advance(seconds(10));
+  const TimePoint accepted_at = clock_->Now();
+  ASSERT_EQ(Must(store_->Accept(S("op"), token, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kOk);
+
+  // Long after the request's own lease, a duplicate is still told "in flight", now with the
+  // accepted response to answer with, and the time left on the operation's lease.
+  clock_->Advance(minutes(30));
+  auto dup = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(dup)) << OutcomeName(dup);
+  EXPECT_EQ(std::get<InFlight>(dup).retry_after, accepted_at + hours(1) - clock_->Now());
+  ASSERT_TRUE(std::get<InFlight>(dup).accepted.has_value());
+  EXPECT_EQ(*std::get<InFlight>(dup).accepted, AcceptedResponse());
+  EXPECT_TRUE(std::holds_alternative<Mismatch>(Must(store_->Begin(S("op"), Fp("b"), kLease))));
+
+  auto record = Must(store_->Get(S("op")));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, RecordState::kInFlight);
+  EXPECT_EQ(record->token, token);
+  EXPECT_EQ(record->lease_deadline, accepted_at + hours(1));
+  EXPECT_GT(record->expires_at, record->lease_deadline);
+  EXPECT_EQ(record->accepted, AcceptedResponse());
+  EXPECT_FALSE(record->response.has_value());
+
+  // The job completes it with the same token; retries then replay the final response.
+  EXPECT_EQ(Must(store_->Complete(S("op"), token, Created(), kTtl)), CompleteOutcome::kOk);
+  auto replay = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<Replay>(replay)) << OutcomeName(replay);
+  EXPECT_EQ(std::get<Replay>(replay).response, Created());
+  record = Must(store_->Get(S("op")));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->response, Created());
+  EXPECT_FALSE(record->accepted.has_value());
+}
+
+TEST_P(StoreContractTest, InFlightWithoutAcceptCarriesNoAcceptedResponse) {
+  (void)Must(store_->Begin(S("k1"), Fp("a"), kLease));
+  auto dup = Must(store_->Begin(S("k1"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(dup)) << OutcomeName(dup);
+  EXPECT_FALSE(std::get<InFlight>(dup).accepted.has_value());
+  auto record = Must(store_->Get(S("k1")));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_FALSE(record->accepted.has_value());
+}
+
+TEST_P(StoreContractTest, AcceptWithAStaleTokenOrAfterCompletionIsFenced) {
+  EXPECT_EQ(Must(store_->Accept(S("never"), 42, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kFenced);
+  const FencingToken token = Token(Must(store_->Begin(S("op"), Fp("a"), kLease)));
+  EXPECT_EQ(Must(store_->Accept(S("op"), token + 1000, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kFenced);
+  auto dup = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(dup));
+  EXPECT_FALSE(std::get<InFlight>(dup).accepted.has_value());
+  EXPECT_EQ(std::get<InFlight>(dup).retry_after, kLease);
+
+  (void)Must(store_->Complete(S("op"), token, Created(), kTtl));
+  EXPECT_EQ(Must(store_->Accept(S("op"), token, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kFenced);
+  auto replay = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<Replay>(replay));
+  EXPECT_EQ(std::get<Replay>(replay).response, Created());
+}
+
+TEST_P(StoreContractTest, OperationWhoseLeaseRanOutIsTakenOverAndItsJobIsFenced) {
+  const FencingToken job = Token(Must(store_->Begin(S("op"), Fp("a"), kLease)));
+  ASSERT_EQ(Must(store_->Accept(S("op"), job, AcceptedResponse(), minutes(5))),
+            CompleteOutcome::kOk);
+  clock_->Advance(minutes(5));
+  auto taken = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<TakenOver>(taken)) << OutcomeName(taken);
+  EXPECT_EQ(std::get<TakenOver>(taken).previous_token, job);
+  const FencingToken retry = std::get<TakenOver>(taken).token;
+  EXPECT_GT(retry, job);
+
+  // The new attempt has accepted nothing: a duplicate now is plainly in flight.
+  auto dup = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(dup)) << OutcomeName(dup);
+  EXPECT_FALSE(std::get<InFlight>(dup).accepted.has_value());
+  auto record = Must(store_->Get(S("op")));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_FALSE(record->accepted.has_value());
+
+  // The old job finishes late: refused, whatever it tries.
+  EXPECT_EQ(Must(store_->Complete(S("op"), job, Created("late"), kTtl)),
+            CompleteOutcome::kFenced);
+  EXPECT_EQ(Must(store_->Release(S("op"), job)), ReleaseOutcome::kFenced);
+  EXPECT_EQ(Must(store_->Accept(S("op"), job, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kFenced);
+  EXPECT_EQ(Must(store_->Complete(S("op"), retry, Created("new"), kTtl)), CompleteOutcome::kOk);
+  auto replay = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<Replay>(replay));
+  EXPECT_EQ(std::get<Replay>(replay).response.body, "new");
+}
+
+TEST_P(StoreContractTest, ReleasedOperationRunsAgainOnTheNextRetry) {
+  const FencingToken job = Token(Must(store_->Begin(S("op"), Fp("a"), kLease)));
+  ASSERT_EQ(Must(store_->Accept(S("op"), job, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kOk);
+  EXPECT_EQ(Must(store_->Release(S("op"), job)), ReleaseOutcome::kReleased);
+  auto retry = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<Acquired>(retry)) << OutcomeName(retry);
+  EXPECT_GT(std::get<Acquired>(retry).token, job);
+  auto dup = Must(store_->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(dup));
+  EXPECT_FALSE(std::get<InFlight>(dup).accepted.has_value());
+}
+
+TEST_P(StoreContractTest, NonPositiveOperationLeaseIsAnInvalidArgument) {
+  const FencingToken token = Token(Must(store_->Begin(S("op"), Fp("a"), kLease)));
+  auto refused = store_->Accept(S("op"), token, AcceptedResponse(), Duration(0));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+}
+
 // ---- purge, TTL and sweep --------------------------------------------------------------------
 
 TEST_P(StoreContractTest, PurgeRemovesARecordAndFencesItsOwner) {
@@ -646,6 +773,24 @@ TEST_P(DurableStoreContractTest, CompletedRecordSurvivesKillNineRightAfterComple
   auto fp = ComputeFingerprint({}, {"POST", "/crash", "", "body", {}});
   auto replay = Must(reopened->Begin(scope, *fp, kLease));
   EXPECT_TRUE(std::holds_alternative<Replay>(replay)) << OutcomeName(replay);
+}
+
+TEST_P(DurableStoreContractTest, AcceptedOperationOutlivesTheProcessThatAcceptedIt) {
+  const FencingToken job = Token(Must(store_->Begin(S("op"), Fp("a"), kLease)));
+  ASSERT_EQ(Must(store_->Accept(S("op"), job, AcceptedResponse(), hours(1))),
+            CompleteOutcome::kOk);
+  store_.reset();  // the gateway that accepted it stops
+
+  auto reopened = Reopen();
+  ASSERT_NE(reopened, nullptr);
+  clock_->Advance(minutes(10));
+  auto dup = Must(reopened->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(dup)) << OutcomeName(dup);
+  EXPECT_EQ(std::get<InFlight>(dup).accepted, AcceptedResponse());
+  EXPECT_EQ(Must(reopened->Complete(S("op"), job, Created(), kTtl)), CompleteOutcome::kOk);
+  auto replay = Must(reopened->Begin(S("op"), Fp("a"), kLease));
+  ASSERT_TRUE(std::holds_alternative<Replay>(replay)) << OutcomeName(replay);
+  EXPECT_EQ(std::get<Replay>(replay).response, Created());
 }
 
 TEST_P(DurableStoreContractTest, OwnerKilledMidFlightIsTakenOverAfterItsLease) {

@@ -282,6 +282,79 @@ TEST_F(PostgresTransactionTest, OutsideATransactionIsAFailedPrecondition) {
 
 // ---- URLs ------------------------------------------------------------------------------------
 
+// ---- long-running operations: the job's SQL functions --------------------------------------
+
+TEST_F(PostgresStoreTest, JobCompletesAnAcceptedOperationInItsOwnTransaction) {
+  // The SQL functions read the server's clock, so the store does too here.
+  auto opened = OpenStore(Url());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const Scope op{"c0ffee", "", "op-1"};  // tenant digest and key, as the admin API names them
+  auto begun = store.Begin(op, Fp(), seconds(30));
+  ASSERT_TRUE(begun.ok() && std::holds_alternative<Acquired>(*begun));
+  const FencingToken token = std::get<Acquired>(*begun).token;
+  const StoredResponse accepted{202, {{"Location", "/ops/1"}}, "running"};
+  ASSERT_EQ(*store.Accept(op, token, accepted, hours(1)), CompleteOutcome::kOk);
+  const std::string t = std::to_string(token);
+
+  // Another token, or a rolled-back transaction, leaves the operation running.
+  EXPECT_EQ(Sql("SELECT idem.operation_complete('c0ffee', 'op-1', " + std::to_string(token + 1) +
+                ", 201)"),
+            "f");
+  EXPECT_EQ(Sql("BEGIN; SELECT idem.operation_complete('c0ffee', 'op-1', " + t +
+                ", 201); ROLLBACK"),
+            "");
+  auto dup = store.Begin(op, Fp(), seconds(30));
+  ASSERT_TRUE(dup.ok() && std::holds_alternative<InFlight>(*dup));
+  EXPECT_EQ(std::get<InFlight>(*dup).accepted, accepted);
+
+  // Bad arguments are errors that say what is wrong, not a false.
+  EXPECT_NE(Sql("SELECT idem.operation_complete('c0ffee', 'op-1', " + t + ", 42)")
+                .find("status must be 100 to 999"),
+            std::string::npos);
+  EXPECT_NE(Sql("SELECT idem.operation_complete('c0ffee', 'op-1', " + t +
+                ", 201, '[[\"Location\"]]')")
+                .find("[name, value] pair"),
+            std::string::npos);
+
+  // The job's transaction: its business write and the completion commit together. The
+  // headers keep their order and their bytes.
+  EXPECT_EQ(Sql("SELECT idem.operation_complete('c0ffee', 'op-1', " + t +
+                ", 201, '[[\"Location\", \"/p/1\"], [\"X-Note\", \"d\u00e9j\u00e0\"]]', "
+                "convert_to('{\"id\":1}', 'UTF8'), interval '2 hours')"),
+            "t");
+  auto replay = store.Begin(op, Fp(), seconds(30));
+  ASSERT_TRUE(replay.ok() && std::holds_alternative<Replay>(*replay)) << OutcomeName(*replay);
+  const StoredResponse expected{201, {{"Location", "/p/1"}, {"X-Note", "d\xc3\xa9j\xc3\xa0"}},
+                                "{\"id\":1}"};
+  EXPECT_EQ(std::get<Replay>(*replay).response, expected);
+  auto record = store.Get(op);
+  ASSERT_TRUE(record.ok() && record->has_value());
+  const auto kept = (*record)->expires_at - SystemClock()->Now();
+  EXPECT_GT(kept, hours(2) - seconds(30));
+  EXPECT_LE(kept, hours(2));
+  // Completed: a second completion, even with the right token, changes nothing.
+  EXPECT_EQ(Sql("SELECT idem.operation_complete('c0ffee', 'op-1', " + t + ", 500)"), "f");
+}
+
+TEST_F(PostgresStoreTest, JobReleasesAnAcceptedOperationAndTheRetryRunsAgain) {
+  auto opened = OpenStore(Url());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  const Scope op{"c0ffee", "", "op-2"};
+  auto begun = store.Begin(op, Fp(), seconds(30));
+  ASSERT_TRUE(begun.ok() && std::holds_alternative<Acquired>(*begun));
+  const FencingToken token = std::get<Acquired>(*begun).token;
+  ASSERT_EQ(*store.Accept(op, token, {202, {}, ""}, hours(1)), CompleteOutcome::kOk);
+  EXPECT_EQ(Sql("SELECT idem.operation_release('c0ffee', 'op-2', " + std::to_string(token + 1) +
+                ")"),
+            "f");
+  EXPECT_EQ(Sql("SELECT idem.operation_release('c0ffee', 'op-2', " + std::to_string(token) + ")"),
+            "t");
+  auto retry = store.Begin(op, Fp(), seconds(30));
+  ASSERT_TRUE(retry.ok() && std::holds_alternative<Acquired>(*retry)) << OutcomeName(*retry);
+}
+
 TEST(PostgresUrlTest, MalformedUrlsAreInvalidArgumentsThatSayWhy) {
   const std::pair<std::string, std::string> cases[] = {
       {"postgresql://127.0.0.1:5432/db", "no user name"},

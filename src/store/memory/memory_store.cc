@@ -103,11 +103,19 @@ class MemoryStore final : public Store {
         if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
         return BeginOutcome(Replay{std::move(*response)});
       }
-      case BeginAction::kInFlight:
-        return BeginOutcome(InFlight{decision.retry_after});
+      case BeginAction::kInFlight: {
+        InFlight in_flight{decision.retry_after, std::nullopt};
+        if (!it->second.response.empty()) {  // an accepted long-running operation
+          auto accepted = internal::DecodeResponse(it->second.response);
+          if (!accepted.ok()) return accepted.status().WithContext("begin " + scope.Digest());
+          in_flight.accepted = std::move(*accepted);
+        }
+        return BeginOutcome(std::move(in_flight));
+      }
       case BeginAction::kTakeOver: {
         Entry& entry = it->second;
         const FencingToken previous = entry.head.token;
+        entry.response.clear();  // the new attempt has accepted nothing yet
         entry.head.token = ++shard.last_token;
         entry.head.lease_deadline = now + lease;
         entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
@@ -152,6 +160,26 @@ class MemoryStore final : public Store {
     return CompleteOutcome::kOk;
   }
 
+  Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                 const StoredResponse& accepted, Duration lease) override {
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+    std::string encoded = internal::EncodeResponse(accepted);  // outside the lock
+    const std::string& key = LookupKey(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    MutexLock lock(shard.mu);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
+      return CompleteOutcome::kFenced;
+    }
+    Entry& entry = it->second;
+    entry.head.lease_deadline = now + lease;
+    entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
+    entry.response = std::move(encoded);
+    // The representative stays due at the old deadline; the sweep then re-queues it.
+    return CompleteOutcome::kOk;
+  }
+
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
     const std::string& key = LookupKey(scope);
     Shard& shard = ShardFor(key);
@@ -183,10 +211,11 @@ class MemoryStore final : public Store {
     record.lease_deadline = entry.head.lease_deadline;
     record.created_at = entry.created_at;
     record.expires_at = entry.head.expires_at;
-    if (entry.head.state == RecordState::kCompleted) {
+    if (entry.head.state == RecordState::kCompleted || !entry.response.empty()) {
       auto response = internal::DecodeResponse(entry.response);
       if (!response.ok()) return response.status().WithContext("get " + scope.Digest());
-      record.response = std::move(*response);
+      (entry.head.state == RecordState::kCompleted ? record.response : record.accepted) =
+          std::move(*response);
     }
     return std::optional<Record>(std::move(record));
   }

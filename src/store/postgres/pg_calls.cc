@@ -75,6 +75,17 @@ PgParams CompleteParams(const Scope& scope, FencingToken token, const StoredResp
   return std::move(AddNow(params, now));
 }
 
+PgParams AcceptParams(const Scope& scope, FencingToken token, const StoredResponse& accepted,
+                      Duration lease, Duration abandoned_retention, NowParam now) {
+  PgParams params;
+  params.Bytes(ScopeId(scope))
+      .Int(static_cast<int64_t>(token))
+      .Bytes(EncodeResponse(accepted))
+      .Int(lease.count())
+      .Int(abandoned_retention.count());
+  return std::move(AddNow(params, now));
+}
+
 PgParams ReleaseParams(const Scope& scope, FencingToken token, NowParam now) {
   PgParams params;
   params.Bytes(ScopeId(scope)).Int(static_cast<int64_t>(token));
@@ -113,7 +124,13 @@ Result<BeginOutcome> DecodeBegin(const PGresult* result) {
     case 4: {
       auto retry = ColumnInt(result, 0, 3);
       if (!retry.ok()) return retry.status();
-      return BeginOutcome(InFlight{Duration(std::max<int64_t>(1, *retry))});
+      InFlight in_flight{Duration(std::max<int64_t>(1, *retry)), std::nullopt};
+      if (!ColumnIsNull(result, 0, 4)) {  // an accepted long-running operation
+        auto accepted = DecodeResponse(ColumnBytes(result, 0, 4));
+        if (!accepted.ok()) return accepted.status();
+        in_flight.accepted = std::move(*accepted);
+      }
+      return BeginOutcome(std::move(in_flight));
     }
     case 5:
       return BeginOutcome(Mismatch{});
@@ -155,11 +172,14 @@ Result<std::optional<Record>> DecodeGet(const PGresult* result, const Scope& sco
   record.lease_deadline = FromMillis(ints[2]);
   record.created_at = FromMillis(ints[3]);
   record.expires_at = FromMillis(ints[4]);
-  if (record.state == RecordState::kCompleted) {
-    if (ColumnIsNull(result, 0, 6)) return DataLossError("completed record has no response");
+  if (record.state == RecordState::kCompleted && ColumnIsNull(result, 0, 6)) {
+    return DataLossError("completed record has no response");
+  }
+  if (!ColumnIsNull(result, 0, 6)) {  // the final response, or an accepted one in flight
     auto response = DecodeResponse(ColumnBytes(result, 0, 6));
     if (!response.ok()) return response.status();
-    record.response = std::move(*response);
+    (record.state == RecordState::kCompleted ? record.response : record.accepted) =
+        std::move(*response);
   }
   return std::optional<Record>(std::move(record));
 }

@@ -30,6 +30,8 @@ inline constexpr const char* kBeginSql =
     "$7::bigint, $8::bigint)";
 inline constexpr const char* kCompleteSql =
     "SELECT idem_complete($1::bytea, $2::bigint, $3::bytea, $4::bigint, $5::bigint)";
+inline constexpr const char* kAcceptSql =
+    "SELECT idem_accept($1::bytea, $2::bigint, $3::bytea, $4::bigint, $5::bigint, $6::bigint)";
 inline constexpr const char* kReleaseSql =
     "SELECT idem_release($1::bytea, $2::bigint, $3::bigint)";
 inline constexpr const char* kPurgeSql = "SELECT idem_purge($1::bytea, $2::bigint)";
@@ -49,6 +51,8 @@ PgParams BeginParams(const Scope& scope, const Fingerprint& fingerprint, Duratio
                      Duration abandoned_retention, NowParam now);
 PgParams CompleteParams(const Scope& scope, FencingToken token, const StoredResponse& response,
                         Duration ttl, NowParam now);
+PgParams AcceptParams(const Scope& scope, FencingToken token, const StoredResponse& accepted,
+                      Duration lease, Duration abandoned_retention, NowParam now);
 PgParams ReleaseParams(const Scope& scope, FencingToken token, NowParam now);
 PgParams PurgeParams(const Scope& scope, NowParam now);
 PgParams GetParams(const Scope& scope, NowParam now);

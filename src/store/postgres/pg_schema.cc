@@ -7,6 +7,7 @@
 #include "store/postgres/pg_inbox_fast_sql.h"
 #include "store/postgres/pg_inbox_lean_sql.h"
 #include "store/postgres/pg_notices_sql.h"
+#include "store/postgres/pg_operations_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
@@ -32,6 +33,8 @@ constexpr Migration kMigrations[] = {
     {"emit layer: room on each outbox page for the claim to be a HOT update",
      outbox::internal::kOutboxClaimRoomSql},
     {"gateway: settle notices wake waiters on other gateways", kSchemaV9SettleNotices},
+    {"gateway: long-running operations (accepted responses, operation_complete)",
+     kSchemaV10Operations},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

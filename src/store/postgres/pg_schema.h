@@ -25,9 +25,12 @@ namespace idem::internal::pg {
 //      version 5); same lock, same days, tables and rows unchanged
 //   8  the outbox's day partitions at fillfactor 45, so the relay's claim is a HOT update;
 //      rows and functions otherwise unchanged
+//   9  settle notices: idem_records.waited, idem_watch, NOTIFY idem_settled
+//   10 long-running operations: idem_accept, idem_begin hands an in-flight record's accepted
+//      response to duplicates, idem.operation_complete / idem.operation_release for jobs
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 9;
+inline constexpr int kSchemaVersion = 10;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now

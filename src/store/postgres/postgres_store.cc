@@ -28,6 +28,7 @@ struct Prepared {
 constexpr Prepared kStatements[] = {
     {"idem_begin", internal::pg::kBeginSql},
     {"idem_complete", internal::pg::kCompleteSql},
+    {"idem_accept", internal::pg::kAcceptSql},
     {"idem_release", internal::pg::kReleaseSql},
     {"idem_purge", internal::pg::kPurgeSql},
     {"idem_watch", internal::pg::kWatchSql},
@@ -76,6 +77,17 @@ class PostgresStore final : public Store {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     auto done = CallBool("complete", "idem_complete",
                          internal::pg::CompleteParams(scope, token, response, ttl, Now()), scope);
+    if (!done.ok()) return done.status();
+    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+  }
+
+  Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                 const StoredResponse& accepted, Duration lease) override {
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+    auto done = CallBool("accept", "idem_accept",
+                         internal::pg::AcceptParams(scope, token, accepted, lease,
+                                                    options_.abandoned_retention, Now()),
+                         scope);
     if (!done.ok()) return done.status();
     return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }

@@ -35,7 +35,8 @@ if state ~= 0 and now < tonumber(h[5]) then
   if h[2] ~= fp then return {5} end
   if state == 2 then return {3, redis.call('HGET', key, 'r')} end
   local deadline = tonumber(h[4])
-  if now < deadline then return {4, math.max(1, deadline - now)} end
+  if now < deadline then return {4, math.max(1, deadline - now), redis.call('HGET', key, 'r')} end
+  redis.call('HDEL', key, 'r')
   redis.call('HSET', key, 't', int(fresh), 'l', int(now + lease), 'e', int(now + lease + abandoned))
   redis.call('PEXPIRE', key, lease + abandoned)
   return {2, fresh, token}
@@ -54,6 +55,17 @@ local ttl = tonumber(ARGV[3])
 notify(ARGV[5])
 redis.call('HSET', key, 's', '2', 'r', ARGV[4], 'e', int(now + ttl))
 redis.call('PEXPIRE', key, ttl)
+return 1
+)lua";
+
+// An in-flight record keeps a long-running operation's accepted response in 'r', where a
+// completed one keeps its final response.
+constexpr std::string_view kAccept = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 't', 'e')
+if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
+local lease, abandoned = tonumber(ARGV[3]), tonumber(ARGV[5])
+redis.call('HSET', key, 'r', ARGV[4], 'l', int(now + lease), 'e', int(now + lease + abandoned))
+redis.call('PEXPIRE', key, lease + abandoned)
 return 1
 )lua";
 
@@ -96,6 +108,10 @@ const RedisScript& RedisBeginScript() {
 }
 const RedisScript& RedisCompleteScript() {
   static const RedisScript script = RedisScript::Make("complete", kComplete);
+  return script;
+}
+const RedisScript& RedisAcceptScript() {
+  static const RedisScript script = RedisScript::Make("accept", kAccept);
   return script;
 }
 const RedisScript& RedisReleaseScript() {

@@ -7,7 +7,9 @@
 //   s  state: 0 tombstone (released or purged; keeps the token), 1 in flight, 2 completed
 //   f  fingerprint, 32 raw bytes      t  fencing token, decimal
 //   l  lease deadline, ms             c  created at, ms
-//   e  expires at, ms                 r  stored response (response_codec), completed only
+//   e  expires at, ms                 r  stored response (response_codec): the final one when
+//                                        completed; while in flight, a long-running operation's
+//                                        accepted response (accept script), if any
 //   w  present when a waiter watches the attempt (watch script); its settle is then published
 // Every script takes "now" in ms as ARGV[1]; an empty ARGV[1] means "the Redis server's
 // clock" (TIME), which is what production uses, so gateways whose clocks drift apart still
@@ -27,12 +29,16 @@ namespace idem::internal {
 
 // ARGV: now, fingerprint, lease ms, abandoned retention ms.
 // Returns {1, token} acquired | {2, token, previous} taken over | {3, response} replay |
-//         {4, retry-after ms} in flight | {5} mismatch.
+//         {4, retry-after ms[, accepted response]} in flight | {5} mismatch.
+// A takeover drops the previous attempt's accepted response.
 const RedisScript& RedisBeginScript();
 // Complete, release and purge PUBLISH the key on the settle channel (their last ARGV) when the
 // record is watched (redis_notices.h).
 // ARGV: now, token, ttl ms, response, channel. Returns 1 stored, 0 fenced.
 const RedisScript& RedisCompleteScript();
+// ARGV: now, token, lease ms, accepted response, abandoned retention ms. Keeps the record in
+// flight, stores the response in r and extends the lease. Returns 1 accepted, 0 fenced.
+const RedisScript& RedisAcceptScript();
 // ARGV: now, token, tombstone ms, channel. Returns 1 released, 0 fenced.
 const RedisScript& RedisReleaseScript();
 // ARGV: now, tombstone ms, channel. Returns 1 if a live record was removed, else 0.

@@ -82,6 +82,20 @@ class RedisStore final : public Store {
     return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
+  Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                 const StoredResponse& accepted, Duration lease) override {
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+    const std::string key = KeyFor(scope);
+    const std::string now = Now();
+    const std::string token_text = std::to_string(token);
+    const std::string lease_ms = std::to_string(lease.count());
+    const std::string encoded = internal::EncodeResponse(accepted);
+    auto done = RunFlag(internal::RedisAcceptScript(), key,
+                        {now, token_text, lease_ms, encoded, abandoned_ms_});
+    if (!done.ok()) return done.status().WithContext("accept scope " + scope.Digest());
+    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+  }
+
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
     const std::string key = KeyFor(scope);
     const std::string now = Now();
@@ -190,7 +204,13 @@ class RedisStore final : public Store {
       case 4: {
         auto retry = field(1);
         if (!retry.ok()) return retry.status();
-        return BeginOutcome(InFlight{Duration(*retry)});
+        InFlight in_flight{Duration(*retry), std::nullopt};
+        if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+          auto accepted = internal::DecodeResponse(Str(r->element[2]));
+          if (!accepted.ok()) return accepted.status();
+          in_flight.accepted = std::move(*accepted);
+        }
+        return BeginOutcome(std::move(in_flight));
       }
       case 5:
         return BeginOutcome(Mismatch{});
@@ -225,10 +245,13 @@ class RedisStore final : public Store {
     record.lease_deadline = FromMillis(*lease);
     record.created_at = FromMillis(*created);
     record.expires_at = FromMillis(*expires);
-    if (record.state == RecordState::kCompleted) {
+    // The get script sends '' for a missing r: an in-flight record without an accepted
+    // response (an encoded response is never empty).
+    if (record.state == RecordState::kCompleted || !Str(r->element[6]).empty()) {
       auto response = internal::DecodeResponse(Str(r->element[6]));
       if (!response.ok()) return response.status();
-      record.response = std::move(*response);
+      (record.state == RecordState::kCompleted ? record.response : record.accepted) =
+          std::move(*response);
     }
     return std::optional<Record>(std::move(record));
   }

@@ -58,8 +58,16 @@ constexpr const char* kInsertInFlight =
     "lease_deadline_ms, created_ms, expires_ms, status, headers, body) "
     "VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8, NULL, NULL, NULL)";
 constexpr const char* kTakeOver =
-    "UPDATE idem_records SET token = ?4, lease_deadline_ms = ?5, expires_ms = ?6 "
+    "UPDATE idem_records SET token = ?4, lease_deadline_ms = ?5, expires_ms = ?6, "
+    "status = NULL, headers = NULL, body = NULL "
     "WHERE tenant = ?1 AND client = ?2 AND key = ?3";
+// An in-flight record keeps a long-running operation's accepted response in the columns a
+// completed one keeps its final response in (docs/sqlite-schema.md).
+constexpr const char* kAccept =
+    "UPDATE idem_records SET lease_deadline_ms = ?5, expires_ms = ?6, status = ?7, "
+    "headers = ?8, body = ?9 "
+    "WHERE tenant = ?1 AND client = ?2 AND key = ?3 AND token = ?4 AND state = 1 "
+    "AND expires_ms > ?10";
 constexpr const char* kComplete =
     "UPDATE idem_records SET state = 2, expires_ms = ?5, status = ?6, headers = ?7, body = ?8 "
     "WHERE tenant = ?1 AND client = ?2 AND key = ?3 AND token = ?4 AND state = 1 "
@@ -150,6 +158,7 @@ class SqliteStore final : public Store {
     IDEM_RETURN_IF_ERROR(insert_in_flight_.Prepare(db_, kInsertInFlight));
     IDEM_RETURN_IF_ERROR(take_over_.Prepare(db_, kTakeOver));
     IDEM_RETURN_IF_ERROR(complete_.Prepare(db_, kComplete));
+    IDEM_RETURN_IF_ERROR(accept_.Prepare(db_, kAccept));
     IDEM_RETURN_IF_ERROR(release_.Prepare(db_, kRelease));
     IDEM_RETURN_IF_ERROR(purge_.Prepare(db_, kPurge));
     IDEM_RETURN_IF_ERROR(sweep_.Prepare(db_, kSweep));
@@ -260,6 +269,33 @@ class SqliteStore final : public Store {
         });
   }
 
+  Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                 const StoredResponse& accepted, Duration lease) override {
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+    const std::string headers = internal::EncodeHeaders(accepted.headers);
+    CompleteOutcome outcome = CompleteOutcome::kFenced;
+    Status written = writes_.Write([&]() -> Status {
+      mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+      const TimePoint now = options_.clock->Now();
+      const TimePoint deadline = now + lease;
+      Use use(accept_, db_);
+      BindScope(use, scope)
+          .Int(4, static_cast<int64_t>(token))
+          .Int(5, ToMillis(deadline))
+          .Int(6, ToMillis(internal::InFlightExpiry(deadline, options_)))
+          .Int(7, accepted.status)
+          .Blob(8, headers)
+          .Blob(9, accepted.body)
+          .Int(10, ToMillis(now));
+      auto changed = use.Exec("accept");
+      if (!changed.ok()) return changed.status();
+      outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+      return Status::Ok();
+    });
+    if (!written.ok()) return written.WithContext("accept scope " + scope.Digest());
+    return outcome;
+  }
+
   Result<std::optional<Record>> Get(const Scope& scope) override {
     IDEM_RETURN_IF_ERROR(CheckFile());  // Get is the gateway's readiness probe
     auto reader = readers_.Acquire();
@@ -280,10 +316,11 @@ class SqliteStore final : public Store {
     record.lease_deadline = head->lease_deadline;
     record.expires_at = head->expires_at;
     record.created_at = FromMillis(use.ColumnInt(column::kCreated));
-    if (head->state == RecordState::kCompleted) {
+    if (head->state == RecordState::kCompleted || !use.ColumnNull(column::kStatus)) {
       auto response = ReadResponse(use, column::kStatus);
       if (!response.ok()) return response.status().WithContext("get scope " + scope.Digest());
-      record.response = std::move(*response);
+      (head->state == RecordState::kCompleted ? record.response : record.accepted) =
+          std::move(*response);
     }
     return std::optional<Record>(std::move(record));
   }
@@ -507,9 +544,16 @@ class SqliteStore final : public Store {
       case BeginAction::kMismatch:
         decided.outcome = Mismatch{};
         break;
-      case BeginAction::kInFlight:
-        decided.outcome = InFlight{decision.retry_after};
+      case BeginAction::kInFlight: {
+        InFlight in_flight{decision.retry_after, std::nullopt};
+        if (!use.ColumnNull(column::kStatus)) {  // an accepted long-running operation
+          auto accepted = ReadResponse(use, column::kStatus);
+          if (!accepted.ok()) return accepted.status();
+          in_flight.accepted = std::move(*accepted);
+        }
+        decided.outcome = std::move(in_flight);
         break;
+      }
       case BeginAction::kReplay: {
         auto response = ReadResponse(use, column::kStatus);
         if (!response.ok()) return response.status();
@@ -600,6 +644,7 @@ class SqliteStore final : public Store {
   sqlite3* db_ IDEM_GUARDED_BY(mu_) = nullptr;
   FenceAllocator fence_ IDEM_GUARDED_BY(mu_);
   Statement select_record_ IDEM_GUARDED_BY(mu_), insert_in_flight_ IDEM_GUARDED_BY(mu_),
+      accept_ IDEM_GUARDED_BY(mu_),
       take_over_ IDEM_GUARDED_BY(mu_), complete_ IDEM_GUARDED_BY(mu_),
       release_ IDEM_GUARDED_BY(mu_), purge_ IDEM_GUARDED_BY(mu_), sweep_ IDEM_GUARDED_BY(mu_),
       begin_immediate_ IDEM_GUARDED_BY(mu_), commit_ IDEM_GUARDED_BY(mu_),
