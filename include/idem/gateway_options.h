@@ -49,6 +49,13 @@ struct RoutePolicy {
   // settle, instead of 409 at once (docs/gateway.md); it waits min(N, max_wait). 0 turns
   // waiting off for the route.
   Duration max_wait = std::chrono::seconds(10);
+  // Long-running operations (docs/gateway.md): when the upstream answers 202 Accepted, the 202
+  // is stored as the operation's accepted response and the key stays claimed for
+  // `operation_lease`, under the fencing token the upstream received, until its background job
+  // completes or releases it through the admin API (or the store's API). Retries meanwhile get
+  // the 202 again. Off by default: a 202 is then completed and replayed like any response.
+  bool long_running = false;
+  Duration operation_lease = std::chrono::hours(1);
 };
 
 // Store threads when none are configured: 2 for embedded stores (memory, SQLite: writes

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 
+#include <openssl/evp.h>
+
 namespace idem::internal {
 
 std::string_view TrimOws(std::string_view s) {
@@ -113,6 +115,29 @@ std::string RedactUrlPassword(std::string_view url) {
     return std::string(url);
   }
   return std::string(url.substr(0, secret_begin)) + "***" + std::string(url.substr(at));
+}
+
+Result<std::string> DecodeBase64(std::string_view text) {
+  if (text.size() % 4 != 0) {
+    return InvalidArgumentError("base64 text has " + std::to_string(text.size()) +
+                                " characters, not a multiple of 4");
+  }
+  const size_t padding = text.ends_with("==") ? 2 : text.ends_with('=') ? 1 : 0;
+  for (size_t i = 0; i < text.size() - padding; ++i) {
+    const char c = text[i];
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/')) {
+      return InvalidArgumentError("base64 text has an invalid character at offset " +
+                                  std::to_string(i));
+    }
+  }
+  std::string out(text.size() / 4 * 3, '\0');
+  if (text.empty()) return out;
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()),
+                                static_cast<int>(text.size()));
+  if (n < 0) return InvalidArgumentError("base64 text cannot be decoded");
+  out.resize(static_cast<size_t>(n) - padding);  // EVP_DecodeBlock counts padding as zeros
+  return out;
 }
 
 }  // namespace idem::internal

@@ -43,6 +43,10 @@ std::optional<std::string> PercentDecode(std::string_view text, PercentForm form
 // Lower-case hex of `n` bytes.
 std::string ToHex(const uint8_t* data, size_t n);
 
+// Standard base64 (RFC 4648 section 4, with padding) decoded; kInvalidArgument saying what is
+// wrong when `text` is not that ("base64 text has 5 characters, not a multiple of 4").
+Result<std::string> DecodeBase64(std::string_view text);
+
 // Parses `text` as a decimal integer in [min, max]; otherwise kInvalidArgument
 // "WHAT must be MIN to MAX (an integer), not 'TEXT'".
 Result<int64_t> ParseIntInRange(std::string_view what, std::string_view text, int64_t min,

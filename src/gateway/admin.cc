@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/admin_operations.h"
+#include "gateway/key_waiters.h"
 #include "gateway/problem.h"
 #include "idem/fingerprint.h"
 
@@ -31,22 +33,28 @@ std::string Iso(TimePoint t) {
   return std::string(buf, n) + "." + std::to_string(1000 + ToMillis(t) % 1000).substr(1) + "Z";
 }
 
+nlohmann::json ResponseJson(const StoredResponse& response) {
+  nlohmann::json headers = nlohmann::json::array();
+  for (const auto& [name, value] : response.headers) headers.push_back({name, value});
+  return {{"status", response.status},
+          {"headers", headers},
+          {"body_bytes", response.body.size()}};
+}
+
 nlohmann::json RecordJson(const Record& r) {
+  // An in-flight record with an accepted response is a long-running operation its job has
+  // not finished yet.
+  const std::string_view state = r.accepted ? "accepted" : RecordStateName(r.state);
   nlohmann::json j = {{"tenant_digest", r.scope.tenant},
                       {"key", r.scope.key},
-                      {"state", RecordStateName(r.state)},
+                      {"state", state},
                       {"fencing_token", r.token},
                       {"fingerprint", r.fingerprint.ToHex()},
                       {"created_at", Iso(r.created_at)},
                       {"expires_at", Iso(r.expires_at)}};
   if (r.state == RecordState::kInFlight) j["lease_deadline"] = Iso(r.lease_deadline);
-  if (r.response) {
-    nlohmann::json headers = nlohmann::json::array();
-    for (const auto& [name, value] : r.response->headers) headers.push_back({name, value});
-    j["response"] = {{"status", r.response->status},
-                     {"headers", headers},
-                     {"body_bytes", r.response->body.size()}};
-  }
+  if (r.response) j["response"] = ResponseJson(*r.response);
+  if (r.accepted) j["accepted_response"] = ResponseJson(*r.accepted);
   return j;
 }
 
@@ -57,6 +65,60 @@ Response Failure(Services& s, const Status& status, std::string_view what, const
   LogAnswer(s.log, answer, std::string(what) + ": " + status.ToString());
   return MakeProblem(answer, std::string(what) + ": " + status.ToString(), req.version(),
                      req.keep_alive());
+}
+
+// POST /v1/operations/complete and /release (admin_operations.h). A token that no longer owns
+// the key is 409 fenced: the job was taken over (its operation's lease ran out and a retry ran
+// it again), or the operation was already completed, released or purged.
+Task<Response> EndOperation(Services& s, Request& req, OperationEnd end) {
+  const bool complete = end == OperationEnd::kComplete;
+  Response res;
+  auto call = ParseOperationCall(req.body(), end, DefaultOperationTtl(s.options));
+  if (!call.ok()) {
+    res = MakeProblem(AnswerFor(Cause::kAdminBadRequest), call.status().message(),
+                      req.version(), req.keep_alive());
+    co_return std::move(res);
+  }
+  const std::string digest = call->scope.Digest();
+  const std::string token = std::to_string(call->token);
+  Result<bool> owned = InternalError("not called");
+  if (complete) {
+    Scope scope = call->scope;  // g++ 12: co_await arguments in named locals
+    StoredResponse response = call->response;
+    Result<CompleteOutcome> completed = co_await s.store.AsyncComplete(
+        std::move(scope), call->token, std::move(response), call->ttl, asio::use_awaitable);
+    owned = completed.ok() ? Result<bool>(*completed == CompleteOutcome::kOk)
+                           : Result<bool>(completed.status());
+  } else {
+    Scope scope = call->scope;
+    Result<ReleaseOutcome> released =
+        co_await s.store.AsyncRelease(std::move(scope), call->token, asio::use_awaitable);
+    owned = released.ok() ? Result<bool>(*released == ReleaseOutcome::kReleased)
+                          : Result<bool>(released.status());
+  }
+  const std::string what = complete ? "complete" : "release";
+  if (!owned.ok()) {
+    res = Failure(s, owned.status(), what + " operation of key " + digest, req);
+  } else if (!*owned) {
+    const Answer& answer = AnswerFor(Cause::kOperationFenced);
+    const std::string detail =
+        "token " + token +
+        " does not own this key: the operation's lease ran out and a retry took it over, or "
+        "it was already completed, released or purged; nothing was changed";
+    LogAnswer(s.log, answer, "key " + digest + ": " + what + ": " + detail);
+    res = MakeProblem(answer, detail, req.version(), req.keep_alive());
+  } else {
+    // Waiters here wake now; waiters on other gateways by the store's settle notice.
+    s.waiters.Notify(digest);
+    s.log.Info(complete ? "operation_completed" : "operation_released",
+               "key " + digest + ": token " + token +
+                   (complete ? " completed with status " + std::to_string(call->response.status)
+                             : " released; the next retry executes again"));
+    res = Json(http::status::ok,
+               complete ? nlohmann::json{{"completed", true}} : nlohmann::json{{"released", true}},
+               req);
+  }
+  co_return std::move(res);
 }
 
 }  // namespace
@@ -125,13 +187,19 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
                           "no live record for this key and tenant", req.version(),
                           req.keep_alive());
       } else {
+        s.waiters.Notify(digest);  // a waiter here may claim the key now
         s.log.Info("purge", "key " + digest + " purged by an operator");
         res = Json(http::status::ok, nlohmann::json{{"purged", true}}, req);
       }
     }
+  } else if (req.method() == http::verb::post && path == "/v1/operations/complete") {
+    res = co_await EndOperation(s, req, OperationEnd::kComplete);
+  } else if (req.method() == http::verb::post && path == "/v1/operations/release") {
+    res = co_await EndOperation(s, req, OperationEnd::kRelease);
   } else {
     res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
-                      "admin endpoints: /healthz /readyz /metrics /v1/records?key=",
+                      "admin endpoints: /healthz /readyz /metrics /v1/records?key= "
+                      "POST /v1/operations/complete POST /v1/operations/release",
                       req.version(), req.keep_alive());
   }
   co_return std::move(res);

@@ -37,6 +37,24 @@ Task<AttemptResult> Attempt(const RetryServices& services, const UnfinishedWrite
     }
     co_return result;
   }
+  if (write.kind == StoreWrite::kAccept) {
+    StoredResponse accepted = write.response;
+    Result<CompleteOutcome> recorded = co_await services.store.AsyncAccept(
+        std::move(scope), write.token, std::move(accepted), write.ttl, asio::use_awaitable);
+    services.metrics.CountWriteAttempt(write.kind, recorded.ok());
+    if (!recorded.ok()) {
+      result.error = recorded.status();
+      co_return result;
+    }
+    result.done = true;
+    if (*recorded == CompleteOutcome::kFenced) {
+      services.metrics.CountZombie();
+      services.log.Warn("fenced", "key " + write.key_digest + ": token " +
+                                      std::to_string(write.token) +
+                                      " lost ownership before its operation was accepted");
+    }
+    co_return result;
+  }
   Result<ReleaseOutcome> released =
       co_await services.store.AsyncRelease(std::move(scope), write.token, asio::use_awaitable);
   services.metrics.CountWriteAttempt(write.kind, released.ok());
@@ -80,9 +98,9 @@ Task<void> RetryLoop(RetryServices services, UnfinishedWrite write) {
         std::string(call) + "_failed",
         "key " + write.key_digest + ": gave up after " + std::to_string(attempts) +
             " attempts, as the lease runs out: " + last_error.ToString() +
-            (write.kind == StoreWrite::kComplete
-                 ? "; a retry after the lease will execute again"
-                 : "; the key stays locked until its lease runs out"));
+            (write.kind == StoreWrite::kRelease
+                 ? "; the key stays locked until its lease runs out"
+                 : "; a retry after the lease will execute again"));
   }
   // Last, and explicitly (not in a destructor): the metrics may be gone by the time an
   // abandoned coroutine frame is destroyed with the event loop.

@@ -64,8 +64,8 @@ struct UnfinishedWrite {
   StoreWrite kind = StoreWrite::kComplete;
   Scope scope;
   FencingToken token = 0;
-  StoredResponse response;  // kComplete only
-  Duration ttl{0};          // kComplete only: the route's retention
+  StoredResponse response;  // kComplete: the response; kAccept: the accepted response
+  Duration ttl{0};          // kComplete: the route's retention; kAccept: its operation_lease
   std::string key_digest;   // for the log
   TimePoint lease_start;    // see RetrySchedule: the request's arrival on services.clock
   Duration lease{0};

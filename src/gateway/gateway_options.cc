@@ -193,7 +193,7 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   static const std::vector<std::string_view> kKnown = {
       "method",      "path_prefix",    "key",      "retention", "lease",
       "fingerprint", "stored_headers", "fail_open", "key_format", "max_key_future_skew",
-      "max_wait"};
+      "max_wait",    "long_running",   "operation_lease"};
   for (const auto& [k, v] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
       return ConfigError(path, where + "." + std::string(k.str()), "is not a route setting");
@@ -255,6 +255,12 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "max_wait", path, where, route.max_wait));
   if (route.max_wait < Duration(0)) {
     return ConfigError(path, where + ".max_wait", "must not be negative (0s turns waiting off)");
+  }
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "long_running", path, where, route.long_running));
+  IDEM_RETURN_IF_ERROR(
+      ReadDuration(table, "operation_lease", path, where, route.operation_lease));
+  if (route.operation_lease <= Duration(0)) {
+    return ConfigError(path, where + ".operation_lease", "must be positive");
   }
   return Status::Ok();
 }

@@ -9,14 +9,21 @@ namespace idem::gateway {
 std::string_view OutcomeLabel(Outcome outcome) {
   static constexpr std::string_view kLabels[] = {
       "executed", "replayed", "conflict", "mismatch",    "missing_key",
-      "invalid_key", "released", "store_error", "passthrough", "rejected", "key_expired"};
+      "invalid_key", "released", "store_error", "passthrough", "rejected", "key_expired",
+      "accepted"};
   static_assert(std::size(kLabels) == static_cast<size_t>(Outcome::kCount),
                 "one label per Outcome, in the enum's order");
   return kLabels[static_cast<size_t>(outcome)];
 }
 
 std::string_view StoreWriteLabel(StoreWrite write) {
-  return write == StoreWrite::kComplete ? "complete" : "release";
+  switch (write) {
+    case StoreWrite::kComplete: return "complete";
+    case StoreWrite::kRelease: return "release";
+    case StoreWrite::kAccept: return "accept";
+    case StoreWrite::kCount: break;
+  }
+  return "unknown";
 }
 
 void Histogram::Observe(Duration d) { Observe(static_cast<double>(d.count()) / 1000.0); }
@@ -87,8 +94,8 @@ std::string Metrics::Render() const {
   out += "# HELP idem_gateway_fenced_completions_total Late completions discarded by fencing.\n";
   out += "# TYPE idem_gateway_fenced_completions_total counter\n";
   out += fmt::format("idem_gateway_fenced_completions_total {}\n", zombies_.load());
-  out += "# HELP idem_gateway_store_write_attempts_total Completions and releases retried after "
-         "the response, each attempt by result.\n";
+  out += "# HELP idem_gateway_store_write_attempts_total Completions, releases and accepts "
+         "retried after the response, each attempt by result.\n";
   out += "# TYPE idem_gateway_store_write_attempts_total counter\n";
   for (size_t w = 0; w < kWrites; ++w) {
     for (int failed = 0; failed < 2; ++failed) {
@@ -98,15 +105,16 @@ std::string Metrics::Render() const {
           write_attempts_[w][failed].load(std::memory_order_relaxed));
     }
   }
-  out += "# HELP idem_gateway_store_writes_abandoned_total Completions and releases given up "
-         "when the lease was about to run out.\n";
+  out += "# HELP idem_gateway_store_writes_abandoned_total Completions, releases and accepts "
+         "given up when the lease was about to run out.\n";
   out += "# TYPE idem_gateway_store_writes_abandoned_total counter\n";
   for (size_t w = 0; w < kWrites; ++w) {
     out += fmt::format("idem_gateway_store_writes_abandoned_total{{call=\"{}\"}} {}\n",
                        StoreWriteLabel(static_cast<StoreWrite>(w)),
                        writes_abandoned_[w].load(std::memory_order_relaxed));
   }
-  out += "# HELP idem_gateway_store_writes_retrying Completions and releases being retried now.\n";
+  out += "# HELP idem_gateway_store_writes_retrying Completions, releases and accepts being "
+         "retried now.\n";
   out += "# TYPE idem_gateway_store_writes_retrying gauge\n";
   out += fmt::format("idem_gateway_store_writes_retrying {}\n", store_writes_retrying());
   out += "# HELP idem_gateway_connections_open Client connections open now.\n";

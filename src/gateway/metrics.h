@@ -26,14 +26,15 @@ enum class Outcome {
   kPassthrough,  // no idempotency for this route or request
   kRejected,     // malformed HTTP, body too large, ...
   kKeyExpired,   // 422: the key's embedded time is outside the route's window
+  kAccepted,     // forwarded on a long_running route, answered 202: the operation runs on
   kCount,
 };
 
 std::string_view OutcomeLabel(Outcome outcome);
 
 // The store writes a request may have to finish after its response (completion_retry.h).
-enum class StoreWrite { kComplete, kRelease, kCount };
-std::string_view StoreWriteLabel(StoreWrite write);  // "complete", "release"
+enum class StoreWrite { kComplete, kRelease, kAccept, kCount };
+std::string_view StoreWriteLabel(StoreWrite write);  // "complete", "release", "accept"
 
 // How a wait for a key in flight (`Prefer: wait`) ended. Names are the `end` label values.
 enum class WaitEnd {

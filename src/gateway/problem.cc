@@ -55,6 +55,7 @@ constexpr ProblemRow kProblems[] = {
      "The gateway failed to process the request"},
     {http::status::service_unavailable, "shutting-down",
      "The gateway is shutting down; retry with the same key"},
+    {http::status::conflict, "fenced", "The fencing token no longer owns this key"},
 };
 static_assert(std::size(kProblems) == static_cast<size_t>(Problem::kCount),
               "one row per Problem, in the enum's order");
@@ -110,9 +111,11 @@ constexpr BeginRow kBegins[] = {
      {Problem::kKeyInFlight, Outcome::kConflict, LogLevel::kNone, "", RetryAfter::kLeaseLeft}},
     {"claim `mismatch`", {Problem::kKeyReused, Outcome::kMismatch}},
     {"claim `replay` of a response not stored", {Problem::kResponseNotStored, Outcome::kReplayed}},
+    {"claim `in_flight` of an accepted operation", {std::nullopt, Outcome::kReplayed}},
 };
-static_assert(std::size(kBegins) == std::variant_size_v<BeginOutcome> + 1,
-              "one row per BeginOutcome alternative, then the not-stored replay");
+static_assert(std::size(kBegins) == std::variant_size_v<BeginOutcome> + 2,
+              "one row per BeginOutcome alternative, then the not-stored replay and the "
+              "accepted operation");
 
 // ---- Every other cause ----------------------------------------------------------------------
 
@@ -143,6 +146,9 @@ constexpr CauseRow kCauses[] = {
     {"`admin_not_found`", {Problem::kNotFound, std::nullopt}},
     {"`shutting_down`",
      {Problem::kShuttingDown, Outcome::kConflict, LogLevel::kNone, "", RetryAfter::kOneSecond}},
+    {"`admin_bad_request`", {Problem::kMalformedRequest, std::nullopt}},
+    {"`operation_fenced`",
+     {Problem::kFenced, std::nullopt, LogLevel::kWarn, "operation_fenced"}},
 };
 static_assert(std::size(kCauses) == static_cast<size_t>(Cause::kCount),
               "one row per Cause, in the enum's order");
@@ -199,6 +205,9 @@ const Answer& ProblemFor(const Status& status) {
 const Answer& ProblemFor(const BeginOutcome& outcome) {
   if (const auto* replay = std::get_if<Replay>(&outcome); replay && IsNotStored(replay->response)) {
     return kBegins[std::variant_size_v<BeginOutcome>].answer;
+  }
+  if (const auto* in_flight = std::get_if<InFlight>(&outcome); in_flight && in_flight->accepted) {
+    return kBegins[std::variant_size_v<BeginOutcome> + 1].answer;
   }
   return kBegins[outcome.index()].answer;
 }

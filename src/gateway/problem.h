@@ -39,6 +39,7 @@ enum class Problem {
   kNotFound,            // 404 (admin)
   kInternalError,       // 500: the gateway itself failed (SHA-256, a store's own bug)
   kShuttingDown,        // 503 + Retry-After: a request waiting for a key when SIGTERM came
+  kFenced,              // 409 (admin): the token no longer owns the operation's key
   kCount,
 };
 
@@ -88,8 +89,9 @@ struct Answer {
 const Answer& ProblemFor(const Status& status);
 
 // A claim's outcome: in_flight -> 409, mismatch -> 422, a replay of a response that was too
-// large to store -> 502 response-not-stored; acquired, taken_over and other replays are not
-// problems (their `problem` is nullopt).
+// large to store -> 502 response-not-stored; acquired, taken_over, other replays and in_flight
+// of an accepted long-running operation (its 202 is replayed) are not problems (their `problem`
+// is nullopt).
 const Answer& ProblemFor(const BeginOutcome& outcome);
 
 // Every other cause of an answer the gateway makes itself.
@@ -111,6 +113,8 @@ enum class Cause {
   kTooManyConnections,   // a connection beyond max_connections
   kAdminNotFound,        // no such admin endpoint, or no live record for the key
   kShuttingDown,         // the gateway began shutting down while the request waited (Prefer)
+  kAdminBadRequest,      // an admin request whose body or parameters are not what it needs
+  kOperationFenced,      // an operation's completion or release with a token that lost the key
   kCount,
 };
 const Answer& AnswerFor(Cause cause);

@@ -85,6 +85,11 @@ ClaimVerdict VerdictFor(const Result<BeginOutcome>& begun, const RoutePolicy& ro
     return Respond(claimed, ReplayResponse(replay->response, request));
   }
   if (const auto* in_flight = std::get_if<InFlight>(&*begun)) {
+    // A long-running operation the upstream accepted: its 202 again, never 409 and never a
+    // second execution.
+    if (in_flight->accepted) {
+      return Respond(claimed, AcceptedReplayResponse(*in_flight->accepted, request));
+    }
     const int retry = CeilSeconds(in_flight->retry_after);
     return Respond(claimed, MakeProblem(claimed,
                                         "the first request with this key has not finished; "

@@ -1,7 +1,7 @@
 // Step 2 of the request flow: claim. Asks the store for the key (Begin), then decides, as a pure
 // function of what the store answered, whether the gateway answers now (a replay, 409 in flight,
-// 422 mismatch, 502 response-not-stored, a store failure) or the request executes upstream with
-// a fencing token.
+// the 202 of an accepted long-running operation, 422 mismatch, 502 response-not-stored, a store
+// failure) or the request executes upstream with a fencing token.
 #pragma once
 
 #include <optional>

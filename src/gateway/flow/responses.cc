@@ -1,5 +1,7 @@
 #include "gateway/flow/responses.h"
 
+#include <algorithm>
+
 #include "core/text.h"
 #include "gateway/services.h"
 
@@ -40,6 +42,31 @@ StoredResponse ToStored(const Response& response, const RoutePolicy& route, size
   }
   stored.body = response.body();
   return stored;
+}
+
+bool IsAccepted(const Response& response, const RoutePolicy& route) {
+  return route.long_running && response.result() == http::status::accepted;
+}
+
+StoredResponse ToStoredAccepted(const Response& response, const RoutePolicy& route,
+                                size_t limit) {
+  RoutePolicy with_operation_headers = route;
+  for (std::string_view name : {"Operation-Location", "Retry-After"}) {
+    const bool listed =
+        std::any_of(route.stored_headers.begin(), route.stored_headers.end(),
+                    [&](const std::string& h) { return internal::EqualsIgnoreCase(h, name); });
+    if (!listed) with_operation_headers.stored_headers.emplace_back(name);
+  }
+  StoredResponse stored = ToStored(response, with_operation_headers,
+                                   std::max(limit, response.body().size()));
+  if (stored.body.size() > limit) stored.body.clear();
+  return stored;
+}
+
+Response AcceptedReplayResponse(const StoredResponse& accepted, const Request& request) {
+  Response res = ReplayResponse(accepted, request);
+  if (res.find(http::field::retry_after) == res.end()) res.set(http::field::retry_after, "1");
+  return res;
 }
 
 StoredResponse OversizedAnswer() {

@@ -23,6 +23,19 @@ Response ReplayResponse(const StoredResponse& stored, const Request& request);
 // again: replays answer that the response was not kept).
 StoredResponse ToStored(const Response& response, const RoutePolicy& route, size_t limit);
 
+// Whether `response` starts a long-running operation on `route` (long_running and a 202).
+bool IsAccepted(const Response& response, const RoutePolicy& route);
+
+// What is stored of an accepted operation's 202: as ToStored, plus the Operation-Location and
+// Retry-After headers, which tell a client where and when to look again. A body larger than
+// `limit` is left out (the status and headers are what a retry needs), never replaced by the
+// not-stored marker: the operation is still running and must not look failed.
+StoredResponse ToStoredAccepted(const Response& response, const RoutePolicy& route, size_t limit);
+
+// An accepted operation's 202 sent again to a duplicate, marked Idempotent-Replayed: true, with
+// Retry-After (the upstream's, if it gave one; else 1 second).
+Response AcceptedReplayResponse(const StoredResponse& accepted, const Request& request);
+
 // What is stored when the upstream's answer was too large even to read: 502 and the marker.
 StoredResponse OversizedAnswer();
 

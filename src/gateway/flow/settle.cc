@@ -64,6 +64,36 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
   }
 }
 
+// A long-running operation was accepted: keep the key claimed under the same token for the
+// operation's lease, with the 202 for duplicates, until its job completes or releases it.
+Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope, FencingToken token,
+                     const StoredResponse& accepted, const Trace& trace) {
+  const Duration operation_lease = route.operation_lease;
+  const FencingToken accept_token = token;
+  Result<CompleteOutcome> recorded = InternalError("not accepted");
+  {
+    StoreTimer timer{s.metrics};
+    StoredResponse to_store = accepted;
+    Scope accept_scope = scope;
+    recorded = co_await s.store.AsyncAccept(std::move(accept_scope), accept_token,
+                                            std::move(to_store), operation_lease,
+                                            asio::use_awaitable);
+  }
+  if (!recorded.ok()) {
+    // Until it lands the key holds only the request's lease, after which a retry would run the
+    // operation again: keep trying while that lease lasts, as a completion does.
+    auto executor = co_await asio::this_coro::executor;
+    RetryAfterResponse(executor, RetryServicesOf(s),
+                       {StoreWrite::kAccept, scope, token, accepted, operation_lease,
+                        trace.key_digest, trace.arrival(), route.lease, recorded.status()});
+  } else if (*recorded == CompleteOutcome::kFenced) {
+    s.metrics.CountZombie();
+    s.log.Warn("fenced", "key " + trace.key_digest + ": token " + std::to_string(token) +
+                             " lost ownership before its operation was accepted; its job's "
+                             "completion will be refused");
+  }
+}
+
 }  // namespace
 
 bool IsTransient(unsigned status) { return status >= 500 || status == 408 || status == 429; }
@@ -80,6 +110,14 @@ Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
     co_await ReleaseKey(s, route, scope, token, trace);
     Outcome released = Outcome::kReleased;
     co_return released;
+  }
+  if (!too_large && IsAccepted(forwarded.response, route)) {
+    const StoredResponse accepted =
+        ToStoredAccepted(forwarded.response, route, s.options.max_stored_response);
+    co_await AcceptKey(s, route, scope, token, accepted, trace);
+    forwarded.response.set(kReplayedHeader, "false");
+    Outcome accepted_outcome = Outcome::kAccepted;
+    co_return accepted_outcome;
   }
   const StoredResponse stored = too_large ? OversizedAnswer()
                                     : ToStored(forwarded.response, route,

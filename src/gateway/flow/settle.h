@@ -1,7 +1,8 @@
 // Step 4 of the request flow: settle. After the upstream answered (or failed), the key's record
 // is finished: Release after a transient failure (5xx, 408, 429, or a transport failure other
-// than a too-large answer), so a retry runs again at once; Complete otherwise, storing the
-// response for replays. A write that fails is retried after the response while the lease lasts
+// than a too-large answer), so a retry runs again at once; Accept after a 202 on a
+// long_running route (the record stays claimed for the operation's job, with the 202 for
+// duplicates); Complete otherwise, storing the response for replays. A write that fails is retried after the response while the lease lasts
 // (completion_retry.h); the client gets its response either way.
 #pragma once
 
@@ -16,7 +17,8 @@ namespace idem::gateway::flow {
 bool IsTransient(unsigned status);
 
 // Settles the claim of `scope` held with `token` after `forwarded`, and returns the request's
-// outcome: kReleased or kExecuted (then the response is marked Idempotent-Replayed: false).
+// outcome: kReleased, kAccepted or kExecuted (then the response is marked Idempotent-Replayed:
+// false).
 // `trace` gives the key digest for log lines and the arrival time for the retry's deadline;
 // `fingerprint` (the request's) goes to the key's waiters with a completion.
 Task<Outcome> Settle(Services& services, const RoutePolicy& route, const Scope& scope,
