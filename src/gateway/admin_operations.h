@@ -35,7 +35,7 @@ struct OperationCall {
 //   key            required: the Idempotency-Key, as the client sent it
 //   tenant_digest  the record's tenant digest (GET /v1/records shows it), or `tenant`: the
 //                  tenant header's value, digested as the gateway does; neither: the anonymous
-//                  tenant
+//                  tenant (requests that sent no tenant header)
 //   token          required: the fencing token, a positive integer or its decimal string
 //   status         complete: required, 200 to 599
 //   headers        complete: [[name, value], ...]; names are HTTP tokens, values have no CR,

@@ -1,5 +1,7 @@
 #include "util/gateway_process.h"
 
+#include <algorithm>
+
 namespace idem::testing {
 
 using namespace std::chrono_literals;
@@ -9,9 +11,11 @@ GatewayProcess StartGatewayProcess(const std::string& idem_binary,
                                    const std::string& log_path,
                                    const std::vector<std::string>& extra_args,
                                    std::optional<long> max_open_files) {
-  std::vector<std::string> argv = {idem_binary,      "gateway",     "--listen",   "127.0.0.1:0",
-                                   "--admin-listen", "127.0.0.1:0", "--upstream",
-                                   "http://" + upstream_address,    "--store",    store};
+  std::vector<std::string> argv = {idem_binary, "gateway", "--listen", "127.0.0.1:0",
+                                   "--upstream", "http://" + upstream_address, "--store", store};
+  if (std::find(extra_args.begin(), extra_args.end(), "--admin-listen") == extra_args.end()) {
+    argv.insert(argv.end(), {"--admin-listen", "127.0.0.1:0"});
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   GatewayProcess gateway;
   gateway.process = std::make_unique<Process>(argv, log_path, std::nullopt, max_open_files);

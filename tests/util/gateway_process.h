@@ -17,8 +17,9 @@ struct GatewayProcess {
   std::string admin_address;  // /healthz, /readyz, /metrics, /v1/records
 };
 
-// Starts `idem_binary gateway` in front of `upstream_address` on `store`, with `extra_args`;
-// output goes to `log_path`. On failure `process` is null and `address` holds the output.
+// Starts `idem_binary gateway` in front of `upstream_address` on `store`, with `extra_args`
+// (the admin listener on a free port unless they name --admin-listen); output goes to
+// `log_path`. On failure `process` is null and `address` holds the output.
 GatewayProcess StartGatewayProcess(const std::string& idem_binary,
                                    const std::string& upstream_address, const std::string& store,
                                    const std::string& log_path,
