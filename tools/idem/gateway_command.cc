@@ -38,10 +38,12 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
                   "(see docs/postgresql.md)")
       ->capture_default_str();
   cmd->add_option("--admin-listen", o.admin_listen,
-                  "HOST:PORT for /healthz /readyz /metrics /v1/records (default: none)");
+                  "HOST:PORT for /healthz /readyz /metrics /v1/records, and for the jobs of\n"
+                  "long-running operations: POST /v1/operations/complete|release (default: none)");
   cmd->add_option("--config", flags->config,
-                  "TOML file with [gateway] settings and [[route]] policies; flags given on the\n"
-                  "command line win over the file");
+                  "TOML file with [gateway] settings and [[route]] policies (retention, lease,\n"
+                  "max_wait, long_running, operation_lease, ...: docs/gateway.md); flags given on\n"
+                  "the command line win over the file");
   cmd->add_option("--threads", o.threads, "Event-loop threads")->capture_default_str();
   cmd->add_option("--store-threads", o.store_threads,
                   "Threads running store calls (default: 2 for memory and SQLite, 16 for Redis\n"
