@@ -147,6 +147,25 @@ TEST_F(CompletionRetryTest, AReleaseIsRetriedUntilTheStoreAnswers) {
   EXPECT_FALSE(record->has_value()) << "released: the retry of the request runs at once";
 }
 
+TEST_F(CompletionRetryTest, AnOperationsAcceptIsRetriedUntilTheStoreAnswers) {
+  faults_->FailFrom(1, UnavailableError("store down"), /*count=*/3);
+  UnfinishedWrite write = Write(StoreWrite::kAccept, seconds(5));
+  write.response = StoredResponse{202, {{"Location", "/ops/1"}}, "running"};
+  write.ttl = std::chrono::hours(1);  // the operation's lease
+  RetryAfterResponse(io_.get_executor(), Services(), write);
+  RunUntilIdle();
+  EXPECT_EQ(metrics_.write_attempts(StoreWrite::kAccept, false), 3u);
+  EXPECT_EQ(metrics_.write_attempts(StoreWrite::kAccept, true), 1u);
+  auto record = memory_->Get(scope_);
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kInFlight);
+  EXPECT_EQ((*record)->accepted, write.response);
+  EXPECT_GT((*record)->lease_deadline, SystemClock()->Now() + std::chrono::minutes(59));
+  auto dup = memory_->Begin(scope_, fingerprint_, seconds(30));
+  ASSERT_TRUE(dup.ok() && std::holds_alternative<InFlight>(*dup));
+  EXPECT_EQ(std::get<InFlight>(*dup).accepted, write.response) << "retries get the 202";
+}
+
 TEST_F(CompletionRetryTest, AStoreThatStaysDownIsGivenUpOnBeforeTheLeaseEnds) {
   faults_->FailFrom(1, UnavailableError("store down"));
   const auto lease = milliseconds(600);

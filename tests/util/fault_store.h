@@ -36,6 +36,11 @@ class FaultStore final : public StoreWrapper {
     if (auto st = Fault(); !st.ok()) return st;
     return StoreWrapper::Release(s, t);
   }
+  Result<CompleteOutcome> Accept(const Scope& s, FencingToken t, const StoredResponse& r,
+                                 Duration lease) override {
+    if (auto st = Fault(); !st.ok()) return st;
+    return StoreWrapper::Accept(s, t, r, lease);
+  }
   Result<std::optional<Record>> Get(const Scope& s) override {
     if (auto st = Fault(); !st.ok()) return st;
     return StoreWrapper::Get(s);
