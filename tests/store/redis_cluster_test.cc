@@ -62,11 +62,6 @@ int SlotOf(const Scope& scope) {
 
 const StoredResponse kReshardCreated{201, {{"Location", "/pay/1"}}, "created"};
 
-struct Primary {
-  std::string id;
-  int port = 0;
-};
-
 class RedisClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -74,28 +69,8 @@ class RedisClusterTest : public ::testing::Test {
     ASSERT_EQ(error, "") << error;
   }
 
-  // The primaries, from CLUSTER NODES; `owner` is set to the one serving `slot`.
-  std::vector<Primary> Primaries(int slot, Primary& owner) {
-    std::vector<Primary> primaries;
-    std::istringstream lines(RawRedis::Once(cluster_.port(0), {"CLUSTER", "NODES"}));
-    for (std::string line; std::getline(lines, line);) {
-      std::istringstream fields(line);
-      std::vector<std::string> f;
-      for (std::string field; fields >> field;) f.push_back(field);
-      // A primary serves slots; a replica still being attached may list itself as a master
-      // without any for a moment.
-      if (f.size() < 9 || f[2].find("master") == std::string::npos) continue;
-      Primary p{f[0], std::stoi(f[1].substr(f[1].find(':') + 1, f[1].find('@')))};
-      primaries.push_back(p);
-      for (size_t i = 8; i < f.size(); ++i) {
-        if (f[i].front() == '[') continue;  // a slot being migrated: "[slot->-id]"
-        const size_t dash = f[i].find('-');
-        const int first = std::stoi(f[i].substr(0, dash));
-        const int last = dash == std::string::npos ? first : std::stoi(f[i].substr(dash + 1));
-        if (slot >= first && slot <= last) owner = p;
-      }
-    }
-    return primaries;
+  std::vector<RedisCluster::Primary> Primaries(int slot, RedisCluster::Primary& owner) {
+    return cluster_.Primaries(slot, owner);
   }
 
   RedisCluster cluster_;
@@ -119,11 +94,11 @@ TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
   ASSERT_TRUE(begun.ok()) << begun.status().ToString();
   ASSERT_TRUE(store.Complete(existing, *OwnedToken(*begun), kReshardCreated, 1h).ok());
 
-  Primary from;
-  std::vector<Primary> primaries = Primaries(slot, from);
+  RedisCluster::Primary from;
+  std::vector<RedisCluster::Primary> primaries = Primaries(slot, from);
   ASSERT_EQ(primaries.size(), 3u);
   ASSERT_FALSE(from.id.empty());
-  const Primary to = primaries[0].id == from.id ? primaries[1] : primaries[0];
+  const RedisCluster::Primary to = primaries[0].id == from.id ? primaries[1] : primaries[0];
   const std::string slot_text = std::to_string(slot);
   ASSERT_EQ(RawRedis::Once(to.port, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from.id}),
             "OK");
@@ -153,7 +128,7 @@ TEST_F(RedisClusterTest, TheStoreFollowsAskAndMovedThroughAResharding) {
   ASSERT_TRUE(store.Complete(created, *OwnedToken(*fresh), kReshardCreated, 1h).ok());
 
   // The slot is handed over for good: the old owner answers MOVED.
-  for (const Primary& p : primaries) {
+  for (const RedisCluster::Primary& p : primaries) {
     ASSERT_EQ(RawRedis::Once(p.port, {"CLUSTER", "SETSLOT", slot_text, "NODE", to.id}),
               "OK");
   }
@@ -189,13 +164,13 @@ TEST_F(RedisClusterTest, AKilledPrimaryIsReplacedByItsReplicaAndTheStoreCarriesO
       ASSERT_TRUE(store.Complete(scopes.back(), *OwnedToken(*begun), kReshardCreated, 1h).ok());
     }
   }
-  Primary victim;
+  RedisCluster::Primary victim;
   Primaries(SlotOf(scopes[0]), victim);
   const int victim_node = cluster_.NodeOnPort(victim.port);
   ASSERT_GE(victim_node, 0);
   std::vector<int> on_victim;  // the scopes whose slot the killed primary served
   for (int i = 0; i < kScopes; ++i) {
-    Primary owner;
+    RedisCluster::Primary owner;
     Primaries(SlotOf(scopes[i]), owner);
     if (owner.id == victim.id) on_victim.push_back(i);
   }

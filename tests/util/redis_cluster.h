@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,6 +72,61 @@ class RedisCluster {
   }
 
   int port(int node) const { return nodes_[node]->port(); }
+
+  struct Primary {
+    std::string id;
+    int port = 0;
+  };
+  // The primaries, from CLUSTER NODES; `owner` is set to the one serving `slot`.
+  std::vector<Primary> Primaries(int slot, Primary& owner) const {
+    std::vector<Primary> primaries;
+    std::istringstream lines(RawRedis::Once(port(0), {"CLUSTER", "NODES"}));
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::vector<std::string> f;
+      for (std::string field; fields >> field;) f.push_back(field);
+      // A primary serves slots; a replica still being attached may list itself as a master
+      // without any for a moment.
+      if (f.size() < 9 || f[2].find("master") == std::string::npos) continue;
+      Primary p{f[0], std::stoi(f[1].substr(f[1].find(':') + 1, f[1].find('@')))};
+      primaries.push_back(p);
+      for (size_t i = 8; i < f.size(); ++i) {
+        if (f[i].front() == '[') continue;  // a slot being migrated: "[slot->-id]"
+        const size_t dash = f[i].find('-');
+        const int first = std::stoi(f[i].substr(0, dash));
+        const int last = dash == std::string::npos ? first : std::stoi(f[i].substr(dash + 1));
+        if (slot >= first && slot <= last) owner = p;
+      }
+    }
+    return primaries;
+  }
+
+  // Moves `slot` from `from` to `to` as redis-cli --cluster reshard does, while clients keep
+  // using it: IMPORTING and MIGRATING, its keys MIGRATEd in batches until none is left (keys
+  // created meanwhile land on `to` by ASK), then the slot assigned to `to` on every primary.
+  // "" on success, else what failed.
+  std::string MigrateSlot(int slot, const Primary& from, const Primary& to,
+                          const std::vector<Primary>& primaries) const {
+    const std::string s = std::to_string(slot);
+    std::string r = RawRedis::Once(to.port, {"CLUSTER", "SETSLOT", s, "IMPORTING", from.id});
+    if (r != "OK") return "IMPORTING: " + r;
+    r = RawRedis::Once(from.port, {"CLUSTER", "SETSLOT", s, "MIGRATING", to.id});
+    if (r != "OK") return "MIGRATING: " + r;
+    for (;;) {
+      std::istringstream keys(RawRedis::Once(from.port, {"CLUSTER", "GETKEYSINSLOT", s, "20"}));
+      std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(to.port), "", "0",
+                                       "5000", "KEYS"};
+      for (std::string key; keys >> key;) argv.push_back(key);
+      if (argv.size() == 7) break;
+      r = RawRedis::Once(from.port, argv);
+      if (r != "OK") return "MIGRATE: " + r;
+    }
+    for (const Primary& p : primaries) {
+      r = RawRedis::Once(p.port, {"CLUSTER", "SETSLOT", s, "NODE", to.id});
+      if (r != "OK") return "SETSLOT NODE: " + r;
+    }
+    return "";
+  }
   // SIGKILL one node, as a crash would (its replica takes over after the node timeout, 2 s).
   void Kill(int node) { nodes_[node]->Kill(); }
   // The index of the node listening on `port`, or -1.
