@@ -108,8 +108,13 @@ Task<Response> EndOperation(Services& s, Request& req, OperationEnd end) {
     LogAnswer(s.log, answer, "key " + digest + ": " + what + ": " + detail);
     res = MakeProblem(answer, detail, req.version(), req.keep_alive());
   } else {
-    // Waiters here wake now; waiters on other gateways by the store's settle notice.
-    s.waiters.Notify(digest);
+    // Waiters here wake now (after a completion, one reads it for all, as after a settle notice);
+    // waiters on other gateways by the store's settle notice.
+    if (complete) {
+      s.waiters.NotifyOne(digest);
+    } else {
+      s.waiters.Notify(digest);
+    }
     s.log.Info(complete ? "operation_completed" : "operation_released",
                "key " + digest + ": token " + token +
                    (complete ? " completed with status " + std::to_string(call->response.status)

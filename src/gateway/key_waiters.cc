@@ -2,6 +2,8 @@
 
 #include <boost/asio/post.hpp>
 
+#include <utility>
+
 namespace idem::gateway {
 
 // One waiting request. `notified` and `timer` are touched only on `executor` (the waiting
@@ -12,6 +14,7 @@ struct KeyWaiters::State {
   asio::steady_timer timer;
   bool notified = false;
   bool interrupted = false;
+  bool lead = false;  // chosen by NotifyOne to read for the key's waiters
   std::shared_ptr<const Completed> completed;
 };
 
@@ -29,9 +32,10 @@ std::unique_ptr<KeyWaiters::Slot> KeyWaiters::Enter(std::string scope_digest,
 }
 
 void KeyWaiters::Wake(const std::shared_ptr<State>& state,
-                      std::shared_ptr<const Completed> completed) {
-  asio::post(state->executor, [state, completed = std::move(completed)]() mutable {
+                      std::shared_ptr<const Completed> completed, bool lead) {
+  asio::post(state->executor, [state, completed = std::move(completed), lead]() mutable {
     state->notified = true;
+    if (lead) state->lead = true;
     if (completed) state->completed = std::move(completed);
     state->timer.cancel();
   });
@@ -41,6 +45,20 @@ void KeyWaiters::Notify(const std::string& scope_digest) {
   MutexLock lock(mu_);
   auto [begin, end] = waiting_.equal_range(scope_digest);
   for (auto it = begin; it != end; ++it) Wake(it->second, nullptr);
+}
+
+void KeyWaiters::NotifyOne(const std::string& scope_digest) {
+  MutexLock lock(mu_);
+  auto it = waiting_.find(scope_digest);
+  if (it != waiting_.end()) Wake(it->second, nullptr, /*lead=*/true);
+}
+
+void KeyWaiters::NotifyOthers(const Slot& slot) {
+  MutexLock lock(mu_);
+  auto [begin, end] = waiting_.equal_range(slot.scope_digest_);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second != slot.state_) Wake(it->second, nullptr);
+  }
 }
 
 void KeyWaiters::NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
@@ -94,6 +112,8 @@ std::function<void()> KeyWaiters::Slot::Interrupter() const {
 }
 
 bool KeyWaiters::Slot::interrupted() const { return state_->interrupted; }
+
+bool KeyWaiters::Slot::TakeLead() { return std::exchange(state_->lead, false); }
 
 Task<bool> KeyWaiters::Slot::Wait(std::chrono::steady_clock::time_point until) {
   if (!state_->notified && !state_->interrupted && !shutting_down()) {

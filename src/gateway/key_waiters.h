@@ -59,6 +59,14 @@ class KeyWaiters {
 
   // Wakes every request waiting for `scope_digest`: its attempt was released.
   void Notify(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
+  // Wakes one request waiting for `scope_digest` (if any) as the key's reader
+  // (Slot::TakeLead): another gateway settled the key. The reader reads the record for all of
+  // them and then wakes the others itself, with NotifyCompleted (it found the response: the
+  // others replay it without a store call of their own) or NotifyOthers (anything else: each
+  // asks the store). So a settle notice costs one read per key, not one per waiter.
+  void NotifyOne(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
+  // Notify, except for `slot` itself.
+  void NotifyOthers(const Slot& slot) IDEM_EXCLUDES(mu_);
   // Wakes them because this gateway completed it: Complete stored `response` (and answered kOk)
   // for a request with `fingerprint`. The response is copied once, and only if someone waits.
   void NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
@@ -74,7 +82,7 @@ class KeyWaiters {
   struct State;
   void Leave(const std::string& scope_digest, const State* state) IDEM_EXCLUDES(mu_);
   static void Wake(const std::shared_ptr<State>& state,
-                   std::shared_ptr<const Completed> completed);
+                   std::shared_ptr<const Completed> completed, bool lead = false);
 
   const size_t max_waiters_;
   std::atomic<bool> shutting_down_{false};
@@ -103,6 +111,11 @@ class KeyWaiters::Slot {
   // The completion this gateway handed over with a wake-up, if any (null otherwise). Call only
   // from the waiting coroutine, after Wait.
   const std::shared_ptr<const Completed>& completed() const;
+
+  // True once after NotifyOne chose this slot to read the record for the key's waiters; the
+  // caller must then wake the others (NotifyCompleted or NotifyOthers), whatever it does next.
+  // Call only from the waiting coroutine, after Wait.
+  bool TakeLead();
 
  private:
   friend class KeyWaiters;

@@ -344,7 +344,9 @@ int RunGateway(const GatewayOptions& given) {
   // gateway's waiters. After the io_context (a wake-up is posted to a waiter's strand), so it
   // stops before the io_context goes; the store outlives it.
   auto notices = (**store).SubscribeSettled(
-      [&waiters](std::string_view scope_digest) { waiters.Notify(std::string(scope_digest)); });
+      [&waiters](std::string_view scope_digest) {
+        waiters.NotifyOne(std::string(scope_digest));
+      });
   if (!notices.ok()) {
     log.Warn("store", "no settle notices (" + notices.status().ToString() +
                           "): a request waiting for a key another gateway runs looks again "

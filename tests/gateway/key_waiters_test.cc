@@ -133,6 +133,39 @@ TEST(KeyWaitersTest, ACompletionHandsItsResponseToTheWaitersAReleaseDoesNot) {
   EXPECT_EQ(bare, 1);
 }
 
+// A settle notice wakes one waiter of the key, chosen to read for all (TakeLead); it then wakes
+// the others itself, here with NotifyOthers, which leaves the reader alone.
+TEST(KeyWaitersTest, NotifyOneWakesASingleReaderWhichWakesTheOthers) {
+  KeyWaiters waiters(10);
+  Loop loop(2);
+  std::atomic<int> woken{0}, leads{0}, woken_twice{0}, returned{0};
+  auto spawn = [&] {
+    asio::co_spawn(
+        asio::make_strand(loop.io),
+        [&]() -> Task<void> {
+          auto slot = waiters.Enter("k", co_await asio::this_coro::executor);
+          if (co_await slot->Wait(SteadyClock::now() + 60s)) ++woken;
+          if (slot->TakeLead()) {
+            ++leads;
+            EXPECT_FALSE(slot->TakeLead()) << "the lead is taken once";
+            waiters.NotifyOthers(*slot);
+            // The reader is not woken by its own NotifyOthers.
+            if (co_await slot->Wait(SteadyClock::now() + 200ms)) ++woken_twice;
+          }
+          ++returned;
+        },
+        asio::detached);
+  };
+  for (int i = 0; i < 5; ++i) spawn();
+  ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 5; }));
+  waiters.NotifyOne("nobody waits");  // wakes none
+  waiters.NotifyOne("k");
+  ASSERT_TRUE(WaitUntil([&] { return returned == 5; }));
+  EXPECT_EQ(woken, 5);
+  EXPECT_EQ(leads, 1);
+  EXPECT_EQ(woken_twice, 0);
+}
+
 TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {
   KeyWaiters waiters(2);
   Loop loop(1);

@@ -106,14 +106,22 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
       waited.begun = BeginOutcome(Replay{done->response});
       break;
     }
-    if (woken) {
+    // Woken alone by a settle notice from another gateway (KeyWaiters::NotifyOne): this read
+    // speaks for every waiter of the key here. A completion found is handed to the others;
+    // anything else (a release, a purge, a spurious notice) wakes them to ask the store.
+    if (woken && slot->TakeLead()) {
       std::optional<StoredResponse> stored = co_await CompletedFor(s, scope, fingerprint);
       if (stored) {
+        s.waiters.NotifyCompleted(scope_digest, *stored, fingerprint);
         waited.begun = BeginOutcome(Replay{std::move(*stored)});
         break;
       }
+      s.waiters.NotifyOthers(*slot);
     }
   }
+  // Chosen to read for the others but leaving first (a hang-up, the deadline): they ask the
+  // store themselves.
+  if (slot->TakeLead()) s.waiters.NotifyOthers(*slot);
   if (client) client->Stop();
   s.metrics.WaitEnded(EndOf(waited),
                       std::chrono::duration_cast<Duration>(SteadyClock::now() - start));

@@ -6,9 +6,9 @@
 // flight at the deadline. Waiting holds no thread and polls no store in a loop: the waiter sleeps
 // on a timer that KeyWaiters cuts short when this gateway settles the key (a completion hands
 // over the stored response, replayed without another store call when the fingerprints match)
-// or when a settle notice from another gateway sharing the store arrives (then a read finds
-// the completed response without the scope lock a Begin takes), and looks again every
-// kSlowPoll otherwise.
+// or when a settle notice from another gateway sharing the store arrives (then one waiter of the
+// key reads the record, without the scope lock a Begin takes, and hands a completed response to
+// the others), and looks again every kSlowPoll otherwise.
 #pragma once
 
 #include <chrono>
