@@ -155,9 +155,9 @@ TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
 
 TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneResult) {
   // Prefer: wait=10 on every duplicate: nobody gets 409; the first attempt (800 ms upstream)
-  // executes once and every other client gets its response replayed, whether its gateway ran
-  // the attempt (woken at the completion) or the other one did (seen at its next look, <= 1 s).
-  constexpr int kClients = 40;
+  // executes once and each of the 99 others gets its response replayed, whether its gateway ran
+  // the attempt (woken at the completion) or the other one did (woken by the settle notice).
+  constexpr int kClients = 100;
   const auto start = SteadyClock::now();
   const DuplicateTally tally = RaceDuplicates(kClients, [&](int i) {
     return Post(i % 2, "wait", R"({"amount":7})", {{"X-Sleep-Ms", "800"}, {"Prefer", "wait=10"}});
