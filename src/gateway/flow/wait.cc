@@ -39,22 +39,29 @@ Task<void> WatchKey(Services& s, const Scope& scope) {
   }
 }
 
-// After a wake-up without a hand-over (a settle on another gateway, or a release here): the
-// stored response if the key is now completed for a request like this one. A read, which on
-// PostgreSQL takes no scope lock, so a burst of waiters woken together does not queue behind
-// one another as their Begins would. Anything else (still in flight, released, another
-// fingerprint, a store error) is left to Begin.
-Task<std::optional<StoredResponse>> CompletedFor(Services& s, const Scope& scope,
-                                                 const Fingerprint& fingerprint) {
+// What a read of the key found, for a request with this fingerprint.
+struct Look {
+  std::optional<StoredResponse> completed;  // completed: the response to replay
+  bool in_flight = false;                   // still in flight under a live lease
+};
+
+// Reads the key instead of claiming it: on PostgreSQL a read takes no scope lock, so a burst of
+// waiters does not queue behind one another (and behind the completion they wait for) as their
+// Begins would. Anything but "completed" or "still in flight" for a request like this one
+// (absent, released, a lapsed lease, another fingerprint, a store error) is left to Begin.
+Task<Look> LookAt(Services& s, const Scope& scope, const Fingerprint& fingerprint) {
+  Look look;
   Scope get_scope = scope;  // a named local: see the g++ 12 note in docs
   auto got = co_await s.store.AsyncGet(std::move(get_scope), asio::use_awaitable);
-  if (!got.ok() || !got->has_value()) co_return std::nullopt;
+  if (!got.ok() || !got->has_value()) co_return look;
   const Record& record = **got;
-  if (record.state != RecordState::kCompleted || record.fingerprint != fingerprint ||
-      !record.response) {
-    co_return std::nullopt;
+  if (record.fingerprint != fingerprint) co_return look;
+  if (record.state == RecordState::kCompleted && record.response) {
+    look.completed = *record.response;
+  } else if (record.state == RecordState::kInFlight) {
+    look.in_flight = s.clock()->Now() < record.lease_deadline;
   }
-  co_return *record.response;
+  co_return look;
 }
 
 }  // namespace
@@ -80,13 +87,25 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
   using SteadyClock = std::chrono::steady_clock;
   const auto start = SteadyClock::now();
   const auto deadline = start + std::chrono::duration_cast<SteadyClock::duration>(allowed);
-  // Entered first, then watched the key, then asked the store again: a settle that came
-  // before Enter notified nobody here, and one before the mark published nothing, but this
-  // Begin sees either.
+  // Entered first, then watched the key, then looked at it again: a settle that came before
+  // Enter notified nobody here, and one before the mark published nothing, but this read sees
+  // either. Still in flight: wait, keeping the Begin that brought the request here; anything
+  // else is for Begin to decide.
   if (client) client->Watch(slot->Interrupter());
   co_await WatchKey(s, scope);
+  bool looked = false;
   for (;;) {
-    waited.begun = co_await Claim(s, scope, fingerprint, route.lease);
+    if (!looked) {
+      looked = true;
+      Look look = co_await LookAt(s, scope, fingerprint);
+      if (look.completed) {
+        waited.begun = BeginOutcome(Replay{std::move(*look.completed)});
+        break;
+      }
+      if (!look.in_flight) waited.begun = co_await Claim(s, scope, fingerprint, route.lease);
+    } else {
+      waited.begun = co_await Claim(s, scope, fingerprint, route.lease);
+    }
     if (!InFlightNow(waited.begun)) break;
     const auto now = SteadyClock::now();
     if (now >= deadline) break;
@@ -110,10 +129,10 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
     // speaks for every waiter of the key here. A completion found is handed to the others;
     // anything else (a release, a purge, a spurious notice) wakes them to ask the store.
     if (woken && slot->TakeLead()) {
-      std::optional<StoredResponse> stored = co_await CompletedFor(s, scope, fingerprint);
-      if (stored) {
-        s.waiters.NotifyCompleted(scope_digest, *stored, fingerprint);
-        waited.begun = BeginOutcome(Replay{std::move(*stored)});
+      Look look = co_await LookAt(s, scope, fingerprint);
+      if (look.completed) {
+        s.waiters.NotifyCompleted(scope_digest, *look.completed, fingerprint);
+        waited.begun = BeginOutcome(Replay{std::move(*look.completed)});
         break;
       }
       s.waiters.NotifyOthers(*slot);

@@ -1,4 +1,5 @@
-// Version 10 of the PostgreSQL store's schema: long-running operations (Store::Accept).
+// Version 10 of the PostgreSQL store's schema: long-running operations (Store::Accept), and an
+// idem_watch that no longer takes the scope lock (waiters of one key stop queueing on it).
 //
 // An accepted operation is an in-flight record (state 1) whose `response` column holds the
 // accepted response (a 202) until its job completes it; idem_begin hands that response to a
@@ -147,6 +148,26 @@ BEGIN
   END LOOP;
   RETURN int4send(status) || int4send(octet_length(v_headers)) || v_headers ||
          coalesce(body, ''::bytea);
+END $$;
+
+-- Version 9's, without the scope lock: the UPDATE's row lock orders a mark against the
+-- completion it races, so a burst of waiters no longer queues on the lock their completion
+-- needs. Losing the race (the completion updated or moved the row first) means there is nothing
+-- in flight to mark: false, and the waiter's next read finds the completion.
+CREATE OR REPLACE FUNCTION idem_watch(p_scope_id bytea, p_now bigint)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_now bigint := idem_now(p_now);
+BEGIN
+  BEGIN
+    UPDATE idem_records r SET waited = true
+     WHERE r.scope_id = p_scope_id AND r.expires_ms > v_now AND r.state = 1 AND NOT r.waited;
+    IF FOUND THEN RETURN true; END IF;
+  EXCEPTION WHEN serialization_failure THEN  -- 40001: the completion moved the row's partition
+    RETURN false;
+  END;
+  RETURN EXISTS (SELECT 1 FROM idem_records r
+                  WHERE r.scope_id = p_scope_id AND r.expires_ms > v_now AND r.state = 1);
 END $$;
 
 DO $install$

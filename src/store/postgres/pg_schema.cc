@@ -33,7 +33,8 @@ constexpr Migration kMigrations[] = {
     {"emit layer: room on each outbox page for the claim to be a HOT update",
      outbox::internal::kOutboxClaimRoomSql},
     {"gateway: settle notices wake waiters on other gateways", kSchemaV9SettleNotices},
-    {"gateway: long-running operations (accepted responses, operation_complete)",
+    {"gateway: long-running operations (accepted responses, operation_complete); idem_watch "
+     "without the scope lock",
      kSchemaV10Operations},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);

@@ -27,7 +27,8 @@ namespace idem::internal::pg {
 //      rows and functions otherwise unchanged
 //   9  settle notices: idem_records.waited, idem_watch, NOTIFY idem_settled
 //   10 long-running operations: idem_accept, idem_begin hands an in-flight record's accepted
-//      response to duplicates, idem.operation_complete / idem.operation_release for jobs
+//      response to duplicates, idem.operation_complete / idem.operation_release for jobs;
+//      idem_watch without the scope lock
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
 inline constexpr int kSchemaVersion = 10;
