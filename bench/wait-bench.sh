@@ -33,6 +33,7 @@ work=$(mktemp -d)
 chmod 711 "$work"  # the postgres user must reach its data directory below it
 pids=()
 cleanup() {
+  [[ -f $work/redis.pid ]] && pids+=("$(cat "$work/redis.pid")")
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   stop_postgres
@@ -81,11 +82,13 @@ store_url() {
       port=$(free_port)
       redis-server --port "$port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no \
         >"$work/redis.log" 2>&1 &
-      pids+=($!)
+      echo $! >"$work/redis.pid"  # this runs in $(...): pids+= would not reach the cleanup
       for _ in $(seq 1 250); do
         grep -q "Ready to accept connections" "$work/redis.log" && break
         sleep 0.02
       done
+      grep -q "Ready to accept connections" "$work/redis.log" ||
+        { echo "wait-bench: redis-server did not start:" >&2; cat "$work/redis.log" >&2; return 1; }
       echo "redis://127.0.0.1:$port" ;;
     postgres)
       start_postgres "$work/pg" >&2
