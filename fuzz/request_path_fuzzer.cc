@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gateway/admin.h"
+#include "gateway/key_waiters.h"
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
 #include "gateway/route_matcher.h"
@@ -133,6 +134,11 @@ class FreshStore : public Store {
   std::unique_ptr<Store> target_;
 };
 
+// The proxy handler without a client connection to watch (nothing here waits for a key).
+Task<Response> Proxy(Services& services, Request& request) {
+  return HandleProxyRequest(services, request, nullptr);
+}
+
 struct Harness {
   Harness()
       : acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)),
@@ -211,6 +217,7 @@ struct Harness {
   StoreExecutor executor{store, {1, 64}};
   Metrics metrics;
   Log log;
+  KeyWaiters waiters{16};  // no request here prefers to wait, but the flow needs them
 };
 
 // The scope the gateway claims for `request`, if it has one usable key.
@@ -245,7 +252,7 @@ Fingerprint FingerprintOf(const Request& request, const FingerprintPolicy& polic
 void CheckRequest(Harness& h, Services& services, StoreExecutor& executor, const Request& parsed) {
   const size_t before = g_received.size();
   Request first_request = parsed;
-  Response first = h.Run(HandleProxyRequest, services, first_request);
+  Response first = h.Run(Proxy, services, first_request);
   if (first.result_int() < 200 || first.result_int() > 599) std::abort();
   const size_t reached = g_received.size() - before;
   const bool gateway_problem = first[http::field::content_type] == "application/problem+json" &&
@@ -275,7 +282,7 @@ void CheckRequest(Harness& h, Services& services, StoreExecutor& executor, const
 
   const size_t before_second = g_received.size();
   Request second_request = parsed;
-  Response second = h.Run(HandleProxyRequest, services, second_request);
+  Response second = h.Run(Proxy, services, second_request);
   if (executed && first.result_int() < 500 && first.result_int() != 408 &&
       first.result_int() != 429) {
     // Executed and stored: the same request again must replay it exactly, without the upstream.
@@ -339,7 +346,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // A fresh store per input, so inputs do not depend on each other, behind the one executor.
   h.store.Reset();
-  Services services{h.options, h.executor, *h.upstream, h.metrics, h.log};
+  Services services{h.options, h.executor, *h.upstream, h.metrics, h.log, h.waiters};
 
   g_received.clear();
   for (int i = 0; i < 4; ++i) {
