@@ -19,50 +19,41 @@ struct AttemptResult {
 Task<AttemptResult> Attempt(const RetryServices& services, const UnfinishedWrite& write) {
   AttemptResult result;
   Scope scope = write.scope;  // g++ 12: co_await arguments in named locals
+  if (write.kind == StoreWrite::kRelease) {
+    Result<ReleaseOutcome> released =
+        co_await services.store.AsyncRelease(std::move(scope), write.token, asio::use_awaitable);
+    services.metrics.CountWriteAttempt(write.kind, released.ok());
+    result.done = released.ok();
+    if (!released.ok()) result.error = released.status();
+    co_return result;
+  }
+  // A completion or an operation's accept: both store write.response if the token still owns
+  // the key, and are fenced otherwise.
+  StoredResponse response = write.response;
+  Result<CompleteOutcome> stored = InternalError("not stored");
   if (write.kind == StoreWrite::kComplete) {
-    StoredResponse response = write.response;
-    Result<CompleteOutcome> completed = co_await services.store.AsyncComplete(
-        std::move(scope), write.token, std::move(response), write.ttl, asio::use_awaitable);
-    services.metrics.CountWriteAttempt(write.kind, completed.ok());
-    if (!completed.ok()) {
-      result.error = completed.status();
-      co_return result;
-    }
-    result.done = true;
-    if (*completed == CompleteOutcome::kFenced) {
-      services.metrics.CountZombie();
-      services.log.Warn("fenced", "key " + write.key_digest + ": token " +
-                                      std::to_string(write.token) +
-                                      " lost ownership before its completion could be stored");
-    }
-    co_return result;
+    stored = co_await services.store.AsyncComplete(std::move(scope), write.token,
+                                                   std::move(response), write.ttl,
+                                                   asio::use_awaitable);
+  } else {
+    stored = co_await services.store.AsyncAccept(std::move(scope), write.token,
+                                                 std::move(response), write.ttl,
+                                                 asio::use_awaitable);
   }
-  if (write.kind == StoreWrite::kAccept) {
-    StoredResponse accepted = write.response;
-    Result<CompleteOutcome> recorded = co_await services.store.AsyncAccept(
-        std::move(scope), write.token, std::move(accepted), write.ttl, asio::use_awaitable);
-    services.metrics.CountWriteAttempt(write.kind, recorded.ok());
-    if (!recorded.ok()) {
-      result.error = recorded.status();
-      co_return result;
-    }
-    result.done = true;
-    if (*recorded == CompleteOutcome::kFenced) {
-      services.metrics.CountZombie();
-      services.log.Warn("fenced", "key " + write.key_digest + ": token " +
-                                      std::to_string(write.token) +
-                                      " lost ownership before its operation was accepted");
-    }
-    co_return result;
-  }
-  Result<ReleaseOutcome> released =
-      co_await services.store.AsyncRelease(std::move(scope), write.token, asio::use_awaitable);
-  services.metrics.CountWriteAttempt(write.kind, released.ok());
-  if (!released.ok()) {
-    result.error = released.status();
+  services.metrics.CountWriteAttempt(write.kind, stored.ok());
+  if (!stored.ok()) {
+    result.error = stored.status();
     co_return result;
   }
   result.done = true;
+  if (*stored == CompleteOutcome::kFenced) {
+    services.metrics.CountZombie();
+    services.log.Warn("fenced", "key " + write.key_digest + ": token " +
+                                    std::to_string(write.token) + " lost ownership before its " +
+                                    (write.kind == StoreWrite::kComplete
+                                         ? "completion could be stored"
+                                         : "operation was accepted"));
+  }
   co_return result;
 }
 

@@ -144,53 +144,40 @@ class MemoryStore final : public Store {
                                    const StoredResponse& response, Duration ttl) override {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     std::string encoded = internal::EncodeResponse(response);  // outside the lock
-    const std::string& key = LookupKey(scope);
-    Shard& shard = ShardFor(key);
-    const TimePoint now = options_.clock->Now();
-    MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
-      return CompleteOutcome::kFenced;
-    }
-    Entry& entry = it->second;
-    entry.head.state = RecordState::kCompleted;
-    entry.head.expires_at = now + ttl;
-    entry.response = std::move(encoded);
-    if (entry.head.expires_at < entry.queued_at) shard.Queue(entry, entry.head.expires_at, key);
-    return CompleteOutcome::kOk;
+    const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
+      shard.mu.AssertHeld();
+      Entry& entry = it->second;
+      entry.head.state = RecordState::kCompleted;
+      entry.head.expires_at = now + ttl;
+      entry.response = std::move(encoded);
+      if (entry.head.expires_at < entry.queued_at) {
+        shard.Queue(entry, entry.head.expires_at, it->first);
+      }
+    });
+    return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
                                  const StoredResponse& accepted, Duration lease) override {
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     std::string encoded = internal::EncodeResponse(accepted);  // outside the lock
-    const std::string& key = LookupKey(scope);
-    Shard& shard = ShardFor(key);
-    const TimePoint now = options_.clock->Now();
-    MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
-      return CompleteOutcome::kFenced;
-    }
-    Entry& entry = it->second;
-    entry.head.lease_deadline = now + lease;
-    entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
-    entry.response = std::move(encoded);
-    // The representative stays due at the old deadline; the sweep then re-queues it.
-    return CompleteOutcome::kOk;
+    const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
+      shard.mu.AssertHeld();
+      Entry& entry = it->second;
+      entry.head.lease_deadline = now + lease;
+      entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
+      entry.response = std::move(encoded);
+      // The representative stays due at the old deadline; the sweep then re-queues it.
+    });
+    return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
-    const std::string& key = LookupKey(scope);
-    Shard& shard = ShardFor(key);
-    const TimePoint now = options_.clock->Now();
-    MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
-      return ReleaseOutcome::kFenced;
-    }
-    shard.records.erase(it);
-    return ReleaseOutcome::kReleased;
+    const bool owned = IfOwned(scope, token, [](Shard& shard, auto it, TimePoint) {
+      shard.mu.AssertHeld();
+      shard.records.erase(it);
+    });
+    return owned ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
@@ -271,6 +258,23 @@ class MemoryStore final : public Store {
   bool NeverBlocks() const override { return true; }
 
  private:
+  // Runs `write(shard, it, now)` under the shard's lock when `token` owns the live in-flight
+  // record of `scope` (`it` points at it in shard.records), and returns true; false, doing
+  // nothing, when it does not (Complete, Accept and Release are then kFenced).
+  template <typename Write>
+  bool IfOwned(const Scope& scope, FencingToken token, Write write) {
+    const std::string& key = LookupKey(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    MutexLock lock(shard.mu);
+    auto it = shard.records.find(key);
+    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
+      return false;
+    }
+    write(shard, it, now);
+    return true;
+  }
+
   Shard& ShardFor(const std::string& key) {
     return shards_[std::hash<std::string>{}(key) & (shards_.size() - 1)];
   }
