@@ -17,25 +17,20 @@
 // Prints "listening on HOST:PORT" once ready. One thread per connection and per job: simple,
 // not fast.
 #include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
+#include "example_http.h"
 
 namespace {
+
+using namespace idem::examples;
 
 std::string admin_address;  // the gateway's admin listener, HOST:PORT
 std::mutex mu;
@@ -43,22 +38,6 @@ std::map<std::string, int> jobs_by_key;
 std::map<std::string, std::string> token_by_key;
 std::map<std::string, int> job_ends;  // "completed", "released", "fenced", "failed"
 std::atomic<int> reports{0};
-
-std::string Param(std::string_view target, std::string_view name) {
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return {};
-  std::string_view query = target.substr(q + 1);
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == name && eq != std::string_view::npos) {
-      return std::string(pair.substr(eq + 1));
-    }
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-  }
-  return {};
-}
 
 std::string Base64(std::string_view in) {
   static constexpr char kAlphabet[] =
@@ -93,14 +72,14 @@ int PostToGateway(const std::string& path, const std::string& body) {
     tcp::socket socket(io);
     asio::connect(socket, resolver.resolve(admin_address.substr(0, colon),
                                            admin_address.substr(colon + 1)));
-    http::request<http::string_body> req{http::verb::post, path, 11};
+    Request req{http::verb::post, path, 11};
     req.set(http::field::host, admin_address);
     req.set(http::field::content_type, "application/json");
     req.body() = body;
     req.prepare_payload();
     http::write(socket, req);
     beast::flat_buffer buffer;
-    http::response<http::string_body> res;
+    Response res;
     http::read(socket, buffer, res);
     return static_cast<int>(res.result_int());
   } catch (const std::exception& e) {
@@ -137,8 +116,8 @@ void RunJob(std::string key, std::optional<std::string> tenant, std::string toke
   ++job_ends[end];
 }
 
-http::response<http::string_body> Handle(const http::request<http::string_body>& req) {
-  http::response<http::string_body> res{http::status::ok, req.version()};
+Response Handle(const Request& req) {
+  Response res{http::status::ok, req.version()};
   res.keep_alive(req.keep_alive());
   res.set(http::field::content_type, "text/plain");
   const std::string_view target = req.target();
@@ -146,20 +125,20 @@ http::response<http::string_body> Handle(const http::request<http::string_body>&
   if (req.method() == http::verb::post && path.starts_with("/v1/reports")) {
     const std::string key(req["Idempotency-Key"]);
     const std::string token(req["Idempotency-Fencing-Token"]);
-    const std::string work = Param(target, "work_ms");
+    const std::string work = QueryParam(target, "work_ms");
     const int report = ++reports;
     {
       std::lock_guard lock(mu);
       ++jobs_by_key[key];
       token_by_key[key] = token;
     }
-    if (Param(target, "hold").empty()) {
+    if (QueryParam(target, "hold").empty()) {
       std::optional<std::string> tenant;
       if (auto it = req.find(http::field::authorization); it != req.end()) {
         tenant = std::string(it->value());
       }
       std::thread(RunJob, key, tenant, token, report,
-                  work.empty() ? 1000 : std::stoi(work), !Param(target, "fail").empty())
+                  work.empty() ? 1000 : std::stoi(work), !QueryParam(target, "fail").empty())
           .detach();
     }
     res.result(http::status::accepted);
@@ -168,7 +147,7 @@ http::response<http::string_body> Handle(const http::request<http::string_body>&
     res.set(http::field::retry_after, "1");
     res.body() = "{\"report\":" + std::to_string(report) + ",\"status\":\"running\"}";
   } else if (path == "/executions" || path == "/tokens") {
-    const std::string key = Param(target, "key");
+    const std::string key = QueryParam(target, "key");
     std::lock_guard lock(mu);
     res.body() = path == "/executions" ? std::to_string(jobs_by_key[key]) : token_by_key[key];
   } else if (path == "/jobs") {
@@ -187,20 +166,6 @@ http::response<http::string_body> Handle(const http::request<http::string_body>&
   return res;
 }
 
-void Serve(tcp::socket socket) {
-  beast::flat_buffer buffer;
-  boost::system::error_code ec;
-  for (;;) {
-    http::request<http::string_body> req;
-    http::read(socket, buffer, req, ec);
-    if (ec) break;
-    auto res = Handle(req);
-    http::write(socket, res, ec);
-    if (ec || !res.keep_alive()) break;
-  }
-  socket.shutdown(tcp::socket::shutdown_send, ec);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,24 +173,11 @@ int main(int argc, char** argv) {
     std::cerr << "usage: long_running_service HOST:PORT --admin GATEWAY_ADMIN_HOST:PORT\n";
     return 2;
   }
-  const std::string listen = argv[1];
   admin_address = argv[3];
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || admin_address.rfind(':') == std::string::npos) {
-    std::cerr << "long_running_service: addresses are HOST:PORT\n";
+  if (admin_address.rfind(':') == std::string::npos) {
+    std::cerr << "long_running_service: the admin address must be HOST:PORT\n";
     return 2;
   }
-  try {
-    asio::io_context io;
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(listen.substr(0, colon)),
-                                             static_cast<unsigned short>(
-                                                 std::stoi(listen.substr(colon + 1)))));
-    const auto bound = acceptor.local_endpoint();
-    std::cout << "listening on " << bound.address().to_string() << ":" << bound.port()
-              << std::endl;
-    for (;;) std::thread(Serve, acceptor.accept()).detach();
-  } catch (const std::exception& e) {
-    std::cerr << "long_running_service: " << e.what() << "\n";
-    return 1;
-  }
+  return ListenAndServe("long_running_service", argv[1],
+                        [](tcp::socket socket) { ServeConnection(std::move(socket), Handle); });
 }

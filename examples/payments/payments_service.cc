@@ -37,6 +37,7 @@
 #include <string>
 #include <thread>
 
+#include "../example_http.h"
 #include "idem/fingerprint.h"
 #include "idem/outbox.h"
 #include "idem/postgres.h"
@@ -315,22 +316,5 @@ int main(int argc, char** argv) {
     std::cerr << "payments_service: cannot create tables: " << PQerrorMessage(setup.get());
     return 1;
   }
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    std::cerr << "payments_service: listen address must be HOST:PORT\n";
-    return 2;
-  }
-  try {
-    asio::io_context io;
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address(listen.substr(0, colon)),
-                                             static_cast<unsigned short>(
-                                                 std::stoi(listen.substr(colon + 1)))));
-    const auto bound = acceptor.local_endpoint();
-    std::cout << "listening on " << bound.address().to_string() << ":" << bound.port()
-              << std::endl;
-    for (;;) std::thread(Serve, acceptor.accept()).detach();
-  } catch (const std::exception& e) {
-    std::cerr << "payments_service: " << e.what() << "\n";
-    return 1;
-  }
+  return idem::examples::ListenAndServe("payments_service", listen, Serve);
 }
