@@ -25,21 +25,35 @@ Response ReplayResponse(const StoredResponse& stored, const Request& request) {
   return res;
 }
 
+namespace {
+
+// The headers of `response` whose names `route` stores, or that are among `also`.
+std::vector<Header> StoredHeaders(const Response& response, const RoutePolicy& route,
+                                  std::initializer_list<std::string_view> also = {}) {
+  const auto wanted = [&](std::string_view name) {
+    const auto same = [&](std::string_view w) { return internal::EqualsIgnoreCase(name, w); };
+    return std::any_of(route.stored_headers.begin(), route.stored_headers.end(), same) ||
+           std::any_of(also.begin(), also.end(), same);
+  };
+  std::vector<Header> headers;
+  for (const auto& field : response) {
+    if (wanted(field.name_string())) {
+      headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+  }
+  return headers;
+}
+
+}  // namespace
+
 StoredResponse ToStored(const Response& response, const RoutePolicy& route, size_t limit) {
   StoredResponse stored;
   stored.status = static_cast<int>(response.result_int());
-  for (const auto& field : response) {
-    for (const std::string& wanted : route.stored_headers) {
-      if (internal::EqualsIgnoreCase(field.name_string(), wanted)) {
-        stored.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-        break;
-      }
-    }
-  }
   if (response.body().size() > limit) {
     stored.headers = {{std::string(kNotStoredMarker), std::to_string(response.body().size())}};
     return stored;
   }
+  stored.headers = StoredHeaders(response, route);
   stored.body = response.body();
   return stored;
 }
@@ -50,16 +64,10 @@ bool IsAccepted(const Response& response, const RoutePolicy& route) {
 
 StoredResponse ToStoredAccepted(const Response& response, const RoutePolicy& route,
                                 size_t limit) {
-  RoutePolicy with_operation_headers = route;
-  for (std::string_view name : {"Operation-Location", "Retry-After"}) {
-    const bool listed =
-        std::any_of(route.stored_headers.begin(), route.stored_headers.end(),
-                    [&](const std::string& h) { return internal::EqualsIgnoreCase(h, name); });
-    if (!listed) with_operation_headers.stored_headers.emplace_back(name);
-  }
-  StoredResponse stored = ToStored(response, with_operation_headers,
-                                   std::max(limit, response.body().size()));
-  if (stored.body.size() > limit) stored.body.clear();
+  StoredResponse stored;
+  stored.status = static_cast<int>(response.result_int());
+  stored.headers = StoredHeaders(response, route, {"Operation-Location", "Retry-After"});
+  if (response.body().size() <= limit) stored.body = response.body();
   return stored;
 }
 
