@@ -112,6 +112,12 @@ struct StoreOptions {
   // checked, and the new owner learns an earlier attempt existed); after it, a retry acquires
   // afresh and Sweep may delete the record. Default 24 h, the gateway's default retention.
   Duration abandoned_retention = std::chrono::hours(24);
+
+  // Makes OpenStore open the tiered store: the store URL must then name Redis (one server or
+  // a cluster), which holds claims and serves replays, and this names the PostgreSQL database
+  // that holds every completed record first, so losing Redis's data never executes a
+  // completed request again. Empty (the default): a single store. See docs/stores.md.
+  std::string durable_store;
 };
 
 // ---- The interface --------------------------------------------------------------------------
@@ -172,6 +178,10 @@ class Store {
 
   // A short description for logs: "sqlite:/var/lib/idem/idem.db (durability=normal)".
   virtual std::string Describe() const = 0;
+
+  // Empty while the store works as configured; otherwise what it does instead, for logs and
+  // /readyz. The tiered store says so while Redis is unreachable and PostgreSQL serves alone.
+  virtual std::string Degradation() const { return {}; }
 
   // True if Begin, Complete, Release, Get and Purge never wait on I/O, the network or another
   // process: each finishes in microseconds, holding at most a short in-process lock. A
@@ -261,6 +271,8 @@ class Store {
 //                               created or migrated on open. Options: pool_size, timeout_ms,
 //                               connect_timeout, schema, partition_horizon_days (see
 //                               docs/postgresql.md).
+// With options.durable_store set, the tiered store: `url` names Redis, durable_store
+// PostgreSQL (docs/stores.md).
 // Unknown schemes and malformed URLs are kInvalidArgument; an unopenable database is
 // kUnavailable or kFailedPrecondition with the path in the message.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options = {});

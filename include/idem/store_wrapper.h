@@ -42,6 +42,7 @@ class StoreWrapper : public Store {
   Result<bool> Purge(const Scope& scope) override { return target_.Purge(scope); }
   Result<uint64_t> Sweep(TimePoint now) override { return target_.Sweep(now); }
   std::string Describe() const override { return target_.Describe(); }
+  std::string Degradation() const override { return target_.Degradation(); }
   bool NeverBlocks() const override { return target_.NeverBlocks(); }
   Status Watch(const Scope& scope) override { return target_.Watch(scope); }
   Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(

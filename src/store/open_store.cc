@@ -8,6 +8,8 @@
 #include "store/postgres/pg_url.h"
 #include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
+#include "store/tiered/tiered_store.h"
+#include "store/tiers.h"
 
 namespace idem {
 namespace {
@@ -34,9 +36,31 @@ ParsedUrl Split(std::string_view url) {
   return parsed;
 }
 
+// Redis at `url` in front of PostgreSQL at options.durable_store.
+Result<std::unique_ptr<Store>> OpenTiered(std::string_view url, StoreOptions options) {
+  const std::string durable_url = std::move(options.durable_store);
+  options.durable_store.clear();
+  if (Split(url).scheme != "redis") {
+    return InvalidArgumentError("the tiered store puts Redis in front: store '" +
+                                internal::RedactUrlPassword(url) + "' must be a redis:// URL when a durable "
+                                "store is given");
+  }
+  if (!internal::pg::IsPostgresUrl(durable_url)) {
+    return InvalidArgumentError("durable store '" + internal::RedactUrlPassword(durable_url) +
+                                "' must be a postgresql:// URL: the tiered store keeps its "
+                                "durable records in PostgreSQL");
+  }
+  auto fast = internal::OpenRedisFastTier(url, options);
+  if (!fast.ok()) return fast.status();
+  auto durable = internal::OpenPostgresDurableTier(durable_url, options);
+  if (!durable.ok()) return durable.status().WithContext("durable store");
+  return internal::NewTieredStore(std::move(*fast), std::move(*durable), options);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, StoreOptions options) {
+  if (!options.durable_store.empty()) return OpenTiered(url, std::move(options));
   const ParsedUrl parsed = Split(url);
   if (parsed.scheme == "memory") {
     if (!parsed.rest.empty()) {

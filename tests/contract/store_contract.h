@@ -29,6 +29,9 @@ struct ContractTarget {
   std::function<std::string(const TempDir& scratch)> fresh_url;
   // Sweep reports exactly how many records it removed.
   bool sweep_counts = true;
+  // Set for the tiered store: fresh_url names its Redis and this returns its PostgreSQL
+  // database (StoreOptions::durable_store), also empty.
+  std::function<std::string(const TempDir& scratch)> fresh_durable_url = nullptr;
 };
 
 std::string ContractTargetName(const ::testing::TestParamInfo<ContractTarget>& info);

@@ -70,6 +70,7 @@ void StoreContractTest::SetUp() {
   url_ = GetParam().fresh_url(scratch_);
   clock_ = std::make_shared<ManualClock>();
   options_.clock = clock_;
+  if (GetParam().fresh_durable_url) options_.durable_store = GetParam().fresh_durable_url(scratch_);
   auto opened = OpenStore(url_, options_);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   store_ = std::move(*opened);
@@ -723,8 +724,9 @@ struct Child {
 };
 
 // Starts idem_store_child and reads its first line of output.
-Child SpawnChild(const std::string& url, const std::string& tenant, const std::string& key,
-                 const std::string& mode) {
+// `durable` is the tiered store's durable store, or empty.
+Child SpawnChild(const std::string& url, const std::string& durable, const std::string& tenant,
+                 const std::string& key, const std::string& mode) {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
   Child child;
@@ -734,7 +736,8 @@ Child SpawnChild(const std::string& url, const std::string& tenant, const std::s
     close(fds[0]);
     close(fds[1]);
     execl(IDEM_STORE_CHILD, IDEM_STORE_CHILD, url.c_str(), tenant.c_str(), key.c_str(),
-          mode.c_str(), static_cast<char*>(nullptr));
+          mode.c_str(), durable.empty() ? static_cast<char*>(nullptr) : durable.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);
@@ -756,7 +759,7 @@ void KillNine(pid_t pid) {
 
 TEST_P(DurableStoreContractTest, CompletedRecordSurvivesKillNineRightAfterCompleteReturns) {
   store_.reset();  // the child is the only writer
-  Child child = SpawnChild(url_, "tenant-crash", "k-crash", "complete");
+  Child child = SpawnChild(url_, options_.durable_store, "tenant-crash", "k-crash", "complete");
   ASSERT_EQ(child.line.rfind("completed ", 0), 0u) << "child said: " << child.line;
   KillNine(child.pid);
 
@@ -795,7 +798,7 @@ TEST_P(DurableStoreContractTest, AcceptedOperationOutlivesTheProcessThatAccepted
 
 TEST_P(DurableStoreContractTest, OwnerKilledMidFlightIsTakenOverAfterItsLease) {
   store_.reset();
-  Child child = SpawnChild(url_, "tenant-crash", "k-mid", "begin");
+  Child child = SpawnChild(url_, options_.durable_store, "tenant-crash", "k-mid", "begin");
   ASSERT_EQ(child.line.rfind("began ", 0), 0u) << "child said: " << child.line;
   KillNine(child.pid);
 

@@ -3,6 +3,7 @@
 //
 //   idem_store_child URL TENANT KEY complete   begin + complete, print "completed TOKEN"
 //   idem_store_child URL TENANT KEY begin      begin only,       print "began TOKEN"
+// A sixth argument names the durable store of a tiered store (StoreOptions::durable_store).
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,12 +13,14 @@
 #include "idem/store.h"
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s URL TENANT KEY begin|complete\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    std::fprintf(stderr, "usage: %s URL TENANT KEY begin|complete [DURABLE_URL]\n", argv[0]);
     return 2;
   }
   const std::string mode = argv[4];
-  auto store = idem::OpenStore(argv[1]);
+  idem::StoreOptions options;
+  if (argc == 6) options.durable_store = argv[5];
+  auto store = idem::OpenStore(argv[1], options);
   if (!store.ok()) {
     std::printf("error %s\n", store.status().ToString().c_str());
     return 1;

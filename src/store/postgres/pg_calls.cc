@@ -86,6 +86,37 @@ PgParams AcceptParams(const Scope& scope, FencingToken token, const StoredRespon
   return std::move(AddNow(params, now));
 }
 
+PgParams TierBeginParams(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                         Duration abandoned_retention, FencingToken token_floor, NowParam now) {
+  PgParams params;
+  params.Bytes(ScopeId(scope))
+      .Text(scope.tenant)
+      .Text(scope.client)
+      .Text(scope.key)
+      .Bytes(std::string(fingerprint.raw()))
+      .Int(lease.count())
+      .Int(abandoned_retention.count())
+      .Int(static_cast<int64_t>(token_floor));
+  return std::move(AddNow(params, now));
+}
+
+PgParams TierSettleParams(const Scope& scope, const Fingerprint& fingerprint, FencingToken token,
+                          RecordState state, const StoredResponse& response, Duration keep,
+                          Duration abandoned_retention, NowParam now) {
+  PgParams params;
+  params.Bytes(ScopeId(scope))
+      .Text(scope.tenant)
+      .Text(scope.client)
+      .Text(scope.key)
+      .Bytes(std::string(fingerprint.raw()))
+      .Int(static_cast<int64_t>(token))
+      .Int(static_cast<int64_t>(state))
+      .Bytes(EncodeResponse(response))
+      .Int(keep.count())
+      .Int(abandoned_retention.count());
+  return std::move(AddNow(params, now));
+}
+
 PgParams ReleaseParams(const Scope& scope, FencingToken token, NowParam now) {
   PgParams params;
   params.Bytes(ScopeId(scope)).Int(static_cast<int64_t>(token));

@@ -40,6 +40,14 @@ inline constexpr const char* kGetSql =
     "SELECT fingerprint, state, token, lease_deadline_ms, created_ms, expires_ms, response "
     "FROM idem_records WHERE scope_id = $1::bytea AND expires_ms > idem_now($2::bigint) "
     "ORDER BY expires_ms DESC LIMIT 1";
+// The tiered store's durable half (pg_tiered_sql.h).
+inline constexpr const char* kTierBeginSql =
+    "SELECT o_outcome, o_token, o_previous_token, o_retry_after_ms, o_response "
+    "FROM idem_tier_begin($1::bytea, $2::text, $3::text, $4::text, $5::bytea, $6::bigint, "
+    "$7::bigint, $8::bigint, $9::bigint)";
+inline constexpr const char* kTierSettleSql =
+    "SELECT idem_tier_settle($1::bytea, $2::text, $3::text, $4::text, $5::bytea, $6::bigint, "
+    "$7::smallint, $8::bytea, $9::bigint, $10::bigint, $11::bigint)";
 inline constexpr const char* kSweepSql = "SELECT idem_sweep($1::bigint, $2::bigint)";
 // The worker layer's inbox sweep (pg_worker_sql.h), run by Sweep too: now in ms, horizon days.
 inline constexpr const char* kInboxSweepSql =
@@ -53,6 +61,13 @@ PgParams CompleteParams(const Scope& scope, FencingToken token, const StoredResp
                         Duration ttl, NowParam now);
 PgParams AcceptParams(const Scope& scope, FencingToken token, const StoredResponse& accepted,
                       Duration lease, Duration abandoned_retention, NowParam now);
+PgParams TierBeginParams(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                         Duration abandoned_retention, FencingToken token_floor, NowParam now);
+// `state` kCompleted: `response` is the final one, kept `keep`; kInFlight: the accepted
+// response of a long-running operation, under a lease of `keep`.
+PgParams TierSettleParams(const Scope& scope, const Fingerprint& fingerprint, FencingToken token,
+                          RecordState state, const StoredResponse& response, Duration keep,
+                          Duration abandoned_retention, NowParam now);
 PgParams ReleaseParams(const Scope& scope, FencingToken token, NowParam now);
 PgParams PurgeParams(const Scope& scope, NowParam now);
 PgParams GetParams(const Scope& scope, NowParam now);

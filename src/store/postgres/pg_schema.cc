@@ -9,6 +9,7 @@
 #include "store/postgres/pg_notices_sql.h"
 #include "store/postgres/pg_operations_sql.h"
 #include "store/postgres/pg_schema_sql.h"
+#include "store/postgres/pg_tiered_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
 namespace idem::internal::pg {
@@ -36,6 +37,8 @@ constexpr Migration kMigrations[] = {
     {"gateway: long-running operations (accepted responses, operation_complete); idem_watch "
      "without the scope lock",
      kSchemaV10Operations},
+    {"gateway: the tiered store's durable half (idem_tier_begin, idem_tier_settle)",
+     kSchemaV11Tiered},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -8,6 +8,7 @@
 #include "store/postgres/pg_pool.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_url.h"
+#include "store/tiers.h"
 
 namespace idem {
 namespace {
@@ -36,6 +37,8 @@ constexpr Prepared kStatements[] = {
     {"idem_sweep", internal::pg::kSweepSql},
     {"idem_ensure_partitions", internal::pg::kEnsurePartitionsSql},
     {"idem_inbox_sweep", internal::pg::kInboxSweepSql},
+    {"idem_tier_begin", internal::pg::kTierBeginSql},
+    {"idem_tier_settle", internal::pg::kTierSettleSql},
 };
 
 Status PrepareAll(PgConnection& conn) {
@@ -45,7 +48,7 @@ Status PrepareAll(PgConnection& conn) {
   return Status::Ok();
 }
 
-class PostgresStore final : public Store {
+class PostgresStore final : public internal::DurableTier {
  public:
   PostgresStore(PgConfig config, const StoreOptions& options)
       : options_(options), pool_(std::move(config), PrepareAll) {}
@@ -70,6 +73,33 @@ class PostgresStore final : public Store {
     auto outcome = internal::pg::DecodeBegin(result->get());
     if (!outcome.ok()) return outcome.status().WithContext("begin scope " + scope.Digest());
     return outcome;
+  }
+
+  Result<BeginOutcome> BeginAbove(const Scope& scope, const Fingerprint& fingerprint,
+                                  Duration lease, FencingToken token_floor) override {
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+    auto result = Call("begin", "idem_tier_begin",
+                       internal::pg::TierBeginParams(scope, fingerprint, lease,
+                                                     options_.abandoned_retention, token_floor,
+                                                     Now()));
+    if (!result.ok()) return result.status().WithContext("scope " + scope.Digest());
+    auto outcome = internal::pg::DecodeBegin(result->get());
+    if (!outcome.ok()) return outcome.status().WithContext("begin scope " + scope.Digest());
+    return outcome;
+  }
+
+  Result<CompleteOutcome> Settle(const Scope& scope, const Fingerprint& fingerprint,
+                                 FencingToken token, RecordState state,
+                                 const StoredResponse& response, Duration keep) override {
+    IDEM_RETURN_IF_ERROR(state == RecordState::kCompleted ? internal::CheckTtl(keep)
+                                                          : internal::CheckLease(keep));
+    auto done = CallBool("settle", "idem_tier_settle",
+                         internal::pg::TierSettleParams(scope, fingerprint, token, state,
+                                                        response, keep,
+                                                        options_.abandoned_retention, Now()),
+                         scope);
+    if (!done.ok()) return done.status();
+    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
@@ -183,14 +213,25 @@ Result<int> Migrate(const PgConfig& config) {
 
 Result<std::unique_ptr<Store>> OpenPostgresStore(std::string_view url,
                                                  const StoreOptions& options) {
-  auto config = internal::pg::ParsePostgresUrl(url);
+  auto store = internal::OpenPostgresDurableTier(url, options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<Store>(std::move(*store));
+}
+
+namespace internal {
+
+Result<std::unique_ptr<DurableTier>> OpenPostgresDurableTier(std::string_view url,
+                                                             const StoreOptions& options) {
+  auto config = pg::ParsePostgresUrl(url);
   if (!config.ok()) return config.status();
   auto version = Migrate(*config);
   if (!version.ok()) return version.status();
   auto store = std::make_unique<PostgresStore>(std::move(*config), options);
   IDEM_RETURN_IF_ERROR(store->EnsurePartitions());
-  return std::unique_ptr<Store>(std::move(store));
+  return std::unique_ptr<DurableTier>(std::move(store));
 }
+
+}  // namespace internal
 
 Result<int> MigratePostgresSchema(std::string_view url) {
   auto config = internal::pg::ParsePostgresUrl(url);

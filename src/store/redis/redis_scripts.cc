@@ -98,6 +98,21 @@ if not h[1] or h[1] == '0' or now >= tonumber(h[6]) then return {} end
 return {h[1], h[2], h[3], h[4], h[5], h[6], h[7] or ''}
 )lua";
 
+// The tiered store copies a record of its durable tier over the claim it just made here.
+constexpr std::string_view kWarm = IDEM_LUA_PRELUDE R"lua(
+local h = redis.call('HMGET', key, 's', 't', 'e')
+if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
+local expires = tonumber(ARGV[8])
+if now >= expires then return 0 end
+notify(ARGV[10])
+redis.call('DEL', key)
+redis.call('HSET', key, 's', ARGV[3], 'f', ARGV[4], 't', ARGV[5], 'l', ARGV[6], 'c', ARGV[7],
+           'e', ARGV[8])
+if ARGV[9] ~= '' then redis.call('HSET', key, 'r', ARGV[9]) end
+redis.call('PEXPIRE', key, expires - now)
+return 1
+)lua";
+
 #undef IDEM_LUA_PRELUDE
 
 }  // namespace
@@ -124,6 +139,10 @@ const RedisScript& RedisPurgeScript() {
 }
 const RedisScript& RedisWatchScript() {
   static const RedisScript script = RedisScript::Make("watch", kWatch);
+  return script;
+}
+const RedisScript& RedisWarmScript() {
+  static const RedisScript script = RedisScript::Make("warm", kWarm);
   return script;
 }
 const RedisScript& RedisGetScript() {

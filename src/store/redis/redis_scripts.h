@@ -45,6 +45,10 @@ const RedisScript& RedisReleaseScript();
 const RedisScript& RedisPurgeScript();
 // ARGV: now. Marks an in-flight record as watched. Returns 1 if marked, 0 if not in flight.
 const RedisScript& RedisWatchScript();
+// The tiered store's Warm (store/tiers.h). ARGV: now, claim token, then the record to write:
+// state, fingerprint, token, lease deadline ms, created ms, expires ms, response ('' for
+// none); then the channel. Returns 1 written, 0 when the claim no longer owns the record.
+const RedisScript& RedisWarmScript();
 // ARGV: now. Returns {} when absent, else {s, f, t, l, c, e, r}.
 const RedisScript& RedisGetScript();
 

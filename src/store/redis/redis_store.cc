@@ -8,6 +8,7 @@
 #include "store/redis/redis_notices.h"
 #include "store/redis/redis_pool.h"
 #include "store/redis/redis_scripts.h"
+#include "store/tiers.h"
 
 namespace idem {
 namespace {
@@ -32,7 +33,7 @@ Result<int64_t> Int(const redisReply* r, std::string_view what) {
   return Malformed(what);
 }
 
-class RedisStore final : public Store {
+class RedisStore final : public internal::FastTier {
  public:
   RedisStore(internal::RedisEndpoint endpoint, const StoreOptions& options)
       : options_(options),
@@ -114,6 +115,25 @@ class RedisStore final : public Store {
     auto record = DecodeRecord(scope, reply->get());
     if (!record.ok()) return record.status().WithContext("get scope " + scope.Digest());
     return record;
+  }
+
+  Result<bool> Warm(const Record& record, FencingToken claim) override {
+    const std::string key = KeyFor(record.scope);
+    const std::string now = Now();
+    const std::string claim_text = std::to_string(claim);
+    const std::string state = std::to_string(static_cast<int>(record.state));
+    const std::string token = std::to_string(record.token);
+    const std::string lease = std::to_string(ToMillis(record.lease_deadline));
+    const std::string created = std::to_string(ToMillis(record.created_at));
+    const std::string expires = std::to_string(ToMillis(record.expires_at));
+    const std::optional<StoredResponse>& kept =
+        record.state == RecordState::kCompleted ? record.response : record.accepted;
+    const std::string response = kept ? internal::EncodeResponse(*kept) : std::string();
+    auto done = RunFlag(internal::RedisWarmScript(), key,
+                        {now, claim_text, state, record.fingerprint.raw(), token, lease, created,
+                         expires, response, channel_});
+    if (!done.ok()) return done.status().WithContext("warm scope " + record.scope.Digest());
+    return *done;
   }
 
   Result<bool> Purge(const Scope& scope) override {
@@ -268,13 +288,24 @@ class RedisStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenRedisStore(std::string_view url, const StoreOptions& options) {
-  auto endpoint = internal::ParseRedisUrl(url);
+  auto store = internal::OpenRedisFastTier(url, options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<Store>(std::move(*store));
+}
+
+namespace internal {
+
+Result<std::unique_ptr<FastTier>> OpenRedisFastTier(std::string_view url,
+                                                    const StoreOptions& options) {
+  auto endpoint = ParseRedisUrl(url);
   if (!endpoint.ok()) return endpoint.status();
   const std::string where = endpoint->Describe();
   auto store = std::make_unique<RedisStore>(std::move(*endpoint), options);
   Status opened = store->Open();
   if (!opened.ok()) return opened.WithContext("open " + where);
-  return std::unique_ptr<Store>(std::move(store));
+  return std::unique_ptr<FastTier>(std::move(store));
 }
+
+}  // namespace internal
 
 }  // namespace idem
