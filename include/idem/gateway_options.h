@@ -72,6 +72,9 @@ struct GatewayOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks a free port
   std::string upstream;                   // http://HOST:PORT (required)
   std::string store = "sqlite:idem.db";   // see OpenStore
+  // With a redis:// store: the PostgreSQL database of the tiered store, where completed
+  // records are made durable first (StoreOptions::durable_store, docs/stores.md). Empty: none.
+  std::string durable_store;
   std::string admin_listen;               // HOST:PORT; empty: no admin listener
   int threads = 2;                        // event-loop threads
   // StoreExecutor pool threads; 0 picks DefaultStoreThreads(store).

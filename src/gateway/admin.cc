@@ -144,9 +144,14 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
     Scope probe{"idem-readiness-probe", "", "probe"};
     Result<std::optional<Record>> r =
         co_await s.store.AsyncGet(std::move(probe), asio::use_awaitable);
-    res = r.ok() ? Text(http::status::ok, "ready\n", "text/plain", req)
-                 : Text(http::status::service_unavailable,
-                        "store unavailable: " + r.status().ToString() + "\n", "text/plain", req);
+    // Degraded (the tiered store on PostgreSQL alone) is still ready: requests are served.
+    const std::string degraded = r.ok() ? s.store.store().Degradation() : std::string();
+    res = !r.ok()            ? Text(http::status::service_unavailable,
+                                    "store unavailable: " + r.status().ToString() + "\n",
+                                    "text/plain", req)
+          : degraded.empty() ? Text(http::status::ok, "ready\n", "text/plain", req)
+                             : Text(http::status::ok, "ready, degraded: " + degraded + "\n",
+                                    "text/plain", req);
     if (!r.ok()) s.log.Error("not_ready", r.status().ToString());
   } else if (path == "/v1/records" && (get || del)) {
     const std::string_view query = TargetQuery(target);

@@ -2,7 +2,8 @@
 // long-running operations.
 //
 //   GET    /healthz                       200 while the process runs
-//   GET    /readyz                        200 when the store answers, else 503
+//   GET    /readyz                        200 when the store answers ("ready, degraded: ..."
+//                                         while the tiered store serves without Redis), else 503
 //   GET    /metrics                       Prometheus text
 //   GET    /v1/records?key=K[&tenant=T]   the record as JSON, or 404
 //   DELETE /v1/records?key=K[&tenant=T]   purge it ("the resource was deleted, then retried")

@@ -269,7 +269,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   const std::string where = "gateway";
   // clang-format off
   static const std::vector<std::string_view> kKnown = {
-      "listen", "upstream", "store", "admin_listen", "tenant_header", "threads",
+      "listen", "upstream", "store", "durable_store", "admin_listen", "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
       "max_upstream_response", "upstream_pool_size", "max_connections", "max_waiters",
       "client_read_timeout",
@@ -284,6 +284,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "listen", path, where, options.listen));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "upstream", path, where, options.upstream));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "store", path, where, options.store));
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "durable_store", path, where, options.durable_store));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "admin_listen", path, where, options.admin_listen));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "tenant_header", path, where, options.tenant_header));
   // Positive integers, bounded so a typo cannot ask for a billion threads.

@@ -243,6 +243,28 @@ class Server {
     }
   }
 
+  // Logs when the store starts and stops serving below what it was configured for (the
+  // tiered store on PostgreSQL alone while Redis is unreachable): once per change, not per
+  // request. Checked every second; Degradation() reads two atomics.
+  Task<void> WatchDegradation() {
+    asio::steady_timer timer(io_);
+    std::string reported;
+    for (;;) {
+      timer.expires_after(std::chrono::seconds(1));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || draining_) co_return;
+      std::string now = services_.store.store().Degradation();
+      if (now == reported) continue;
+      if (!now.empty()) {
+        services_.log.Warn("store_degraded", now);
+      } else {
+        services_.log.Info("store_recovered", "the store serves as configured again");
+      }
+      reported = std::move(now);
+    }
+  }
+
   // Request log lines are buffered; this writes them out every 100 ms.
   Task<void> FlushLogs() {
     asio::steady_timer timer(io_);
@@ -331,10 +353,15 @@ int RunGateway(const GatewayOptions& given) {
   }
   StoreOptions store_options;
   store_options.clock = options.clock;  // the store and the gateway read the same clock
+  store_options.durable_store = options.durable_store;
   auto store = OpenStore(options.store, store_options);
   if (!store.ok()) {
-    log.Error("store", "cannot open store '" + internal::RedactUrlPassword(options.store) +
-                           "': " + store.status().ToString());
+    log.Error("store", "cannot open store '" + internal::RedactUrlPassword(options.store) + "'" +
+                           (options.durable_store.empty()
+                                ? std::string()
+                                : " with durable store '" +
+                                      internal::RedactUrlPassword(options.durable_store) + "'") +
+                           ": " + store.status().ToString());
     return 2;
   }
   // Before the io_context: a request frame it still holds when it goes leaves its wait slot.
@@ -388,6 +415,7 @@ int RunGateway(const GatewayOptions& given) {
     }
     asio::co_spawn(io, server.Sweep(), asio::detached);
     asio::co_spawn(io, server.FlushLogs(), asio::detached);
+    asio::co_spawn(io, server.WatchDegradation(), asio::detached);
     if (clock_offset) asio::co_spawn(io, FollowClockOffsetFile(*clock_offset, log), asio::detached);
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {

@@ -37,6 +37,12 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
                   "postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N&timeout_ms=N&schema=NAME]\n"
                   "(see docs/postgresql.md)")
       ->capture_default_str();
+  cmd->add_option("--durable-store", o.durable_store,
+                  "With a redis:// --store: the tiered store. Redis keeps claims and serves\n"
+                  "replays; every completed record is written to this PostgreSQL database first\n"
+                  "(postgresql://USER[:PASS]@HOST:PORT/DB), so losing Redis's data never runs a\n"
+                  "completed request again, and with Redis down the gateway serves from\n"
+                  "PostgreSQL alone (docs/stores.md). Default: none");
   cmd->add_option("--admin-listen", o.admin_listen,
                   "HOST:PORT for /healthz /readyz /metrics /v1/records, and for the jobs of\n"
                   "long-running operations: POST /v1/operations/complete|release (default: none)");
@@ -78,6 +84,7 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       if (given("--listen")) from_file.listen = options.listen;
       if (given("--upstream")) from_file.upstream = options.upstream;
       if (given("--store")) from_file.store = options.store;
+      if (given("--durable-store")) from_file.durable_store = options.durable_store;
       if (given("--admin-listen")) from_file.admin_listen = options.admin_listen;
       if (given("--threads")) from_file.threads = options.threads;
       if (given("--store-threads")) from_file.store_threads = options.store_threads;
