@@ -47,6 +47,9 @@ struct Shared {
   std::atomic<uint64_t> next_key{0};
 };
 Shared* g_shared = nullptr;
+// Where the next benchmark's fresh keys start: never reused within a process, since a store
+// with a durable tier (the tiered store) keeps an earlier benchmark's records.
+uint64_t g_next_key_base = 0;
 
 std::string SqlitePath() {
   return (std::filesystem::temp_directory_path() / "idem-bench.db").string();
@@ -56,12 +59,15 @@ void RemoveDb(const std::string& path) {
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
 
-void Setup(const std::string& url, const std::string& path, bool system_clock = false) {
+void Setup(const std::string& url, const std::string& path, bool system_clock = false,
+           const std::string& durable_store = "") {
   g_shared = new Shared;
   g_shared->path = path;
   if (!path.empty()) RemoveDb(path);
   StoreOptions options;
   options.clock = system_clock ? SystemClock() : g_shared->clock;
+  options.durable_store = durable_store;
+  g_shared->next_key = g_next_key_base;
   auto store = OpenStore(url, options);
   if (!store.ok()) {
     std::fprintf(stderr, "cannot open %s: %s\n", url.c_str(), store.status().ToString().c_str());
@@ -71,6 +77,7 @@ void Setup(const std::string& url, const std::string& path, bool system_clock = 
 }
 
 void Teardown() {
+  g_next_key_base = g_shared->next_key.load() + 1;
   if (!g_shared->path.empty()) RemoveDb(g_shared->path);
   delete g_shared;
   g_shared = nullptr;
@@ -93,12 +100,17 @@ void BeginComplete(benchmark::State& state) {
     auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
     const FencingToken token = begun.ok() ? OwnedToken(*begun).value_or(0) : 0;
     if (token == 0) {
-      state.SkipWithError("begin did not acquire");
+      const std::string why = "begin did not acquire: " +
+                              (begun.ok() ? std::string(OutcomeName(*begun))
+                                          : begun.status().ToString());
+      state.SkipWithError(why.c_str());
       break;
     }
     auto done = store.Complete(scope, token, BenchResponse(), std::chrono::hours(24));
     if (!done.ok() || *done != CompleteOutcome::kOk) {
-      state.SkipWithError("complete failed");
+      const std::string why = "complete failed: " + (done.ok() ? std::string(CompleteOutcomeName(*done))
+                                                               : done.status().ToString());
+      state.SkipWithError(why.c_str());
       break;
     }
   }
@@ -144,6 +156,7 @@ void FillForReplay() {
   for (int i = 0; i < kReplayKeys; ++i) {
     const Scope scope{"tenant-3f9a0c12d4e5b6a7", "", "replay-" + std::to_string(i)};
     auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
+    if (begun.ok() && std::holds_alternative<Replay>(*begun)) continue;  // a durable tier's
     auto token = begun.ok() ? OwnedToken(*begun) : std::nullopt;
     if (!token) std::abort();
     (void)store.Complete(scope, *token, BenchResponse(), std::chrono::hours(24));
@@ -193,6 +206,67 @@ void SetupRedis(const benchmark::State&) { Setup(NetworkUrl("IDEM_BENCH_REDIS_UR
 void SetupRedisReplay(const benchmark::State& s) {
   SetupRedis(s);
   FillForReplay();
+}
+
+// PostgreSQL (IDEM_BENCH_POSTGRES_URL, a database of its own: records stay between runs, and
+// fresh keys never repeat within a process).
+void SetupPostgres(const benchmark::State&) {
+  Setup(std::getenv("IDEM_BENCH_POSTGRES_URL"), "", true);
+}
+void SetupPostgresReplay(const benchmark::State& s) {
+  SetupPostgres(s);
+  FillForReplay();
+}
+
+// The tiered store: Redis (IDEM_BENCH_REDIS_URL) in front of PostgreSQL
+// (IDEM_BENCH_DURABLE_URL).
+void SetupTiered(const benchmark::State&) {
+  Setup(NetworkUrl("IDEM_BENCH_REDIS_URL"), "", true, std::getenv("IDEM_BENCH_DURABLE_URL"));
+}
+void SetupTieredReplay(const benchmark::State& s) {
+  SetupTiered(s);
+  FillForReplay();
+}
+
+// A replay whose record Redis no longer has (it lost its data) and PostgreSQL does: the Begin
+// misses in Redis, reads PostgreSQL, copies the record back into Redis and replays. The records
+// are completed through a tiered store on another Redis key prefix, so the measured store's
+// Redis has none of them; each key misses once, so the run is kMissKeys iterations.
+constexpr int kMissKeys = 4000;
+std::string g_miss_tenant;
+void SetupTieredMiss(const benchmark::State& s) {
+  const char* durable = std::getenv("IDEM_BENCH_DURABLE_URL");
+  g_miss_tenant = "miss-" + std::to_string(getpid()) + "-" + std::to_string(rand());
+  {
+    StoreOptions options;
+    options.durable_store = durable;
+    auto filler = OpenStore(NetworkUrl("IDEM_BENCH_REDIS_URL"), options);
+    if (!filler.ok()) std::abort();
+    for (int i = 0; i < kMissKeys; ++i) {
+      const Scope scope{g_miss_tenant, "", "k" + std::to_string(i)};
+      auto begun = (*filler)->Begin(scope, BenchFp(), std::chrono::seconds(30));
+      auto token = begun.ok() ? OwnedToken(*begun) : std::nullopt;
+      if (!token) std::abort();
+      (void)(*filler)->Complete(scope, *token, BenchResponse(), std::chrono::hours(24));
+    }
+  }
+  SetupTiered(s);
+}
+
+void MissFoundInDurable(benchmark::State& state) {
+  Store& store = *g_shared->store;
+  Scope scope{g_miss_tenant, "", "k"};
+  uint64_t i = 0;
+  for (auto _ : state) {
+    SetKey(scope.key, 1, i++);
+    auto begun = store.Begin(scope, BenchFp(), std::chrono::seconds(30));
+    if (!begun.ok() || !std::holds_alternative<Replay>(*begun)) {
+      state.SkipWithError("expected a replay from PostgreSQL");
+      break;
+    }
+  }
+  state.counters["lookups_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 // ---- References, measured in the same run so the script can print ratios --------------------
@@ -287,12 +361,24 @@ IDEM_STORE_BENCH(ReplayLookup, "Sqlite/ReplayLookup", SetupSqliteReplay);
 // Networked stores: registered only when their server is given, at the concurrencies the
 // comparison with redis-benchmark / pgbench uses (bench/redis-bench.sh).
 void RegisterNetworkBenchmarks() {
-  if (std::getenv("IDEM_BENCH_REDIS_URL") == nullptr) return;
   struct Case {
     void (*fn)(benchmark::State&);
     const char* name;
     void (*setup)(const benchmark::State&);
   };
+  if (std::getenv("IDEM_BENCH_POSTGRES_URL") != nullptr) {
+    for (auto [fn, name, setup] : {Case{BeginComplete, "Postgres/BeginComplete", SetupPostgres},
+                                   Case{ReplayLookup, "Postgres/ReplayLookup",
+                                        SetupPostgresReplay}}) {
+      benchmark::RegisterBenchmark(name, fn)
+          ->Setup(setup)
+          ->Teardown(TeardownAny)
+          ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
+          ->UseRealTime()
+          ->MinTime(2.0);
+    }
+  }
+  if (std::getenv("IDEM_BENCH_REDIS_URL") == nullptr) return;
   for (const Case& c : {Case{BeginComplete, "Redis/BeginComplete", SetupRedis},
                         Case{ReplayLookup, "Redis/ReplayLookup", SetupRedisReplay}}) {
     auto [fn, name, setup] = c;
@@ -302,6 +388,22 @@ void RegisterNetworkBenchmarks() {
         ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
         ->UseRealTime()
         ->MinTime(2.0);
+    if (std::getenv("IDEM_BENCH_DURABLE_URL") == nullptr) continue;
+    const std::string tiered = std::string("Tiered/") + std::string(name).substr(6);
+    benchmark::RegisterBenchmark(tiered.c_str(), fn)
+        ->Setup(fn == BeginComplete ? SetupTiered : SetupTieredReplay)
+        ->Teardown(TeardownAny)
+        ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
+        ->UseRealTime()
+        ->MinTime(2.0);
+  }
+  if (std::getenv("IDEM_BENCH_DURABLE_URL") != nullptr) {
+    benchmark::RegisterBenchmark("Tiered/MissFoundInDurable", MissFoundInDurable)
+        ->Setup(SetupTieredMiss)
+        ->Teardown(TeardownAny)
+        ->Threads(1)
+        ->Iterations(kMissKeys)
+        ->UseRealTime();
   }
 }
 
