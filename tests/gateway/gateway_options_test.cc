@@ -114,7 +114,8 @@ TEST_F(LoadGatewayConfigTest, ReadsGatewaySettingsAndRoutes) {
 [gateway]
 listen = "0.0.0.0:8080"
 upstream = "http://127.0.0.1:9000"
-store = "memory"
+store = "redis://cache:6379"
+durable_store = "postgresql://idem@db:5432/app"
 tenant_header = "X-Tenant"
 threads = 4
 store_threads = 3
@@ -137,7 +138,8 @@ key = "off"
                   .ok());
   EXPECT_EQ(options_.listen, "0.0.0.0:8080");
   EXPECT_EQ(options_.upstream, "http://127.0.0.1:9000");
-  EXPECT_EQ(options_.store, "memory");
+  EXPECT_EQ(options_.store, "redis://cache:6379");
+  EXPECT_EQ(options_.durable_store, "postgresql://idem@db:5432/app");
   EXPECT_EQ(options_.tenant_header, "X-Tenant");
   EXPECT_EQ(options_.threads, 4);
   EXPECT_EQ(options_.store_threads, 3);

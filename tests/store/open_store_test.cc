@@ -61,6 +61,24 @@ TEST(OpenStoreTest, BadUrlsAreClearInvalidArguments) {
   EXPECT_EQ(no_value.status().code(), StatusCode::kInvalidArgument);
 }
 
+// The tiered store is Redis in front of PostgreSQL, and nothing else: other pairings are
+// refused before any server is contacted, with the password left out of the message.
+TEST(OpenStoreTest, TieredStoreNeedsRedisInFrontAndPostgresBehind) {
+  StoreOptions options;
+  options.durable_store = "postgresql://idem:secret@127.0.0.1:1/db";
+  auto not_redis = OpenStore("sqlite:x.db", options);
+  ASSERT_FALSE(not_redis.ok());
+  EXPECT_EQ(not_redis.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(not_redis.status().message().find("must be a redis:// URL"), std::string::npos);
+  options.durable_store = "sqlite:y.db";
+  auto not_postgres = OpenStore("redis://:secret@127.0.0.1:1", options);
+  ASSERT_FALSE(not_postgres.ok());
+  EXPECT_EQ(not_postgres.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(not_postgres.status().message().find("must be a postgresql:// URL"),
+            std::string::npos);
+  EXPECT_EQ(not_postgres.status().message().find("secret"), std::string::npos);
+}
+
 // Settings only one store reads are options of its URL; bad values fail at open, naming the
 // option and the URL, and never reach the store.
 TEST(OpenStoreTest, StoreSpecificOptionsAreUrlOptions) {
