@@ -332,12 +332,12 @@ class TieredStore final : public Store {
     return durable;
   }
 
-  // Best effort: when the copy fails, the claim is released so that the next Begin asks
-  // PostgreSQL again rather than finding the claim in flight.
+  // Best effort: when the copy fails or is refused (the record expired meanwhile), the claim
+  // is released so that the next Begin asks PostgreSQL again rather than finding it in flight.
   void CopyToFast(const Record& record, FencingToken claim) {
     auto warmed = fast_->Warm(record, claim);
-    if (warmed.ok()) return;
-    health_.Failed(warmed.status());
+    if (warmed.ok() && *warmed) return;
+    if (!warmed.ok()) health_.Failed(warmed.status());
     ReleaseFast(record.scope, claim);
   }
 
