@@ -9,6 +9,7 @@
 #include "idem/store.h"
 #include "util/postgres_server.h"
 #include "util/raw_redis.h"
+#include "util/redis_cluster.h"
 #include "util/redis_server.h"
 
 // Its own namespace: the unity build puts this file beside the contract suite's helpers.
@@ -279,6 +280,39 @@ TEST(TieredStoreWithoutPostgres, RefusesClaimsAndCompletionsAndLeavesNothingLock
       << "the refused claim was left behind: " << OutcomeName(*after);
   // The claim made before PostgreSQL went still completes, now that it can be made durable.
   EXPECT_EQ(Must(store.Complete(owned, token, kCreated, kTtl)), CompleteOutcome::kOk);
+}
+
+// The Redis in front may be a cluster: keys spread over its three primaries, and every one of
+// them losing its data loses no completed record.
+TEST(TieredStoreOverRedisCluster, CompletedRecordsSurviveEveryPrimaryLosingItsData) {
+  RedisCluster cluster;
+  ASSERT_EQ(cluster.Start(), "");
+  PostgresServer& pg = SharedPostgresServer();
+  ASSERT_EQ(pg.error(), "");
+  StoreOptions options;
+  options.durable_store = pg.Url(pg.CreateDatabase());
+  auto opened = OpenStore(cluster.Url(), options);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+
+  constexpr int kKeys = 60;
+  for (int i = 0; i < kKeys; ++i) {
+    const Scope scope{"t", "", "k" + std::to_string(i)};
+    const FencingToken token = Token(Must(store.Begin(scope, Fp("a"), kLease)));
+    ASSERT_EQ(Must(store.Complete(scope, token, kCreated, kTtl)), CompleteOutcome::kOk);
+  }
+  RedisCluster::Primary owner;
+  const auto primaries = cluster.Primaries(0, owner);
+  ASSERT_EQ(primaries.size(), 3u);
+  for (const auto& primary : primaries) {
+    EXPECT_EQ(RawRedis(primary.port).Command({"FLUSHALL"}), "OK");
+  }
+  for (int i = 0; i < kKeys; ++i) {
+    const Scope scope{"t", "", "k" + std::to_string(i)};
+    auto replay = Must(store.Begin(scope, Fp("a"), kLease));
+    ASSERT_TRUE(std::holds_alternative<Replay>(replay)) << i << ": " << OutcomeName(replay);
+    EXPECT_EQ(std::get<Replay>(replay).response, kCreated);
+  }
 }
 
 }  // namespace
