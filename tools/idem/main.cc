@@ -39,9 +39,14 @@ int main(int argc, char** argv) {
       "report each step. Exit code 0 when all behave, 1 when one does not, 2 when the store\n"
       "cannot be opened.");
   selfcheck->add_option("--store", store_url,
-                        "Store URL: 'memory', 'sqlite:PATH[?durability=off|normal|full]' or\n"
+                        "Store URL: 'memory', 'sqlite:PATH[?durability=off|normal|full]',\n"
+                        "'redis://HOST:PORT[?options]' or\n"
                         "'postgresql://USER[:PASS]@HOST:PORT/DB[?options]'")
       ->capture_default_str();
+  std::string selfcheck_durable;
+  selfcheck->add_option("--durable-store", selfcheck_durable,
+                        "With a redis:// --store: check the tiered store, with this\n"
+                        "'postgresql://...' database behind Redis (docs/stores.md)");
 
   std::string migrate_url;
   auto* migrate = app.add_subcommand(
@@ -73,7 +78,9 @@ int main(int argc, char** argv) {
     std::cout << "idem " << idem::kVersion << "\n";
     return 0;
   }
-  if (selfcheck->parsed()) return idem::cli::RunSelfCheck(store_url, std::cout);
+  if (selfcheck->parsed()) {
+    return idem::cli::RunSelfCheck(store_url, selfcheck_durable, std::cout);
+  }
   if (migrate->parsed()) return idem::cli::RunMigrate(migrate_url, std::cout, std::cerr);
   if (app.got_subcommand("gateway")) return run_gateway();
   if (app.got_subcommand("key")) return run_key();

@@ -51,11 +51,13 @@ Fingerprint FingerprintOf(std::string_view body) {
 
 }  // namespace
 
-int RunSelfCheck(const std::string& store_url, std::ostream& out) {
+int RunSelfCheck(const std::string& store_url, const std::string& durable_store,
+                 std::ostream& out) {
   auto clock = std::make_shared<ManualClock>(
       std::chrono::time_point_cast<Duration>(std::chrono::system_clock::now()));
   StoreOptions options;
   options.clock = clock;
+  options.durable_store = durable_store;
   auto opened = OpenStore(store_url, options);
   if (!opened.ok()) {
     out << "idem selfcheck: cannot open store: " << opened.status().ToString() << "\n";

@@ -7,8 +7,10 @@
 
 namespace idem::cli {
 
-// Runs the self-check against the store at `store_url`. Returns the process exit code:
-// 0 when every step behaved as specified, 1 when one did not, 2 when the store cannot be opened.
-int RunSelfCheck(const std::string& store_url, std::ostream& out);
+// Runs the self-check against the store at `store_url` (with `durable_store` non-empty, the
+// tiered store: StoreOptions::durable_store). Returns the process exit code: 0 when every step
+// behaved as specified, 1 when one did not, 2 when the store cannot be opened.
+int RunSelfCheck(const std::string& store_url, const std::string& durable_store,
+                 std::ostream& out);
 
 }  // namespace idem::cli
