@@ -87,7 +87,8 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
       why = "needs a nats-server of its own (--nats given)";
     } else if (m == FaultMode::kPostgresRestart && !options.postgres_url.empty()) {
       why = "needs a PostgreSQL of its own (--postgres given)";
-    } else if (m == FaultMode::kRedisRestart && why.empty() && !options.redis_url.empty()) {
+    } else if (m == FaultMode::kRedisRestart && why.empty() && options.store == "redis" &&
+               !options.redis_url.empty()) {
       why = "needs a redis-server of its own (--redis given)";
     }
     if (why.empty()) {

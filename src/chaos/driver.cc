@@ -146,7 +146,9 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
     case FaultMode::kRedisRestart: {
       // The request is sent, and 0-3 ms later the gateway's Redis dies: the gateway answers
       // 503 while it is down (the client retries with the same key) and finds the record
-      // again once it is back (append-only file, fsync always). Other clients hit it too.
+      // again once it is back (append-only file, fsync always). On the tiered store Redis
+      // comes back empty, and the gateway serves from PostgreSQL meanwhile and finds the
+      // completed records there. Other clients hit it too.
       std::lock_guard lock(server_mu_);
       std::thread first([&] { Send(op, op.amount, 3s); });
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));

@@ -85,7 +85,7 @@ std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1
       return layer1 ? "" : "needs layer 1 (there is no gateway to kill)";
     case FaultMode::kRedisRestart:
       if (!layer1) return "needs layer 1 (the gateway's Redis store)";
-      return store == "redis" ? "" : "needs --store redis";
+      return store == "redis" || store == "tiered" ? "" : "needs --store redis or tiered";
     default:
       return "";
   }

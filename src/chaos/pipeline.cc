@@ -42,6 +42,7 @@ struct Pipeline::Impl {
   std::string subject = "chaos.charged";
   std::vector<std::string> created_databases;  // on the user's PostgreSQL: dropped at Stop
   std::string store_url;    // the gateway's store
+  std::string durable_url;  // the tiered store's PostgreSQL (--store tiered), else empty
   std::string gateway_listen;
   int service_port = 0;
   int launches = 0;
@@ -94,6 +95,10 @@ struct Pipeline::Impl {
                                      "--upstream",
                                      "http://127.0.0.1:" + std::to_string(service_port),
                                      "--store",  store_url, "--config", dir.File("gateway.toml")};
+    if (!durable_url.empty()) {
+      argv.push_back("--durable-store");
+      argv.push_back(durable_url);
+    }
     if (config.movable_clock) {
       argv.push_back("--unsafe-clock-offset-file");
       argv.push_back(ClockOffsetFile());
@@ -290,10 +295,17 @@ std::string Pipeline::StartServers() {
     p.redis = std::make_unique<servers::RedisServer>(servers::RedisServer::Options{true});
     if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
     p.store_url = p.redis->Url();
+  } else if (c.store == "tiered") {
+    // Redis without persistence on purpose: redis_restart then loses every record Redis had,
+    // and the completed ones must come back from PostgreSQL.
+    p.redis = std::make_unique<servers::RedisServer>(servers::RedisServer::Options{false});
+    if (auto e = p.redis->Start(); !e.empty()) return "redis-server: " + e;
+    p.store_url = p.redis->Url();
+    if (auto e = new_database(&p.durable_url); !e.empty()) return e;
   } else if (c.store == "postgresql") {
     if (auto e = new_database(&p.store_url); !e.empty()) return e;
   } else {
-    return "unknown store '" + c.store + "' (sqlite, memory, redis or postgresql)";
+    return "unknown store '" + c.store + "' (sqlite, memory, redis, tiered or postgresql)";
   }
   return "";
 }

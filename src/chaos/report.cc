@@ -32,8 +32,8 @@ void PrintTable(const ChaosOptions& options, const Verdict& v, const RunFacts& f
                      "lost");
   for (const auto& [mode, r] : v.modes) out << Row(FaultModeName(mode), r, true);
   out << Row("(collateral)", v.plain, false);
-  std::string redis;  // only a run on the Redis store restarts it
-  if (options.store == "redis") redis = fmt::format(", Redis {}", facts.redis_restarts);
+  std::string redis;  // only a run on the Redis or tiered store restarts it
+  if (options.store == "redis" || options.store == "tiered") redis = fmt::format(", Redis {}", facts.redis_restarts);
   out << fmt::format(
       "\ntotal: {} injected, {} escaped, {} lost (distinct operations); {:.1f} s\n"
       "processes killed: gateway {}, consumer {}, relay {}, nats-server {}, PostgreSQL {}{}; "

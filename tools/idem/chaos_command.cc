@@ -31,7 +31,7 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "be set up.\n\n"
       "Fault modes: retry_soon, retry_later, concurrent, other_body, gateway_kill,\n"
       "consumer_kill, relay_kill, redelivery_storm, zombie, nats_restart, postgres_restart,\n"
-      "redis_restart (only with --store redis), consumer_replay, relay_outage, retry_hours\n"
+      "redis_restart (only with --store redis or tiered), consumer_replay, relay_outage, retry_hours\n"
       "(the retry 3 h later by the gateway's clock, moved through its test-only\n"
       "--unsafe-clock-offset-file), and, only when named (not in 'all'), retry_expired: a retry\n"
       "25 h later, past every retention, which escapes by design (docs/chaos.md says how each\n"
@@ -65,9 +65,11 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
                   "events reach the consumer")
       ->check(CLI::IsMember({1, 2, 3}));
   cmd->add_option("--store", flags->options.store,
-                  "The gateway's store: sqlite, memory, redis or postgresql")
+                  "The gateway's store: sqlite, memory, redis, postgresql, or tiered (Redis\n"
+                  "without persistence in front of PostgreSQL: redis_restart loses everything\n"
+                  "Redis held)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sqlite", "memory", "redis", "postgresql"}));
+      ->check(CLI::IsMember({"sqlite", "memory", "redis", "postgresql", "tiered"}));
   cmd->add_option("--postgres", flags->options.postgres_url,
                   "Use this running PostgreSQL (postgresql://USER[:PASS]@HOST:PORT/DB, a role that\n"
                   "may CREATE DATABASE) instead of starting one: the run creates its databases on\n"
