@@ -179,6 +179,12 @@ class Store {
   // A short description for logs: "sqlite:/var/lib/idem/idem.db (durability=normal)".
   virtual std::string Describe() const = 0;
 
+  // Opens now what `concurrency` calls at once will need (PostgreSQL: that many pooled
+  // connections, made in parallel), so that the first burst of requests after a start does
+  // not wait for connections made one after another. Best effort: what fails to open now is
+  // opened on first use, as without it; the error says what failed. Default: nothing to do.
+  virtual Status OpenConnections(int concurrency) { return Status::Ok(); }
+
   // Empty while the store works as configured; otherwise what it does instead, for logs and
   // /readyz. The tiered store says so while Redis is unreachable and PostgreSQL serves alone.
   virtual std::string Degradation() const { return {}; }

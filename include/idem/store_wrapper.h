@@ -43,6 +43,9 @@ class StoreWrapper : public Store {
   Result<uint64_t> Sweep(TimePoint now) override { return target_.Sweep(now); }
   std::string Describe() const override { return target_.Describe(); }
   std::string Degradation() const override { return target_.Degradation(); }
+  Status OpenConnections(int concurrency) override {
+    return target_.OpenConnections(concurrency);
+  }
   bool NeverBlocks() const override { return target_.NeverBlocks(); }
   Status Watch(const Scope& scope) override { return target_.Watch(scope); }
   Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(

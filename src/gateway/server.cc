@@ -395,6 +395,11 @@ int RunGateway(const GatewayOptions& given) {
   {
     const int store_threads =
         options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
+    // Before the listener opens: the first burst of requests finds its store connections made.
+    if (Status warmed = (**store).OpenConnections(store_threads); !warmed.ok()) {
+      log.Warn("store", "could not open every store connection ahead (" + warmed.ToString() +
+                            "); the rest open on first use");
+    }
     std::optional<StoreExecutor> executor(std::in_place, **store,
                                           StoreExecutor::Options{store_threads, 4096});
     Services services{options, *executor, **upstream, metrics, log, waiters};

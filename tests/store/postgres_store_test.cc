@@ -73,6 +73,23 @@ TEST_F(PostgresStoreTest, FreshDatabaseGetsTheSchemaAndTheComingDaysPartitions) 
   EXPECT_EQ(Sql("SELECT to_regclass('idem_records_p20231114') IS NOT NULL"), "t");
 }
 
+// OpenConnections makes the pool's connections at once (the gateway calls it before it
+// listens), so the first burst of requests does not wait for them; never more than pool_size.
+TEST_F(PostgresStoreTest, OpenConnectionsMakesThePoolsConnectionsAhead) {
+  auto store = OpenStore(Url("?pool_size=6"), Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const std::string count =
+      "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+      "AND backend_type = 'client backend' AND pid <> pg_backend_pid()";
+  EXPECT_EQ(Sql(count), "1") << "one connection, made by the open";
+  ASSERT_TRUE((*store)->OpenConnections(4).ok());
+  EXPECT_EQ(Sql(count), "4");
+  ASSERT_TRUE((*store)->OpenConnections(100).ok());
+  EXPECT_EQ(Sql(count), "6");
+  auto record = (*store)->Get(Scope{"t", "", "k"});  // the pool still works
+  EXPECT_TRUE(record.ok()) << record.status().ToString();
+}
+
 TEST_F(PostgresStoreTest, SchemaNewerThanThisBuildIsAFailedPrecondition) {
   ASSERT_NE(Open(), nullptr);
   ASSERT_EQ(Sql("UPDATE idem_schema SET version = 99"), "");

@@ -1,6 +1,8 @@
 #include "store/postgres/pg_pool.h"
 
 #include <algorithm>
+#include <optional>
+#include <thread>
 
 namespace idem::internal::pg {
 
@@ -57,6 +59,28 @@ Status PgPool::Reconnect(Slot& slot, std::string_view op) {
   slot.retry_at = {};
   slot.conn = std::move(*conn);
   return Status::Ok();
+}
+
+Status PgPool::Warm(size_t connections) {
+  const size_t n = std::min(connections, slots_.size());
+  // Each thread keeps its slot until all have one, so every borrow takes (and connects) a
+  // slot of its own.
+  std::vector<std::optional<Result<size_t>>> borrowed(n);
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([this, &borrowed, i] { borrowed[i] = Borrow("warm"); });
+  }
+  for (auto& t : threads) t.join();
+  Status first = Status::Ok();
+  for (auto& b : borrowed) {
+    if (b->ok()) {
+      GiveBack(**b);
+    } else if (first.ok()) {
+      first = b->status();
+    }
+  }
+  return first;
 }
 
 void PgPool::GiveBack(size_t index) {

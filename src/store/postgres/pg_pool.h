@@ -37,6 +37,11 @@ class PgPool {
 
   const PgConfig& config() const { return config_; }
 
+  // Connects up to `connections` slots now (at most pool_size), in parallel, so that the
+  // first burst of calls does not wait for connections made one after another. The first
+  // error, if any; a slot that failed connects on first use, as it would have anyway.
+  Status Warm(size_t connections);
+
  private:
   using SteadyClock = std::chrono::steady_clock;
   struct Slot {

@@ -141,6 +141,10 @@ class PostgresStore final : public internal::DurableTier {
     return CallBool("purge", "idem_purge", internal::pg::PurgeParams(scope, Now()), scope);
   }
 
+  Status OpenConnections(int concurrency) override {
+    return pool_.Warm(static_cast<size_t>(std::max(concurrency, 0)));
+  }
+
   Status Watch(const Scope& scope) override {
     // Same parameters as a purge: the scope id and now.
     auto watched = CallBool("watch", "idem_watch", internal::pg::PurgeParams(scope, Now()), scope);

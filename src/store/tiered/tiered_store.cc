@@ -229,6 +229,12 @@ class TieredStore final : public Store {
     return "tiered: " + fast_->Describe() + " in front of " + durable_->Describe();
   }
 
+  Status OpenConnections(int concurrency) override {
+    Status fast = fast_->OpenConnections(concurrency);
+    Status durable = durable_->OpenConnections(concurrency);
+    return fast.ok() ? durable : fast;
+  }
+
   std::string Degradation() const override {
     const std::string problem = health_.Problem();
     if (problem.empty()) return {};
