@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unistd.h>
 #include <cstdlib>
@@ -361,43 +362,26 @@ IDEM_STORE_BENCH(ReplayLookup, "Sqlite/ReplayLookup", SetupSqliteReplay);
 // Networked stores: registered only when their server is given, at the concurrencies the
 // comparison with redis-benchmark / pgbench uses (bench/redis-bench.sh).
 void RegisterNetworkBenchmarks() {
-  struct Case {
-    void (*fn)(benchmark::State&);
-    const char* name;
-    void (*setup)(const benchmark::State&);
-  };
-  if (std::getenv("IDEM_BENCH_POSTGRES_URL") != nullptr) {
-    for (auto [fn, name, setup] : {Case{BeginComplete, "Postgres/BeginComplete", SetupPostgres},
-                                   Case{ReplayLookup, "Postgres/ReplayLookup",
-                                        SetupPostgresReplay}}) {
-      benchmark::RegisterBenchmark(name, fn)
-          ->Setup(setup)
+  // Pairs and replays of one networked store, at the concurrencies the comparisons use.
+  auto register_store = [](const std::string& store, void (*setup)(const benchmark::State&),
+                           void (*setup_replay)(const benchmark::State&)) {
+    for (auto [fn, what, set_up] : {std::tuple{&BeginComplete, "/BeginComplete", setup},
+                                    std::tuple{&ReplayLookup, "/ReplayLookup", setup_replay}}) {
+      benchmark::RegisterBenchmark((store + what).c_str(), fn)
+          ->Setup(set_up)
           ->Teardown(TeardownAny)
           ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
           ->UseRealTime()
           ->MinTime(2.0);
     }
+  };
+  if (std::getenv("IDEM_BENCH_POSTGRES_URL") != nullptr) {
+    register_store("Postgres", SetupPostgres, SetupPostgresReplay);
   }
   if (std::getenv("IDEM_BENCH_REDIS_URL") == nullptr) return;
-  for (const Case& c : {Case{BeginComplete, "Redis/BeginComplete", SetupRedis},
-                        Case{ReplayLookup, "Redis/ReplayLookup", SetupRedisReplay}}) {
-    auto [fn, name, setup] = c;
-    benchmark::RegisterBenchmark(name, fn)
-        ->Setup(setup)
-        ->Teardown(TeardownAny)
-        ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
-        ->UseRealTime()
-        ->MinTime(2.0);
-    if (std::getenv("IDEM_BENCH_DURABLE_URL") == nullptr) continue;
-    const std::string tiered = std::string("Tiered/") + std::string(name).substr(6);
-    benchmark::RegisterBenchmark(tiered.c_str(), fn)
-        ->Setup(fn == BeginComplete ? SetupTiered : SetupTieredReplay)
-        ->Teardown(TeardownAny)
-        ->Threads(1)->Threads(2)->Threads(8)->Threads(16)
-        ->UseRealTime()
-        ->MinTime(2.0);
-  }
+  register_store("Redis", SetupRedis, SetupRedisReplay);
   if (std::getenv("IDEM_BENCH_DURABLE_URL") != nullptr) {
+    register_store("Tiered", SetupTiered, SetupTieredReplay);
     benchmark::RegisterBenchmark("Tiered/MissFoundInDurable", MissFoundInDurable)
         ->Setup(SetupTieredMiss)
         ->Teardown(TeardownAny)

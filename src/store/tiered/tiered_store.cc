@@ -72,11 +72,13 @@ class FastTierHealth {
            SteadyNowMs() >= retry_at_ms_.load(std::memory_order_acquire);
   }
 
-  void Answered() {
-    if (down_.load(std::memory_order_acquire)) down_.store(false, std::memory_order_release);
-  }
-
-  void Failed(const Status& status) IDEM_EXCLUDES(mu_) {
+  // What a call of Redis found: an answer, or a failure (`status` not ok). Every call of
+  // Redis reports here.
+  void Noted(const Status& status) IDEM_EXCLUDES(mu_) {
+    if (status.ok()) {
+      if (down_.load(std::memory_order_acquire)) down_.store(false, std::memory_order_release);
+      return;
+    }
     {
       MutexLock lock(mu_);
       last_error_ = status.ToString();
@@ -116,11 +118,8 @@ class TieredStore final : public Store {
     IDEM_RETURN_IF_ERROR(CheckLease(lease));
     if (health_.Usable()) {
       auto fast = fast_->Begin(scope, fingerprint, lease);
-      if (fast.ok()) {
-        health_.Answered();
-        return AfterFastBegin(scope, fingerprint, lease, std::move(*fast));
-      }
-      health_.Failed(fast.status());
+      health_.Noted(fast.status());
+      if (fast.ok()) return AfterFastBegin(scope, fingerprint, lease, std::move(*fast));
     }
     auto durable = durable_->BeginAbove(scope, fingerprint, lease, 0);
     if (durable.ok()) Remember(scope, fingerprint, lease, *durable);
@@ -144,7 +143,7 @@ class TieredStore final : public Store {
     }
     if (health_.Usable()) {
       auto fast = fast_->Complete(scope, token, response, ttl);
-      if (!fast.ok()) health_.Failed(fast.status());
+      health_.Noted(fast.status());
     }
     return CompleteOutcome::kOk;
   }
@@ -161,7 +160,7 @@ class TieredStore final : public Store {
     claims_.Extend(scope, token, Now() + lease + options_.abandoned_retention);
     if (health_.Usable()) {
       auto fast = fast_->Accept(scope, token, accepted, lease);
-      if (!fast.ok()) health_.Failed(fast.status());
+      health_.Noted(fast.status());
     }
     return CompleteOutcome::kOk;
   }
@@ -173,8 +172,8 @@ class TieredStore final : public Store {
     std::optional<ReleaseOutcome> fast;
     if (health_.Usable()) {
       auto released = fast_->Release(scope, token);
+      health_.Noted(released.status());
       if (released.ok()) fast = *released;
-      else health_.Failed(released.status());
     }
     auto durable = durable_->Release(scope, token);
     if (!durable.ok()) {
@@ -192,11 +191,10 @@ class TieredStore final : public Store {
     std::optional<Record> fast;
     if (health_.Usable()) {
       auto read = fast_->Get(scope);
+      health_.Noted(read.status());
       if (read.ok()) {
         if (*read && (*read)->state == RecordState::kCompleted) return read;
         fast = std::move(*read);
-      } else {
-        health_.Failed(read.status());
       }
     }
     auto durable = durable_->Get(scope);
@@ -214,8 +212,8 @@ class TieredStore final : public Store {
     bool fast_removed = false;
     if (health_.Usable()) {
       auto removed = fast_->Purge(scope);
+      health_.Noted(removed.status());
       if (removed.ok()) fast_removed = *removed;
-      else health_.Failed(removed.status());
     }
     return *durable || fast_removed;
   }
@@ -265,7 +263,7 @@ class TieredStore final : public Store {
   void ReleaseFast(const Scope& scope, FencingToken token) {
     if (!health_.Usable()) return;
     auto released = fast_->Release(scope, token);
-    if (!released.ok()) health_.Failed(released.status());
+    health_.Noted(released.status());
   }
 
   Result<BeginOutcome> AfterFastBegin(const Scope& scope, const Fingerprint& fingerprint,
@@ -342,8 +340,8 @@ class TieredStore final : public Store {
   // is released so that the next Begin asks PostgreSQL again rather than finding it in flight.
   void CopyToFast(const Record& record, FencingToken claim) {
     auto warmed = fast_->Warm(record, claim);
+    health_.Noted(warmed.status());
     if (warmed.ok() && *warmed) return;
-    if (!warmed.ok()) health_.Failed(warmed.status());
     ReleaseFast(record.scope, claim);
   }
 
@@ -354,13 +352,13 @@ class TieredStore final : public Store {
   Result<std::optional<Fingerprint>> OwnerFingerprint(const Scope& scope, FencingToken token) {
     if (health_.Usable()) {
       auto fast = fast_->Get(scope);
+      health_.Noted(fast.status());
       if (fast.ok()) {
         if (*fast && (*fast)->state == RecordState::kInFlight && (*fast)->token == token) {
           return std::optional<Fingerprint>((*fast)->fingerprint);
         }
         return DurableOwner(scope, token);
       }
-      health_.Failed(fast.status());
     }
     if (auto known = claims_.Find(scope, token, Now())) return known;
     return DurableOwner(scope, token);
