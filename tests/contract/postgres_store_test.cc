@@ -8,14 +8,7 @@ namespace {
 
 ContractTarget PostgresTarget() {
   return {"Postgres",
-          [](const TempDir&) {
-            PostgresServer& server = SharedPostgresServer();
-            if (!server.error().empty()) {
-              ADD_FAILURE() << server.error();
-              return std::string("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1");
-            }
-            return server.Url(server.CreateDatabase());
-          },
+          [](const TempDir&) { return FreshPostgresUrl(); },
           // Sweep drops whole expired partitions (UTC days) and counts what they held, so it
           // does not report records that expired within a partition still in use.
           /*sweep_counts=*/false};

@@ -8,18 +8,11 @@ namespace idem::testing {
 namespace {
 
 // One server for the whole binary; each test gets its own key prefix, i.e. an empty key space.
-RedisServer& SharedRedis() {
-  static RedisServer server;
-  static const std::string error = server.Start();
-  if (!error.empty()) ADD_FAILURE() << "cannot start redis-server: " << error;
-  return server;
-}
-
 ContractTarget RedisTarget() {
   return {"Redis",
           [](const TempDir&) {
             static std::atomic<int> next{0};
-            return SharedRedis().Url("?prefix=contract" + std::to_string(++next));
+            return SharedRedisServer().Url("?prefix=contract" + std::to_string(++next));
           },
           /*sweep_counts=*/false};
 }

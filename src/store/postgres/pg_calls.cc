@@ -16,6 +16,18 @@ void AppendLengthPrefixed(std::string& out, std::string_view part) {
   out.append(part);
 }
 
+// The parameters every call that may insert a row starts with: scope id, tenant, client,
+// key, fingerprint.
+PgParams RowParams(const Scope& scope, const Fingerprint& fingerprint) {
+  PgParams params;
+  params.Bytes(ScopeId(scope))
+      .Text(scope.tenant)
+      .Text(scope.client)
+      .Text(scope.key)
+      .Bytes(std::string(fingerprint.raw()));
+  return params;
+}
+
 PgParams& AddNow(PgParams& params, NowParam now) {
   return now ? params.Int(ToMillis(*now)) : params.Null();
 }
@@ -54,14 +66,8 @@ NowParam NowFor(const std::shared_ptr<Clock>& clock) {
 
 PgParams BeginParams(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
                      Duration abandoned_retention, NowParam now) {
-  PgParams params;
-  params.Bytes(ScopeId(scope))
-      .Text(scope.tenant)
-      .Text(scope.client)
-      .Text(scope.key)
-      .Bytes(std::string(fingerprint.raw()))
-      .Int(lease.count())
-      .Int(abandoned_retention.count());
+  PgParams params = RowParams(scope, fingerprint);
+  params.Int(lease.count()).Int(abandoned_retention.count());
   return std::move(AddNow(params, now));
 }
 
@@ -88,13 +94,8 @@ PgParams AcceptParams(const Scope& scope, FencingToken token, const StoredRespon
 
 PgParams TierBeginParams(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
                          Duration abandoned_retention, FencingToken token_floor, NowParam now) {
-  PgParams params;
-  params.Bytes(ScopeId(scope))
-      .Text(scope.tenant)
-      .Text(scope.client)
-      .Text(scope.key)
-      .Bytes(std::string(fingerprint.raw()))
-      .Int(lease.count())
+  PgParams params = RowParams(scope, fingerprint);
+  params.Int(lease.count())
       .Int(abandoned_retention.count())
       .Int(static_cast<int64_t>(token_floor));
   return std::move(AddNow(params, now));
@@ -103,13 +104,8 @@ PgParams TierBeginParams(const Scope& scope, const Fingerprint& fingerprint, Dur
 PgParams TierSettleParams(const Scope& scope, const Fingerprint& fingerprint, FencingToken token,
                           RecordState state, const StoredResponse& response, Duration keep,
                           Duration abandoned_retention, NowParam now) {
-  PgParams params;
-  params.Bytes(ScopeId(scope))
-      .Text(scope.tenant)
-      .Text(scope.client)
-      .Text(scope.key)
-      .Bytes(std::string(fingerprint.raw()))
-      .Int(static_cast<int64_t>(token))
+  PgParams params = RowParams(scope, fingerprint);
+  params.Int(static_cast<int64_t>(token))
       .Int(static_cast<int64_t>(state))
       .Bytes(EncodeResponse(response))
       .Int(keep.count())
