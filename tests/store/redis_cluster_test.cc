@@ -217,7 +217,9 @@ TEST_F(RedisClusterTest, AKilledPrimaryIsReplacedByItsReplicaAndTheStoreCarriesO
   std::printf("[ failover ] %zu records on the killed primary: %d completed and %d in flight "
               "lost\n",
               on_victim.size(), lost_completed, lost_in_flight);
-  // The other primaries' records were never affected.
+  // The other primaries' records were never affected, once their nodes have left the
+  // CLUSTERDOWN state the failover put them in (until then they answer Unavailable, promptly).
+  ASSERT_EQ(cluster_.WaitUntilEveryNodeIsOk(std::chrono::steady_clock::now() + 30s), "");
   for (int i = 0; i < kScopes; ++i) {
     if (std::find(on_victim.begin(), on_victim.end(), i) != on_victim.end()) continue;
     auto begun = store.Begin(scopes[i], fp, 1h);
