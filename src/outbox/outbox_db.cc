@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -18,10 +19,10 @@ using internal::pg::ColumnBytes;
 using internal::pg::ColumnInt;
 using internal::pg::PgParams;
 
-constexpr const char* kClaim = "idem_relay_claim";
-constexpr const char* kMark = "idem_relay_mark";
+constexpr const char* kLock = "idem_relay_lock";
+constexpr const char* kAttempt = "idem_relay_attempt";
+constexpr const char* kSettle = "idem_relay_settle";
 constexpr const char* kPark = "idem_relay_park";
-constexpr const char* kRelease = "idem_relay_release";
 constexpr const char* kStats = "idem_relay_stats";
 
 template <typename T, typename F>
@@ -80,19 +81,18 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   if (!version.ok()) return version.status().WithContext(config->display);
   std::unique_ptr<OutboxDb> db(new OutboxDb(std::move(*conn), config->display));
   auto& c = *db->conn_;
-  IDEM_RETURN_IF_ERROR(c.Prepare("prepare claim", kClaim,
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare lock", kLock,
                                  "SELECT id, day, event_id, subject, payload, headers, "
                                  "first_attempt_age_ms, attempts "
-                                 "FROM idem.outbox_claim($1, $2::integer, $3::bigint)"));
+                                 "FROM idem.outbox_lock($1::integer, $2::bigint)"));
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare attempt", kAttempt,
+                                 "SELECT idem.outbox_attempt($1, $2::bigint[])"));
   IDEM_RETURN_IF_ERROR(c.Prepare(
-      "prepare mark", kMark,
-      "SELECT idem.outbox_mark_published($1::bigint[], $2::integer[], $3::bigint[], "
-      "$4::boolean[])::bigint"));
+      "prepare settle", kSettle,
+      "SELECT idem.outbox_settle($1, $2::bigint[], $3::integer[], $4::bigint[], $5::boolean[], "
+      "$6::bigint[], $7::integer[], $8)::bigint"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare park", kPark,
                                  "SELECT idem.outbox_park($1::bigint, $2::integer, $3)"));
-  IDEM_RETURN_IF_ERROR(c.Prepare(
-      "prepare release", kRelease,
-      "SELECT idem.outbox_release($1, $2::bigint[], $3::integer[], $4)::bigint"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare stats", kStats,
                                  "SELECT lag_seconds, pending, parked FROM idem.outbox_stats()"));
   if (listen) {
@@ -102,12 +102,16 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   return db;
 }
 
-Result<std::vector<ClaimedRow>> OutboxDb::Claim(const std::string& relay, int limit,
-                                                std::chrono::milliseconds lease) {
+Result<std::vector<ClaimedRow>> OutboxDb::LockBatch(int limit, int64_t after_id) {
+  auto begun = conn_->Exec("outbox lock: begin", "BEGIN");
+  if (!begun.ok()) return begun.status();
   PgParams params;
-  params.Text(relay).Int(limit).Int(lease.count());
-  auto result = conn_->ExecPrepared("outbox claim", kClaim, params);
-  if (!result.ok()) return result.status();
+  params.Int(limit).Int(after_id);
+  auto result = conn_->ExecPrepared("outbox lock", kLock, params);
+  if (!result.ok()) {
+    AbandonBatch();
+    return result.status();
+  }
   const PGresult* r = result->get();
   std::vector<ClaimedRow> rows(PQntuples(r));
   for (int i = 0; i < PQntuples(r); ++i) {
@@ -117,33 +121,82 @@ Result<std::vector<ClaimedRow>> OutboxDb::Claim(const std::string& relay, int li
     auto age = ColumnInt(r, i, 6);
     auto attempts = ColumnInt(r, i, 7);
     if (!id.ok() || !day.ok() || !age.ok() || !attempts.ok()) {
-      return DataLossError("outbox claim: a row's id, day or attempt columns are unreadable");
+      AbandonBatch();
+      return DataLossError("outbox lock: a row's id, day or attempt columns are unreadable");
     }
     row.id = *id;
     row.day = static_cast<int32_t>(*day);
-    row.event_id = std::string(ColumnBytes(r, i, 2));
-    row.subject = std::string(ColumnBytes(r, i, 3));
-    row.payload = std::string(ColumnBytes(r, i, 4));
+    row.event_id = ColumnBytes(r, i, 2);
+    row.subject = ColumnBytes(r, i, 3);
+    row.payload = ColumnBytes(r, i, 4);
     auto headers = DecodeHeaders(ColumnBytes(r, i, 5));
-    if (!headers.ok()) return headers.status().WithContext("event " + row.event_id);
+    if (!headers.ok()) {
+      AbandonBatch();
+      return headers.status().WithContext("event " + row.event_id);
+    }
     row.headers = std::move(*headers);
     row.first_attempt_age_ms = *age;
     row.attempts = static_cast<int32_t>(*attempts);
   }
+  if (rows.empty()) AbandonBatch();
   return rows;
 }
 
-Result<int64_t> OutboxDb::MarkPublished(const std::vector<PublishedRow>& rows) {
+Status OutboxDb::RecordAttempt(const std::string& batch, const std::vector<int64_t>& ids) {
   PgParams params;
-  params.Text(ArrayLiteral(rows, [](const PublishedRow& r) { return std::to_string(r.id); }))
-      .Text(ArrayLiteral(rows, [](const PublishedRow& r) { return std::to_string(r.day); }))
-      .Text(ArrayLiteral(rows, [](const PublishedRow& r) { return std::to_string(r.stream_seq); }))
-      .Text(ArrayLiteral(rows, [](const PublishedRow& r) {
+  params.Text(batch).Text(ArrayLiteral(ids, [](int64_t id) { return std::to_string(id); }));
+  auto result = conn_->ExecPrepared("outbox attempt", kAttempt, params);
+  return result.ok() ? Status::Ok() : result.status();
+}
+
+Result<int64_t> OutboxDb::SettleBatch(const std::string& batch,
+                                      const std::vector<PublishedRow>& published,
+                                      const std::vector<RowKey>& failed,
+                                      const std::string& error) {
+  PgParams params;
+  params.Text(batch)
+      .Text(ArrayLiteral(published, [](const PublishedRow& r) { return std::to_string(r.id); }))
+      .Text(ArrayLiteral(published, [](const PublishedRow& r) { return std::to_string(r.day); }))
+      .Text(ArrayLiteral(published,
+                         [](const PublishedRow& r) { return std::to_string(r.stream_seq); }))
+      .Text(ArrayLiteral(published, [](const PublishedRow& r) {
         return std::string(r.duplicate ? "t" : "f");
-      }));
-  auto result = conn_->ExecPrepared("outbox mark published", kMark, params);
-  if (!result.ok()) return result.status();
-  return ColumnInt(result->get(), 0, 0);
+      }))
+      .Text(ArrayLiteral(failed, [](const RowKey& r) { return std::to_string(r.id); }))
+      .Text(ArrayLiteral(failed, [](const RowKey& r) { return std::to_string(r.day); }))
+      .Text(error);
+  auto result = conn_->ExecPrepared("outbox settle", kSettle, params);
+  if (!result.ok()) {
+    AbandonBatch();
+    return result.status();
+  }
+  auto marked = ColumnInt(result->get(), 0, 0);
+  auto committed = conn_->Exec("outbox settle: commit", "COMMIT");
+  if (!committed.ok()) {
+    AbandonBatch();
+    return committed.status();
+  }
+  return marked;
+}
+
+void OutboxDb::AbandonBatch() {
+  if (!conn_->healthy() || PQtransactionStatus(conn_->raw()) == PQTRANS_IDLE) return;
+  auto rolled_back = conn_->Exec("outbox: rollback", "ROLLBACK");
+  if (!rolled_back.ok()) {
+    spdlog::debug("relay: rollback: {} (the server ends the transaction with the session)",
+                  rolled_back.status().ToString());
+  }
+}
+
+Status OutboxDb::LimitIdleHold(std::chrono::milliseconds lease) {
+  auto set = conn_->Exec("outbox: idle hold limit",
+                         "SET idle_in_transaction_session_timeout = " +
+                             std::to_string(std::max<int64_t>(lease.count(), 1)));
+  return set.ok() ? Status::Ok() : set.status();
+}
+
+bool OutboxDb::InTransaction() const {
+  return PQtransactionStatus(conn_->raw()) != PQTRANS_IDLE;
 }
 
 Status OutboxDb::Park(const ClaimedRow& row, const std::string& reason) {
@@ -151,17 +204,6 @@ Status OutboxDb::Park(const ClaimedRow& row, const std::string& reason) {
   params.Int(row.id).Int(row.day).Text(reason);
   auto result = conn_->ExecPrepared("outbox park", kPark, params);
   return result.ok() ? Status::Ok() : result.status().WithContext("event " + row.event_id);
-}
-
-Status OutboxDb::Release(const std::string& relay, const std::vector<const ClaimedRow*>& rows,
-                         const std::string& error) {
-  PgParams params;
-  params.Text(relay)
-      .Text(ArrayLiteral(rows, [](const ClaimedRow* r) { return std::to_string(r->id); }))
-      .Text(ArrayLiteral(rows, [](const ClaimedRow* r) { return std::to_string(r->day); }))
-      .Text(error);
-  auto result = conn_->ExecPrepared("outbox release", kRelease, params);
-  return result.ok() ? Status::Ok() : result.status();
 }
 
 Result<OutboxStats> OutboxDb::Stats() {
@@ -182,6 +224,13 @@ Result<OutboxStats> OutboxDb::Stats() {
 Result<int64_t> OutboxDb::Sweep(int keep_days) {
   auto result = conn_->Exec("outbox sweep", "SELECT idem.outbox_sweep(" +
                                                 std::to_string(keep_days) + ", 2)");
+  if (!result.ok()) return result.status();
+  return std::atoll(PQgetvalue(result->get(), 0, 0));
+}
+
+Result<int64_t> OutboxDb::ForgetAttempts(std::chrono::milliseconds older_than) {
+  auto result = conn_->Exec("outbox forget attempts", "SELECT idem.outbox_forget_attempts(" +
+                                                          std::to_string(older_than.count()) + ")");
   if (!result.ok()) return result.status();
   return std::atoll(PQgetvalue(result->get(), 0, 0));
 }

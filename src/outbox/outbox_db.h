@@ -1,5 +1,6 @@
-// The relay's side of the outbox in PostgreSQL: one connection that listens for enqueue
-// notifications and runs the claim, mark, park and release functions of outbox_sql.h.
+// The relay's side of the outbox in PostgreSQL: one connection, which either listens for
+// enqueue notifications and runs the relay's bookkeeping (attempt records, stats, sweep), or
+// holds one batch of rows at a time (lock, park, settle) for the relay's pipeline.
 //
 // Thread safety: one thread at a time (the relay's loop owns it).
 #pragma once
@@ -30,6 +31,12 @@ struct ClaimedRow {
   int32_t attempts = 0;  // including this one
 };
 
+// A row by its primary key.
+struct RowKey {
+  int64_t id = 0;
+  int32_t day = 0;
+};
+
 struct PublishedRow {
   int64_t id = 0;
   int32_t day = 0;
@@ -52,19 +59,40 @@ class OutboxDb {
   // build.
   static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
 
-  // Claims up to `limit` rows for `relay` with a lease (see idem.outbox_claim), in id order.
-  Result<std::vector<ClaimedRow>> Claim(const std::string& relay, int limit,
-                                        std::chrono::milliseconds lease);
-  // Marks rows published; returns how many were still pending.
-  Result<int64_t> MarkPublished(const std::vector<PublishedRow>& rows);
+  // The relay's batch, held as row locks (schema version 12, idem.outbox_lock): BEGINs and
+  // locks up to `limit` pending rows with ids above `after_id` that other transactions do not
+  // hold, in id order. With no row
+  // to take the transaction is ended at once and the result is empty; otherwise it stays open
+  // until SettleBatch or AbandonBatch, and the rows are this connection's until then.
+  Result<std::vector<ClaimedRow>> LockBatch(int limit, int64_t after_id = 0);
+  // On a connection other than the one holding the batch, committed at once: notes that the
+  // rows `ids` (ascending) of batch `batch` are about to be published, so that a relay that
+  // takes them after this one died knows when they were first published.
+  Status RecordAttempt(const std::string& batch, const std::vector<int64_t>& ids);
+  // In the batch's transaction: marks `published` rows with their stream sequence, stamps
+  // `failed` ones with their attempt and `error`, forgets the batch's attempt record, and
+  // COMMITs. Returns how many rows it marked. On failure the transaction is rolled back (or
+  // the connection is broken) and the rows are free again.
+  Result<int64_t> SettleBatch(const std::string& batch, const std::vector<PublishedRow>& published,
+                              const std::vector<RowKey>& failed,
+                              const std::string& error);
+  // Ends the batch's transaction without a change: its rows are free again at once.
+  void AbandonBatch();
+  // Cuts off a connection that holds a batch's locks idle for longer than `lease` (the
+  // server ends its session, which frees the rows): a relay that hangs cannot hold rows
+  // forever.
+  Status LimitIdleHold(std::chrono::milliseconds lease);
+  // True while a transaction is open on this connection.
+  bool InTransaction() const;
+  // In the batch's transaction (or on its own): parks the row (kept with `reason`, not retried).
   Status Park(const ClaimedRow& row, const std::string& reason);
-  // Gives the relay's claims on `rows` back at once, keeping `error` on them.
-  Status Release(const std::string& relay, const std::vector<const ClaimedRow*>& rows,
-                 const std::string& error);
   Result<OutboxStats> Stats();
   // Drops day partitions older than `keep_days` that hold only published rows; returns how
   // many it dropped.
   Result<int64_t> Sweep(int keep_days);
+  // Deletes attempt records older than `older_than` none of whose rows is still pending (left
+  // by relays that died between publish and settle); returns how many.
+  Result<int64_t> ForgetAttempts(std::chrono::milliseconds older_than);
 
   // Waits up to `timeout` for an enqueue notification; true if one (or more) arrived. Drains
   // every queued notification.

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
+#include <random>
 #include <thread>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "outbox/outbox_db.h"
@@ -21,9 +24,11 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr auto kStatsEvery = std::chrono::seconds(1);
 constexpr auto kStreamEvery = std::chrono::seconds(30);
 constexpr auto kSweepEvery = std::chrono::hours(1);
+constexpr auto kForgetAttemptsEvery = std::chrono::minutes(1);
 constexpr milliseconds kSlice{100};
 constexpr int kMaxLoggedPerBatch = 10;
 constexpr int kClaimsAhead = 2;  // claims running while a batch is published
+constexpr uint64_t kFromStartEvery = 8;  // of the batches locked ahead
 
 // Log lines stay one line: libpq's messages carry newlines and tabs.
 std::string OneLine(std::string text) {
@@ -58,16 +63,19 @@ bool CrashAfterPublish() {
 }  // namespace
 
 struct Relay::Conn {
-  std::unique_ptr<OutboxDb> db;
-  std::unique_ptr<OutboxDb> mark_db;  // used only by the marking task
-  std::unique_ptr<OutboxDb> claim_db[kClaimsAhead];  // used only by the claims ahead
+  std::unique_ptr<OutboxDb> db;  // listens; records attempts; stats and sweep
   std::unique_ptr<JetStreamPublisher> nats;
   std::optional<StreamFacts> facts;
   SteadyClock::time_point stream_read{};
   SteadyClock::time_point stats_read{};
   std::optional<SteadyClock::time_point> swept;
+  std::optional<SteadyClock::time_point> attempts_forgotten;
   bool logged_nats_down = false;
   bool pg_connected_before = false;
+  // Connections for batches, idle (none in a transaction). A batch takes one for its life:
+  // locked ahead, published, settled in the background.
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<OutboxDb>> pool;
 };
 
 Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::make_unique<Conn>()) {
@@ -76,6 +84,8 @@ Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::ma
     gethostname(host, sizeof host - 1);
     options_.relay_id = std::string(host) + ":" + std::to_string(getpid());
   }
+  std::random_device random;
+  run_nonce_ = fmt::format("{:08x}{:08x}", random(), random());
 }
 
 Relay::~Relay() = default;
@@ -137,8 +147,8 @@ Status Relay::Connect() {
                                            : c.facts->max_payload);
     if (c.facts->duplicate_window.count() > 0 && options_.claim_lease >= c.facts->duplicate_window) {
       spdlog::warn("relay: the claim lease ({} ms) is not below stream {}'s duplicate window "
-                   "({} ms): a crashed relay's rows will go out again after the broker forgot "
-                   "them; lower --claim-lease", options_.claim_lease.count(), c.facts->name,
+                   "({} ms): the rows of a relay that hangs will go out again after the broker "
+                   "forgot them; lower --claim-lease", options_.claim_lease.count(), c.facts->name,
                    c.facts->duplicate_window.count());
     }
     if (c.facts->duplicate_window.count() == 0) {
@@ -187,55 +197,111 @@ void Relay::RefreshPeriodic() {
       spdlog::warn("relay: outbox retention sweep: {}", dropped.status().ToString());
     }
   }
-}
-
-void Relay::ClaimAhead() {
-  Conn& c = *conn_;
-  while (ahead_.size() < static_cast<size_t>(kClaimsAhead) && !stop_.load()) {
-    int slot = 0;  // a claim connection no claim in flight uses
-    while (std::any_of(ahead_.begin(), ahead_.end(), [&](const Ahead& a) { return a.slot == slot; })) {
-      ++slot;
+  // Attempt records of relays that died mid-batch, once their rows went out again.
+  if (!c.attempts_forgotten || now - *c.attempts_forgotten >= kForgetAttemptsEvery) {
+    c.attempts_forgotten = now;
+    auto forgotten = c.db->ForgetAttempts(options_.claim_lease);
+    if (!forgotten.ok()) {
+      spdlog::warn("relay: forgetting settled attempt records: {}",
+                   forgotten.status().ToString());
+    } else if (*forgotten > 0) {
+      spdlog::info("relay: forgot {} attempt record(s) of batches since published again",
+                   *forgotten);
     }
-    ahead_.push_back({slot, std::async(std::launch::async, [&c, slot, this]()
-                                           -> Result<std::vector<ClaimedRow>> {
-      std::unique_ptr<OutboxDb>& db = c.claim_db[slot];
-      if (db == nullptr || !db->healthy()) {
-        db.reset();
-        auto opened = OutboxDb::Open(options_.db_url, /*listen=*/false);
-        if (!opened.ok()) return opened.status();
-        db = std::move(*opened);
-      }
-      return db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
-    })});
   }
 }
 
-Result<std::vector<ClaimedRow>> Relay::NextClaimed() {
-  if (ahead_.empty()) {
-    return conn_->db->Claim(options_.relay_id, options_.batch, options_.claim_lease);
+std::unique_ptr<OutboxDb> Relay::TakeBatchDb(Status& error) {
+  Conn& c = *conn_;
+  {
+    std::lock_guard<std::mutex> lock(c.pool_mu);
+    while (!c.pool.empty()) {
+      std::unique_ptr<OutboxDb> db = std::move(c.pool.back());
+      c.pool.pop_back();
+      if (db->healthy()) return db;
+    }
   }
-  Ahead next = std::move(ahead_.front());
+  auto opened = OutboxDb::Open(options_.db_url, /*listen=*/false);
+  if (!opened.ok()) {
+    error = opened.status();
+    return nullptr;
+  }
+  error = (*opened)->LimitIdleHold(options_.claim_lease);
+  if (!error.ok()) return nullptr;
+  return std::move(*opened);
+}
+
+void Relay::ReturnBatchDb(std::unique_ptr<OutboxDb> db) {
+  if (db == nullptr || !db->healthy() || db->InTransaction()) return;  // closed here
+  std::lock_guard<std::mutex> lock(conn_->pool_mu);
+  conn_->pool.push_back(std::move(db));
+}
+
+void Relay::GiveBack(HeldBatch& held) {
+  if (held.db == nullptr) return;
+  held.db->AbandonBatch();
+  ReturnBatchDb(std::move(held.db));
+}
+
+Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id) {
+  Status error;
+  HeldBatch held;
+  held.db = TakeBatchDb(error);
+  if (held.db == nullptr) return error;
+  auto rows = held.db->LockBatch(options_.batch, after_id);
+  if (rows.ok() && rows->empty() && after_id > 0) rows = held.db->LockBatch(options_.batch, 0);
+  if (!rows.ok()) {
+    ReturnBatchDb(std::move(held.db));
+    return rows.status();
+  }
+  held.rows = std::move(*rows);
+  if (held.rows.empty()) {
+    ReturnBatchDb(std::move(held.db));  // its transaction already ended
+    return held;
+  }
+  int64_t highest = highest_locked_.load();
+  while (highest < held.rows.back().id &&
+         !highest_locked_.compare_exchange_weak(highest, held.rows.back().id)) {
+  }
+  return held;
+}
+
+// Batches locked ahead start past the rows this relay holds already (stepping over rows
+// locked by its own other batches would cost about as much as locking them), except every
+// kFromStartEvery-th, which starts from the first pending row: ids are not committed in id
+// order, and a row committed late below the others must not wait for the pipeline to drain.
+void Relay::ClaimAhead() {
+  while (ahead_.size() < static_cast<size_t>(kClaimsAhead) && !stop_.load()) {
+    const int64_t after = ++locks_ahead_ % kFromStartEvery == 0 ? 0 : highest_locked_.load();
+    ahead_.push_back(std::async(std::launch::async, [this, after] { return LockBatch(after); }));
+  }
+}
+
+Result<Relay::HeldBatch> Relay::NextClaimed() {
+  if (ahead_.empty()) return LockBatch(0);
+  std::future<Result<HeldBatch>> next = std::move(ahead_.front());
   ahead_.pop_front();
-  return next.claim.get();
+  return next.get();
 }
 
 void Relay::GiveBackPrefetched(const std::string& why) {
+  size_t rows = 0;
   while (!ahead_.empty()) {
-    Result<std::vector<ClaimedRow>> claimed = NextClaimed();
-    if (!claimed.ok() || claimed->empty() || conn_->db == nullptr) continue;
-    std::vector<const ClaimedRow*> rows;
-    for (const ClaimedRow& row : *claimed) rows.push_back(&row);
-    auto released = conn_->db->Release(options_.relay_id, rows, why);
-    if (!released.ok()) {
-      spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", rows.size(),
-                   OneLine(released.ToString()));
-    }
+    Result<HeldBatch> held = NextClaimed();
+    if (!held.ok()) continue;
+    rows += held->rows.size();
+    GiveBack(*held);
   }
+  if (rows > 0) spdlog::debug("relay: {} rows locked ahead given back: {}", rows, why);
+}
+
+std::string Relay::NextBatchToken() {
+  return fmt::format("{}/{}/{}", options_.relay_id, run_nonce_, ++batches_);
 }
 
 bool Relay::PublishOneBatch() {
   Conn& c = *conn_;
-  Result<std::vector<ClaimedRow>> claimed = NextClaimed();
+  Result<HeldBatch> claimed = NextClaimed();
   if (!claimed.ok()) {
     GiveBackPrefetched("not published: a claim failed");
     metrics_.postgres_errors.fetch_add(1);
@@ -245,7 +311,8 @@ bool Relay::PublishOneBatch() {
     return false;
   }
   metrics_.postgres_up.store(true);
-  std::vector<ClaimedRow>& rows = *claimed;
+  HeldBatch held = std::move(*claimed);
+  std::vector<ClaimedRow>& rows = held.rows;
   if (rows.empty()) {
     SettleInFlight();
     return false;
@@ -258,7 +325,9 @@ bool Relay::PublishOneBatch() {
 
   std::vector<OutMessage> messages;
   InFlightBatch batch;
+  std::vector<int64_t> ids;
   messages.reserve(rows.size());
+  ids.reserve(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     ClaimedRow& row = rows[i];
     if (row.attempts > 1) metrics_.reclaimed.fetch_add(1);
@@ -277,27 +346,44 @@ bool Relay::PublishOneBatch() {
     if (!park.empty()) {
       metrics_.CountParked(reason);
       spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, park);
-      auto parked = c.db->Park(row, park);
+      auto parked = held.db->Park(row, park);
       if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
       continue;
     }
     messages.push_back(std::move(m));
+    ids.push_back(row.id);
     batch.sent.push_back(i);
   }
-  if (messages.empty()) {
+  if (messages.empty()) {  // every row parked: commit that
+    auto settled = held.db->SettleBatch("", {}, {}, "");
+    if (!settled.ok()) spdlog::warn("relay: parking a batch: {}", OneLine(settled.status().ToString()));
+    ReturnBatchDb(std::move(held.db));
     if (!full) SettleInFlight();
     return full;
   }
 
-  // A full batch suggests more are waiting: claim the next ones on their own connections while
-  // this one is published, kClaimsAhead at a time. Claiming ahead cannot break a key's order:
-  // a claim skips every later event of a key an earlier batch still holds (claimed, in flight,
-  // or published and not yet marked), exactly as it does for another relay's.
+  // A full batch suggests more are waiting: lock the next ones on connections of their own
+  // while this one is published, kClaimsAhead at a time. Locking ahead cannot break a key's
+  // order: a lock skips every later event of a key an earlier batch still holds (locked,
+  // published, or being marked), exactly as it does for another relay's.
   if (full && !stop_.load()) ClaimAhead();
+  // The first attempt is on record (committed) before anything is published: if this relay
+  // dies before the settle, the relay that takes the rows knows how old their first copy is.
+  batch.token = NextBatchToken();
+  if (Status noted = c.db->RecordAttempt(batch.token, ids); !noted.ok()) {
+    GiveBack(held);
+    GiveBackPrefetched("not published: recording the attempt failed");
+    metrics_.postgres_errors.fetch_add(1);
+    metrics_.postgres_up.store(c.db->healthy());
+    SettleInFlight();
+    Backoff("recording a publish attempt", noted);
+    return false;
+  }
   // Publish this batch without waiting for its PubAcks, then collect the previous batch's
-  // (they arrived meanwhile): the stream always has work, while the claims and marks run.
+  // (they arrived meanwhile): the stream always has work, while the locks and settles run.
   batch.id = c.nats->Send(messages, options_.max_pending);
   batch.messages = messages.size();
+  batch.db = std::move(held.db);
   batch.rows = std::move(rows);
   std::optional<InFlightBatch> previous = std::move(in_flight_);
   in_flight_ = std::move(batch);
@@ -320,14 +406,14 @@ bool Relay::SettleInFlight() {
 }
 
 bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& results) {
-  Conn& c = *conn_;
-  const StreamFacts& facts = *c.facts;
-  const bool db_usable = c.db != nullptr && c.db->healthy();
+  const StreamFacts& facts = *conn_->facts;
+  const bool db_usable = batch.db != nullptr && batch.db->healthy();
   std::vector<PublishedRow> acked;
-  std::vector<const ClaimedRow*> failed;
+  std::vector<RowKey> failed;
   std::string first_error;
   uint64_t duplicates = 0;
   int beyond_logged = 0;
+  acked.reserve(results.size());
   for (size_t i = 0; i < results.size() && i < batch.sent.size(); ++i) {
     const PublishResult& r = results[i];
     const ClaimedRow& row = batch.rows[batch.sent[i]];
@@ -354,16 +440,16 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
         const std::string why = "rejected by stream " + facts.name + ": " + r.error;
         spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, why);
         if (db_usable) {
-          auto parked = c.db->Park(row, why);
+          auto parked = batch.db->Park(row, why);
           if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
         } else {
-          spdlog::warn("relay: parking event {}: postgresql unreachable (the claim lapses after "
-                       "the lease)", row.event_id);
+          spdlog::warn("relay: parking event {}: postgresql unreachable (the row is tried again)",
+                       row.event_id);
         }
         break;
       }
       case PublishResult::Kind::kFailed:
-        failed.push_back(&row);
+        failed.push_back({row.id, row.day});
         if (first_error.empty()) first_error = r.error;
         break;
     }
@@ -377,60 +463,56 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
     spdlog::default_logger()->flush();
     raise(SIGKILL);
   }
-  if (!acked.empty()) MarkInBackground(std::move(acked), duplicates);
-  if (failed.empty()) return true;
+  const size_t failed_count = failed.size();
+  SettleInBackground(std::move(batch.db), std::move(batch.token), std::move(acked),
+                     std::move(failed), first_error, duplicates);
+  if (failed_count == 0) return true;
   // A failed batch stops the pipeline: the batch still in flight is settled too (its rows are
-  // marked or given back) and rows claimed ahead are given back, before the backoff.
+  // marked or given back) and rows locked ahead are given back, before the backoff.
   if (in_flight_) SettleInFlight();
   GiveBackPrefetched("not published: an earlier batch failed");
-  metrics_.publish_errors.fetch_add(failed.size());
-  if (db_usable) {
-    auto released = c.db->Release(options_.relay_id, failed, first_error);
-    if (!released.ok()) {
-      spdlog::warn("relay: giving back {} claims: {} (they lapse after the lease)", failed.size(),
-                   released.ToString());
-    }
-  }
-  Backoff("publishing " + std::to_string(failed.size()) + " of " +
+  metrics_.publish_errors.fetch_add(failed_count);
+  Backoff("publishing " + std::to_string(failed_count) + " of " +
               std::to_string(batch.messages) + " events",
           UnavailableError(first_error));
   return false;
 }
 
-// Marks run on their own connection while the loop claims and publishes the next batch: the
-// mark is off the critical path. At most one mark is in flight; rows stay claimed (and a later
-// event of their ordering key stays blocked) until it lands, so order and safety are as if it
-// were inline. A mark that fails leaves the rows to be republished after the claim lease.
-void Relay::MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates) {
+// A batch is settled on its own connection while the loop locks and publishes the next ones:
+// the settle is off the critical path. At most one runs at a time; the batch's rows stay
+// locked (and a later event of their ordering key stays blocked) until it commits, so order
+// and safety are as if it were inline. A settle that fails rolls back: the rows are free at
+// once and go out again, as duplicates the stream drops.
+void Relay::SettleInBackground(std::unique_ptr<OutboxDb> db, std::string token,
+                               std::vector<PublishedRow> acked, std::vector<RowKey> failed,
+                               std::string error, uint64_t duplicates) {
   FinishMarking();
-  marking_ = std::async(std::launch::async, [this, acked = std::move(acked), duplicates] {
-    Conn& c = *conn_;
-    if (c.mark_db == nullptr || !c.mark_db->healthy()) {
-      c.mark_db.reset();
-      auto db = OutboxDb::Open(options_.db_url, /*listen=*/false);
-      if (!db.ok()) {
-        MarkFailed(acked.size(), db.status());
-        return;
-      }
-      c.mark_db = std::move(*db);
-    }
-    auto marked = c.mark_db->MarkPublished(acked);
-    if (!marked.ok()) {
-      MarkFailed(acked.size(), marked.status());
+  marking_ = std::async(std::launch::async, [this, db = std::move(db), token = std::move(token),
+                                             acked = std::move(acked), failed = std::move(failed),
+                                             error = std::move(error), duplicates]() mutable {
+    if (db == nullptr) {
+      MarkFailed(acked.size(), UnavailableError("the batch's connection is gone"));
       return;
     }
-    metrics_.published.fetch_add(acked.size());
-    metrics_.duplicates.fetch_add(duplicates);
+    auto settled = db->SettleBatch(token, acked, failed, error);
+    if (!settled.ok()) {
+      MarkFailed(acked.size(), settled.status());
+    } else {
+      metrics_.published.fetch_add(acked.size());
+      metrics_.duplicates.fetch_add(duplicates);
+    }
+    ReturnBatchDb(std::move(db));
   });
 }
 
 void Relay::MarkFailed(size_t rows, const Status& status) {
-  // Published but not marked: the claims lapse after the lease and the rows go out again;
-  // within the duplicate window the stream drops the copies (PubAck duplicate: true).
+  // Published but not marked: the transaction holding the rows is gone, so they are free and
+  // go out again at once; within the duplicate window the stream drops the copies (PubAck
+  // duplicate: true).
   metrics_.postgres_errors.fetch_add(1);
   metrics_.postgres_up.store(false);
-  spdlog::warn("relay: {} events published but not marked ({}); they will be republished "
-               "after the claim lease, as duplicates the stream drops",
+  spdlog::warn("relay: {} events published but not marked ({}); they will be republished, "
+               "as duplicates the stream drops",
                rows, OneLine(status.ToString()));
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "idem/status.h"
 #include "outbox/jetstream_publisher.h"
@@ -27,6 +28,9 @@ struct RelayOptions {
   std::optional<StreamSpec> create_stream;  // create it when missing
   int batch = 256;                         // rows per claim
   int max_pending = 256;                   // unacknowledged publishes at a time
+  // The longest a batch's transaction may sit idle holding its rows: a relay that hangs is cut
+  // off by the server after it and its rows go to another relay. (A relay that dies frees its
+  // rows at once, with its connection.)
   std::chrono::milliseconds claim_lease{std::chrono::seconds(30)};
   std::chrono::milliseconds ack_timeout{std::chrono::seconds(5)};
   // How long an idle relay waits for an enqueue notification before looking anyway (leases
@@ -56,9 +60,17 @@ class Relay {
  private:
   struct Conn;
   Status Connect();
+  // A batch of rows this relay holds: locked by the open transaction of `db`, a connection
+  // of the batch pool. Empty `rows` (and no db) when the outbox had nothing to take.
+  struct HeldBatch {
+    std::unique_ptr<OutboxDb> db;
+    std::vector<ClaimedRow> rows;
+  };
   // A published batch whose PubAcks are still being collected.
   struct InFlightBatch {
     JetStreamPublisher::BatchId id = 0;
+    std::unique_ptr<OutboxDb> db;  // holds the rows until the settle commits
+    std::string token;             // its attempt record
     std::vector<ClaimedRow> rows;
     std::vector<size_t> sent;  // the rows published, by index into rows, in publish order
     size_t messages = 0;
@@ -67,21 +79,31 @@ class Relay {
   // Collects the PubAcks of the batch in flight, if any, and settles it. False if a publish
   // failed (after giving back claims and backing off).
   bool SettleInFlight();
-  // Marks the acknowledged rows (in the background), parks rejected ones, gives failed ones
-  // back. False if a publish failed.
+  // Parks rejected rows, then marks the acknowledged rows and stamps failed ones in the
+  // batch's transaction and commits (in the background). False if a publish failed.
   bool Settle(InFlightBatch& batch, const std::vector<PublishResult>& results);
   void RefreshPeriodic();
   void Backoff(const std::string& what, const Status& status);
   void SleepFor(std::chrono::milliseconds d);
-  void MarkInBackground(std::vector<PublishedRow> acked, uint64_t duplicates);
+  void SettleInBackground(std::unique_ptr<OutboxDb> db, std::string token,
+                          std::vector<PublishedRow> acked, std::vector<RowKey> failed,
+                          std::string error, uint64_t duplicates);
   void MarkFailed(size_t rows, const Status& status);
   void FinishMarking();
-  // Starts claims on the claim connections until kClaimsAhead are running.
+  // Locks the next batch on a connection of the pool (any thread): rows above `after_id`, or
+  // from the start if there are none.
+  Result<HeldBatch> LockBatch(int64_t after_id);
+  std::unique_ptr<OutboxDb> TakeBatchDb(Status& error);
+  void ReturnBatchDb(std::unique_ptr<OutboxDb> db);
+  // Ends a batch's transaction without a change and returns its connection to the pool.
+  void GiveBack(HeldBatch& held);
+  // Starts locking batches in the background until kClaimsAhead are running.
   void ClaimAhead();
-  // The oldest claim ahead (waiting for it), or a claim on the main connection if none runs.
-  Result<std::vector<ClaimedRow>> NextClaimed();
-  // Waits for the claims ahead and gives their rows back at once.
+  // The oldest batch locked ahead (waiting for it), or one locked now if none runs.
+  Result<HeldBatch> NextClaimed();
+  // Waits for the batches locked ahead and gives their rows back at once.
   void GiveBackPrefetched(const std::string& why);
+  std::string NextBatchToken();
 
   RelayOptions options_;
   RelayMetrics metrics_;
@@ -89,12 +111,14 @@ class Relay {
   std::unique_ptr<Conn> conn_;
   std::chrono::milliseconds backoff_{0};
   std::future<void> marking_;  // the mark in flight, if any
-  // The claims running ahead (each on its own claim connection, `slot`), oldest first.
-  struct Ahead {
-    int slot = 0;
-    std::future<Result<std::vector<ClaimedRow>>> claim;
-  };
-  std::deque<Ahead> ahead_;
+  // The batches being locked ahead, oldest first.
+  std::deque<std::future<Result<HeldBatch>>> ahead_;
+  uint64_t batches_ = 0;
+  uint64_t locks_ahead_ = 0;
+  // The highest row id this relay has locked: batches locked ahead start past it (most of the
+  // time; see ClaimAhead).
+  std::atomic<int64_t> highest_locked_{0};
+  std::string run_nonce_;  // makes attempt record names unique across restarts
   // The batch published last, its PubAcks not yet collected (kept only while more follow).
   std::optional<InFlightBatch> in_flight_;
 };

@@ -8,6 +8,7 @@
 
 #include "idem/outbox.h"
 #include "outbox/emit_test_util.h"
+#include "outbox/outbox_db.h"
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "outbox/subject_match.h"
@@ -32,6 +33,16 @@ class OutboxTest : public ::testing::Test {
   }
   static testing::PostgresServer& server() { return SharedPostgresServer(); }
   PgConn Connect() { return ConnectPg(server(), database_); }
+  // Waits (up to 10 s) until the server has ended the session of backend `pid`.
+  bool BackendGone(int pid) {
+    for (int i = 0; i < 1000; ++i) {
+      if (Query("SELECT count(*) FROM pg_stat_activity WHERE pid = " + std::to_string(pid)) == "0") {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
   std::string Query(const std::string& sql) { return server().Query(database_, sql); }
 
   std::string database_;
@@ -223,6 +234,165 @@ TEST_F(OutboxTest, ClaimKeepsAKeyWithOneRelayAndInOrder) {
   EXPECT_EQ(Query("SELECT event_id || ' ' || attempts FROM idem.outbox_claim('r4', 10, 60000)"),
             "k2-a 2");
   EXPECT_EQ(Query("SELECT state || ' ' || stream_seq FROM idem.outbox WHERE event_id = 'k1-a'"), "1 7");
+}
+
+// Schema version 12: a relay's batch is held by row locks. Two lockers get disjoint rows; a
+// key's later events wait for its earlier one; the settle marks and commits; rows of a locker
+// that rolls back (or dies) are free at once.
+TEST_F(OutboxTest, LockedBatchesAreDisjointKeepKeysInOrderAndFreeOnRollback) {
+  PgConn producer = Connect();
+  ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+  for (const auto& [id, key] : std::vector<std::pair<std::string, std::optional<std::string>>>{
+           {"k1-a", "k1"}, {"k1-b", "k1"}, {"free-1", std::nullopt}, {"k1-c", "k1"},
+           {"k2-a", "k2"}, {"free-2", std::nullopt}}) {
+    ASSERT_TRUE(outbox::Enqueue(producer.get(), MakeEvent(id, key)).ok());
+  }
+  ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+  PgConn a = Connect(), b = Connect(), c = Connect();
+  auto lock = [](PGconn* conn, int limit, int64_t after = 0) {
+    return Exec(conn, "SELECT coalesce(string_agg(event_id || ':' || attempts, ',' ORDER BY id), '') "
+                      "FROM idem.outbox_lock(" + std::to_string(limit) + ", " +
+                      std::to_string(after) + ")");
+  };
+  ASSERT_EQ(Exec(a.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(a.get(), 1), "k1-a:1");
+  ASSERT_EQ(Exec(b.get(), "BEGIN"), "");
+  // b skips k1-a (a holds it) and, with it, k1-b and k1-c; it takes the rest.
+  EXPECT_EQ(lock(b.get(), 10), "free-1:1,k2-a:1,free-2:1");
+  ASSERT_EQ(Exec(c.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(c.get(), 10), "");
+  ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
+  // a publishes k1-a and settles: marked, committed; k1's rest is free, in order.
+  EXPECT_EQ(Exec(a.get(), "SELECT idem.outbox_settle('a-1', ARRAY[id], ARRAY[day], ARRAY[7::bigint], "
+                          "ARRAY[false], '{}', '{}', NULL) FROM idem.outbox WHERE event_id = 'k1-a'"),
+            "1");
+  ASSERT_EQ(Exec(a.get(), "COMMIT"), "");
+  EXPECT_EQ(Query("SELECT state || ' ' || stream_seq || ' ' || attempts FROM idem.outbox "
+                  "WHERE event_id = 'k1-a'"),
+            "1 7 1");
+  // k1-b and k1-c are still b's: its lock took them and left them out (k1-a was a's), and
+  // they stay locked until b's transaction ends.
+  ASSERT_EQ(Exec(c.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(c.get(), 10), "");
+  ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
+  // b dies without settling: its rows are free as soon as the server sees it gone.
+  const int b_pid = PQbackendPID(b.get());
+  b.reset();
+  ASSERT_TRUE(BackendGone(b_pid));
+  ASSERT_EQ(Exec(c.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(c.get(), 10, 0), "k1-b:1,free-1:1,k1-c:1,k2-a:1,free-2:1");
+  ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
+  // Past an id: only the rows above it.
+  const std::string k1c = Query("SELECT id FROM idem.outbox WHERE event_id = 'k1-c'");
+  ASSERT_EQ(Exec(c.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(c.get(), 10, std::stoll(k1c)), "k2-a:1,free-2:1");
+  ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
+}
+
+// The first publish attempt survives the relay that made it: the attempt record, committed
+// before the publish, tells the next locker how old the first copy is (the duplicate window
+// accounting) and counts the attempt. A failed publish is stamped on its rows by the settle.
+// Records of finished batches go: the settle deletes its own, and outbox_forget_attempts those
+// a dead relay left once their rows are published, so the table stays bounded.
+TEST_F(OutboxTest, AttemptRecordsOutliveADeadRelayAndAreForgottenOnceSettled) {
+  PgConn producer = Connect();
+  ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+  for (const char* id : {"e1", "e2", "e3"}) {
+    ASSERT_TRUE(outbox::Enqueue(producer.get(), MakeEvent(id)).ok());
+  }
+  ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+  const std::string ids = Query("SELECT array_agg(id ORDER BY id) FROM idem.outbox");
+  {
+    PgConn dying = Connect();
+    ASSERT_EQ(Exec(dying.get(), "BEGIN"), "");
+    ASSERT_EQ(Exec(dying.get(), "SELECT count(*) FROM idem.outbox_lock(10)"), "3");
+    // On another connection, committed before the (never settled) publish.
+    ASSERT_EQ(Exec(producer.get(), "SELECT idem.outbox_attempt('dead/1', '" + ids + "')"), "");
+    const int pid = PQbackendPID(dying.get());
+    dying.reset();  // the relay dies: its connection closes, its transaction is rolled back
+    ASSERT_TRUE(BackendGone(pid));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_attempts"), "1");
+  EXPECT_EQ(Query("SELECT idem.outbox_forget_attempts(0)"), "0") << "its rows are still pending";
+
+  PgConn next = Connect();
+  ASSERT_EQ(Exec(next.get(), "BEGIN"), "");
+  EXPECT_EQ(Exec(next.get(), "SELECT string_agg(event_id || ':' || attempts || ':' || "
+                             "(first_attempt_age_ms >= 200), ',' ORDER BY id) FROM idem.outbox_lock(10)"),
+            "e1:2:true,e2:2:true,e3:2:true");
+  ASSERT_EQ(Exec(producer.get(), "SELECT idem.outbox_attempt('next/1', '" + ids + "')"), "");
+  // e1 and e2 published, e3's publish failed.
+  EXPECT_EQ(Exec(next.get(), "SELECT idem.outbox_settle('next/1', a.ids[1:2], a.days[1:2], "
+                             "ARRAY[1, 2]::bigint[], ARRAY[false, true], a.ids[3:3], a.days[3:3], "
+                             "'nats: timeout') FROM (SELECT array_agg(id ORDER BY id) ids, "
+                             "array_agg(day ORDER BY id) days FROM idem.outbox) a"),
+            "2");
+  ASSERT_EQ(Exec(next.get(), "COMMIT"), "");
+  EXPECT_EQ(Query("SELECT string_agg(batch, ',') FROM idem.outbox_attempts"), "dead/1");
+  EXPECT_EQ(Query("SELECT string_agg(event_id || ':' || state || ':' || attempts || ':' || "
+                  "coalesce(error, '-') || ':' || (first_attempt_at IS NOT NULL), ',' ORDER BY id) "
+                  "FROM idem.outbox"),
+            "e1:1:1:-:true,e2:1:1:-:true,e3:0:1:nats: timeout:true");
+  // e3 counts both attempts the next time, and is as old as the first.
+  ASSERT_EQ(Exec(next.get(), "BEGIN"), "");
+  EXPECT_EQ(Exec(next.get(), "SELECT event_id || ':' || attempts || ':' || (first_attempt_age_ms >= 200) "
+                             "FROM idem.outbox_lock(10)"),
+            "e3:3:true");
+  EXPECT_EQ(Exec(next.get(), "SELECT idem.outbox_settle('next/2', ARRAY[id], ARRAY[day], "
+                             "ARRAY[3::bigint], ARRAY[false], '{}', '{}', NULL) FROM idem.outbox "
+                             "WHERE event_id = 'e3'"),
+            "1");
+  ASSERT_EQ(Exec(next.get(), "COMMIT"), "");
+  // Every row published: the dead relay's record goes (not before it is older than asked).
+  EXPECT_EQ(Query("SELECT idem.outbox_forget_attempts(3600000)"), "0");
+  EXPECT_EQ(Query("SELECT idem.outbox_forget_attempts(0)"), "1");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_attempts"), "0");
+}
+
+// The relay's side: a batch connection that sits on its locks longer than the claim lease (a
+// relay that hangs) is cut off by the server, its rows go to the next locker, and its late
+// settle fails instead of marking anything.
+TEST_F(OutboxTest, ABatchHeldIdleBeyondTheLeaseIsCutOffAndItsRowsTakenOver) {
+  PgConn producer = Connect();
+  ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+  for (const char* id : {"h1", "h2"}) ASSERT_TRUE(outbox::Enqueue(producer.get(), MakeEvent(id)).ok());
+  ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+  auto hung = outbox::OutboxDb::Open(server().Url(database_), /*listen=*/false);
+  ASSERT_TRUE(hung.ok()) << hung.status().ToString();
+  ASSERT_TRUE((*hung)->LimitIdleHold(std::chrono::milliseconds(300)).ok());
+  auto held = (*hung)->LockBatch(10);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  ASSERT_EQ(held->size(), 2u);
+  EXPECT_TRUE((*hung)->InTransaction());
+
+  auto next = outbox::OutboxDb::Open(server().Url(database_), /*listen=*/false);
+  ASSERT_TRUE(next.ok());
+  auto none = (*next)->LockBatch(10);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty()) << "held by the first, within its lease";
+  EXPECT_FALSE((*next)->InTransaction()) << "an empty lock ends its transaction";
+  std::vector<outbox::ClaimedRow> taken;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    auto rows = (*next)->LockBatch(10);
+    if (!rows.ok() || rows->empty()) return false;
+    taken = std::move(*rows);
+    return true;
+  }, std::chrono::seconds(10)));
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].event_id, "h1");
+
+  const outbox::PublishedRow late{(*held)[0].id, (*held)[0].day, 1, false};
+  auto settled = (*hung)->SettleBatch("hung/1", {late}, {}, "");
+  EXPECT_FALSE(settled.ok());
+  const outbox::PublishedRow first{taken[0].id, taken[0].day, 1, false};
+  const outbox::PublishedRow second{taken[1].id, taken[1].day, 2, false};
+  auto marked = (*next)->SettleBatch("next/1", {first, second}, {}, "");
+  ASSERT_TRUE(marked.ok()) << marked.status().ToString();
+  EXPECT_EQ(*marked, 2);
+  EXPECT_EQ(Query("SELECT string_agg(event_id || ':' || stream_seq, ',' ORDER BY id) FROM "
+                  "idem.outbox WHERE state = 1"),
+            "h1:1,h2:2");
 }
 
 // Schema version 8: the claim rewrites every row it takes, a whole page of rows at a time,

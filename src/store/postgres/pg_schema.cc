@@ -1,6 +1,7 @@
 #include "store/postgres/pg_schema.h"
 
 #include "outbox/outbox_claim_room_sql.h"
+#include "outbox/outbox_held_claim_sql.h"
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
@@ -39,6 +40,9 @@ constexpr Migration kMigrations[] = {
      kSchemaV10Operations},
     {"gateway: the tiered store's durable half (idem_tier_begin, idem_tier_settle)",
      kSchemaV11Tiered},
+    {"emit layer: the relay holds its claim as row locks (idem.outbox_lock, outbox_settle, "
+     "outbox_attempts)",
+     outbox::internal::kOutboxHeldClaimSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
