@@ -54,6 +54,7 @@ struct Pipeline::Impl {
   bool relay_armed IDEM_GUARDED_BY(mu) = false;       // the running relay will crash
   bool hold_after_crash IDEM_GUARDED_BY(mu) = false;  // the armed relay's crash
   bool relay_held IDEM_GUARDED_BY(mu) = false;        // no relay is started
+  std::chrono::steady_clock::time_point relay_crashed_at IDEM_GUARDED_BY(mu){};
   std::string error IDEM_GUARDED_BY(mu);
   // A killed gateway that did not start again at once (its store restarting under it, say):
   // the supervisor keeps starting it, as a service manager would, for config.gateway_comeback.
@@ -173,8 +174,13 @@ struct Pipeline::Impl {
           ++owner->relay_crashes_;
           relay_armed = false;
           relay_held = hold_after_crash;
+          relay_crashed_at = std::chrono::steady_clock::now();
         }
-        if (!relay_held) {
+        // A crashed relay's rows are free at once (its transaction dies with it). With layer 3
+        // off (a window of 100 ms) the next relay starts three windows later, so that the
+        // broker has surely forgotten what the crashed one published.
+        const auto wait = config.duplicate_window < 1s ? 3 * config.duplicate_window : 0ms;
+        if (!relay_held && std::chrono::steady_clock::now() - relay_crashed_at >= wait) {
           if (auto e = LaunchRelay(false); !e.empty()) error = e;
         }
       }
@@ -517,7 +523,8 @@ bool Pipeline::RecordOutageBatch() {
   const bool ok = Poll(20s, [&] {
     error = ExecOn(conninfo(),
                    "INSERT INTO chaos_outage_events (event_id) SELECT event_id "
-                   "FROM idem.outbox WHERE state = 0 AND attempts > 0");
+                   "FROM idem.outbox WHERE state = 0 AND (attempts > 0 OR id IN "
+                   "(SELECT unnest(ids) FROM idem.outbox_attempts))");
     return error.empty();
   });
   if (!ok) {

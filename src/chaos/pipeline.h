@@ -21,8 +21,9 @@ namespace idem::chaos {
 
 // The stream's duplicate window with layer 3 off: JetStream has no "off" (0 means its 2 min
 // default) and refuses windows under 100 ms, so the relay creates the stream with a 100 ms
-// window. The broker forgets a Nats-Msg-Id after 100 ms, long before a crashed relay's rows are
-// claimed again (the 1 s claim lease), so every republished copy is stored and delivered. The
+// window. The broker forgets a Nats-Msg-Id after 100 ms, before a crashed relay's rows are
+// published again (the next relay starts 300 ms after the crash with such a window), so every
+// republished copy is stored and delivered. The
 // relay still sends Nats-Msg-Id: the consumer uses it as the message's inbox key (layer 2), and
 // publishing without it would blind the inbox too, not just the broker.
 inline constexpr std::chrono::milliseconds kNoDuplicateWindow{100};

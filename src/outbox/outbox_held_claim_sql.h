@@ -104,11 +104,22 @@ DECLARE
 BEGIN
   DELETE FROM idem.outbox_attempts a WHERE a.batch = p_batch RETURNING a.at INTO v_at;
   IF cardinality(p_ids) > 0 THEN
+    -- A published row's attempts and first attempt count those of relays that died publishing
+    -- it (their records), as well as its own.
+    WITH span AS (
+      SELECT min(x) AS lo, max(x) AS hi FROM unnest(p_ids) AS x
+    ), prior AS (
+      SELECT x.id, min(a.at) AS at, count(*)::integer AS n
+        FROM idem.outbox_attempts a CROSS JOIN span s CROSS JOIN LATERAL unnest(a.ids) AS x(id)
+       WHERE a.first_id <= s.hi AND a.last_id >= s.lo
+       GROUP BY x.id
+    )
     UPDATE idem.outbox o
        SET state = 1, published_at = clock_timestamp(), stream_seq = u.seq, duplicate = u.dup,
-           claim_until = NULL, error = NULL, attempts = o.attempts + 1,
-           first_attempt_at = coalesce(o.first_attempt_at, v_at, clock_timestamp())
+           claim_until = NULL, error = NULL, attempts = o.attempts + 1 + coalesce(p.n, 0),
+           first_attempt_at = coalesce(least(o.first_attempt_at, p.at), v_at, clock_timestamp())
       FROM unnest(p_ids, p_days, p_seqs, p_dups) AS u(id, day, seq, dup)
+           LEFT JOIN prior p ON p.id = u.id
      WHERE o.id = u.id AND o.day = u.day AND o.state = 0;
     GET DIAGNOSTICS v_count = ROW_COUNT;
   END IF;

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
 #include <random>
 #include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "idem/mutex.h"
 #include "outbox/outbox_db.h"
 #include "outbox/subject_match.h"
 
@@ -74,8 +74,8 @@ struct Relay::Conn {
   bool pg_connected_before = false;
   // Connections for batches, idle (none in a transaction). A batch takes one for its life:
   // locked ahead, published, settled in the background.
-  std::mutex pool_mu;
-  std::vector<std::unique_ptr<OutboxDb>> pool;
+  Mutex pool_mu;
+  std::vector<std::unique_ptr<OutboxDb>> pool IDEM_GUARDED_BY(pool_mu);
 };
 
 Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::make_unique<Conn>()) {
@@ -214,7 +214,7 @@ void Relay::RefreshPeriodic() {
 std::unique_ptr<OutboxDb> Relay::TakeBatchDb(Status& error) {
   Conn& c = *conn_;
   {
-    std::lock_guard<std::mutex> lock(c.pool_mu);
+    MutexLock lock(c.pool_mu);
     while (!c.pool.empty()) {
       std::unique_ptr<OutboxDb> db = std::move(c.pool.back());
       c.pool.pop_back();
@@ -233,7 +233,7 @@ std::unique_ptr<OutboxDb> Relay::TakeBatchDb(Status& error) {
 
 void Relay::ReturnBatchDb(std::unique_ptr<OutboxDb> db) {
   if (db == nullptr || !db->healthy() || db->InTransaction()) return;  // closed here
-  std::lock_guard<std::mutex> lock(conn_->pool_mu);
+  MutexLock lock(conn_->pool_mu);
   conn_->pool.push_back(std::move(db));
 }
 
@@ -272,14 +272,24 @@ Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id) {
 // order, and a row committed late below the others must not wait for the pipeline to drain.
 void Relay::ClaimAhead() {
   while (ahead_.size() < static_cast<size_t>(kClaimsAhead) && !stop_.load()) {
-    const int64_t after = ++locks_ahead_ % kFromStartEvery == 0 ? 0 : highest_locked_.load();
-    ahead_.push_back(std::async(std::launch::async, [this, after] { return LockBatch(after); }));
+    const bool from_start = ++locks_ahead_ % kFromStartEvery == 0;
+    std::shared_future<void> before = ahead_.empty() ? std::shared_future<void>() : ahead_.back().locked;
+    auto locked = std::make_shared<std::promise<void>>();
+    Ahead next;
+    next.locked = locked->get_future().share();
+    next.batch = std::async(std::launch::async, [this, from_start, before, locked] {
+      if (before.valid()) before.wait();
+      Result<HeldBatch> held = LockBatch(from_start ? 0 : highest_locked_.load());
+      locked->set_value();
+      return held;
+    });
+    ahead_.push_back(std::move(next));
   }
 }
 
 Result<Relay::HeldBatch> Relay::NextClaimed() {
   if (ahead_.empty()) return LockBatch(0);
-  std::future<Result<HeldBatch>> next = std::move(ahead_.front());
+  std::future<Result<HeldBatch>> next = std::move(ahead_.front().batch);
   ahead_.pop_front();
   return next.get();
 }

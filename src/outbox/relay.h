@@ -111,8 +111,13 @@ class Relay {
   std::unique_ptr<Conn> conn_;
   std::chrono::milliseconds backoff_{0};
   std::future<void> marking_;  // the mark in flight, if any
-  // The batches being locked ahead, oldest first.
-  std::deque<std::future<Result<HeldBatch>>> ahead_;
+  // The batches being locked ahead, oldest first. Each lock starts when the one before it
+  // has locked its rows, so that it can start past them.
+  struct Ahead {
+    std::future<Result<HeldBatch>> batch;
+    std::shared_future<void> locked;
+  };
+  std::deque<Ahead> ahead_;
   uint64_t batches_ = 0;
   uint64_t locks_ahead_ = 0;
   // The highest row id this relay has locked: batches locked ahead start past it (most of the

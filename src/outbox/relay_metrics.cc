@@ -49,7 +49,7 @@ std::string RelayMetrics::Render() const {
   Write(out, "idem_relay_postgres_errors_total", "counter", "Failed outbox calls to PostgreSQL.",
         static_cast<double>(postgres_errors.load()));
   Write(out, "idem_relay_reclaimed_total", "counter",
-        "Rows claimed again after an earlier claim was given back or lapsed.",
+        "Rows taken again after an earlier publish attempt (failed, or its relay died or hung).",
         static_cast<double>(reclaimed.load()));
   out += "# HELP idem_relay_parked_total Rows parked, by reason.\n";
   out += "# TYPE idem_relay_parked_total counter\n";

@@ -48,8 +48,9 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       "transaction) to a NATS JetStream stream, with the event id as Nats-Msg-Id so the stream\n"
       "drops a copy within its duplicate window. Rows are marked published only after the\n"
       "stream's PubAck; a crash in between republishes them, as duplicates the stream drops.\n"
-      "Run as many relays as you like on one outbox: they claim rows with SKIP LOCKED and a\n"
-      "lease; events sharing an ordering key go out in enqueue order, one relay at a time.\n"
+      "Run as many relays as you like on one outbox: each holds its batch of rows locked (SKIP\n"
+      "LOCKED) until it marks them; events sharing an ordering key go out in enqueue order, one\n"
+      "relay at a time.\n"
       "PostgreSQL or NATS down: retried with backoff, nothing lost. SIGTERM: finishes the\n"
       "batch in flight and exits 0. Rows the stream cannot take (subject not covered, too\n"
       "large) are parked with the reason, counted, and kept (SELECT idem.outbox_unpark(id)).\n\n"
@@ -86,8 +87,9 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
                   "Publishes awaiting their PubAck at a time (1 to 100000)")
       ->capture_default_str();
   cmd->add_option("--claim-lease", flags->claim_lease,
-                  "How long a claim holds rows; a crashed relay's rows go out again after it.\n"
-                  "Keep it well below the duplicate window")
+                  "The longest a batch may sit idle holding its rows: a relay that hangs is cut\n"
+                  "off by PostgreSQL after it and its rows go to another relay (a relay that\n"
+                  "dies frees them at once). Keep it well below the duplicate window")
       ->capture_default_str();
   cmd->add_option("--ack-timeout", flags->ack_timeout, "How long to wait for one PubAck")
       ->capture_default_str();
