@@ -33,6 +33,14 @@ CREATE TABLE IF NOT EXISTS idem.outbox_attempts (
   last_id  bigint      NOT NULL,
   ids      bigint[]    NOT NULL
 );
+-- A batch's ids (8 KB for 1,000 rows) are compressed when stored; lz4 where the server has it
+-- costs a fraction of the default pglz.
+DO $$
+BEGIN
+  ALTER TABLE idem.outbox_attempts ALTER COLUMN ids SET COMPRESSION lz4;
+EXCEPTION WHEN OTHERS THEN
+  RAISE NOTICE 'idem.outbox_attempts: lz4 unavailable (%), keeping pglz', SQLERRM;
+END $$;
 
 -- Locks up to p_limit pending rows with ids above p_after in the caller's transaction,
 -- skipping rows another transaction holds and rows under a lease of an older relay, in id
