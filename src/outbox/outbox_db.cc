@@ -24,6 +24,7 @@ constexpr const char* kAttempt = "idem_relay_attempt";
 constexpr const char* kSettle = "idem_relay_settle";
 constexpr const char* kPark = "idem_relay_park";
 constexpr const char* kStats = "idem_relay_stats";
+constexpr const char* kLag = "idem_relay_lag";
 
 template <typename T, typename F>
 std::string ArrayLiteral(const std::vector<T>& rows, F field) {
@@ -93,6 +94,10 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
       "$6::bigint[], $7::integer[], $8)::bigint"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare park", kPark,
                                  "SELECT idem.outbox_park($1::bigint, $2::integer, $3)"));
+  IDEM_RETURN_IF_ERROR(c.Prepare(
+      "prepare lag", kLag,
+      "SELECT coalesce((SELECT extract(epoch FROM clock_timestamp() - o.enqueued_at) "
+      "FROM idem.outbox o WHERE o.state = 0 ORDER BY o.id LIMIT 1), 0)::float8"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare stats", kStats,
                                  "SELECT lag_seconds, pending, parked FROM idem.outbox_stats()"));
   if (listen) {
@@ -204,6 +209,13 @@ Status OutboxDb::Park(const ClaimedRow& row, const std::string& reason) {
   params.Int(row.id).Int(row.day).Text(reason);
   auto result = conn_->ExecPrepared("outbox park", kPark, params);
   return result.ok() ? Status::Ok() : result.status().WithContext("event " + row.event_id);
+}
+
+Result<double> OutboxDb::LagSeconds() {
+  auto result = conn_->ExecPrepared("outbox lag", kLag, PgParams());
+  if (!result.ok()) return result.status();
+  if (PQntuples(result->get()) != 1) return DataLossError("outbox lag: no row");
+  return ColumnDouble(result->get(), 0, 0);
 }
 
 Result<OutboxStats> OutboxDb::Stats() {
