@@ -49,15 +49,17 @@ std::string Join(const std::vector<std::string>& parts) {
   return out;
 }
 
-// The test-only crash point: IDEM_RELAY_TEST_CRASH_POINT=after_publish makes the relay kill
-// itself with SIGKILL after a batch's PubAcks arrive and before it marks the rows, so the
-// tests can reproduce "published, never marked" without timing luck.
-bool CrashAfterPublish() {
-  static const bool enabled = [] {
+// The test-only fault points, after a batch's PubAcks arrive and before its rows are marked:
+// IDEM_RELAY_TEST_CRASH_POINT=after_publish makes the relay kill itself with SIGKILL (published,
+// never marked), =stop_after_publish stop itself with SIGSTOP once (a relay that hangs holding
+// its rows, until a SIGCONT), so the tests can reproduce both without timing luck.
+int FaultAfterPublish() {
+  static const int signal = [] {
     const char* v = std::getenv("IDEM_RELAY_TEST_CRASH_POINT");
-    return v != nullptr && std::string_view(v) == "after_publish";
+    const std::string_view point = v == nullptr ? "" : v;
+    return point == "after_publish" ? SIGKILL : point == "stop_after_publish" ? SIGSTOP : 0;
   }();
-  return enabled;
+  return signal;
 }
 
 }  // namespace
@@ -477,11 +479,13 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
   if (beyond_logged > kMaxLoggedPerBatch) {
     spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
   }
-  if (CrashAfterPublish() && !acked.empty()) {
-    spdlog::warn("relay: test crash point after_publish: SIGKILL with {} rows published, unmarked",
-                 acked.size());
+  static std::atomic<bool> stopped_once{false};
+  if (const int fault = FaultAfterPublish(); fault != 0 && !acked.empty() &&
+                                             (fault == SIGKILL || !stopped_once.exchange(true))) {
+    spdlog::warn("relay: test fault point: {} with {} rows published, unmarked",
+                 fault == SIGKILL ? "SIGKILL" : "SIGSTOP", acked.size());
     spdlog::default_logger()->flush();
-    raise(SIGKILL);
+    raise(fault);
   }
   const size_t failed_count = failed.size();
   SettleInBackground(std::move(batch.db), std::move(batch.token), std::move(acked),

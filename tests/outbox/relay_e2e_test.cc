@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <fstream>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -151,6 +154,53 @@ TEST_F(RelayTest, KilledBetweenPublishAndMarkRepublishesAsDuplicates) {
   EXPECT_TRUE(left == "1" || left == "2") << left;
   EXPECT_EQ(Query("SELECT idem.outbox_forget_attempts(0)"), left);
   EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_attempts"), "0");
+}
+
+// A relay that hangs (SIGSTOP after a batch's PubAcks, before its settle) holds its rows only
+// for --claim-lease: PostgreSQL then ends its idle sessions, another relay publishes the rows
+// (the stream drops the copies), and the hung relay, resumed, marks nothing and carries on.
+TEST_F(RelayTest, AHungRelaysRowsGoToAnotherRelayAfterTheLease) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
+  Enqueue("evt-", 200);
+  RelayProcess hung(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("hung.log"),
+                    "stop_after_publish");
+  const pid_t pid = hung.process().pid();
+  auto state = [pid] {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
+  };
+  ASSERT_TRUE(WaitUntil([&] { return state() == 'T'; }, seconds(30))) << hung.process().Output();
+  std::this_thread::sleep_for(milliseconds(300));  // the server takes what it got
+  const uint64_t published = js_.StreamMessages("ORDERS");
+  EXPECT_GE(published, 50u);
+  EXPECT_EQ(Count("state = 1"), 0);
+
+  const auto started = std::chrono::steady_clock::now();
+  RelayProcess relay(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("relay.log"));
+  ASSERT_EQ(relay.WaitReady(), "");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 200; }, seconds(30)))
+      << relay.process().Output();
+  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(900))
+      << "the hung relay's rows were taken before its lease ran out";
+  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_duplicates_total") ==
+                                     static_cast<double>(published); }, seconds(5)))
+      << relay.Metric("idem_relay_duplicates_total") << " duplicates, " << published
+      << " published by the hung relay";
+  EXPECT_EQ(js_.StreamMessages("ORDERS"), 200u);
+
+  // Resumed: its sessions are gone, so its settle fails and changes nothing; it carries on.
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  EXPECT_TRUE(hung.process().WaitForLine("published but not marked", seconds(20)))
+      << hung.process().Output();
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_EQ(Count("state = 1"), 200);
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE stream_seq BETWEEN 1 AND 200"), "200");
+  EXPECT_EQ(js_.StreamMessages("ORDERS"), 200u);
+  EXPECT_EQ(hung.process().Stop(SIGTERM), 0) << hung.process().Output();
+  EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
 }
 
 // Three relays at once over 10,000 events: each published once, every ordering key in
