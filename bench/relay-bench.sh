@@ -19,7 +19,7 @@
 # 1. Throughput. The reference publishes BENCH_EVENTS messages (Nats-Msg-Id each, up to 1000
 #    unacknowledged) and waits for every PubAck. The relay drains the same number of outbox
 #    rows, enqueued beforehand, with its defaults raised to --batch 1000 --max-pending 1000:
-#    claim (SKIP LOCKED + lease), publish, PubAck, mark. Each case to a file-backed stream of
+#    lock a batch (SKIP LOCKED), publish, PubAck, settle. Each case to a file-backed stream of
 #    its own on the same server. Prints both rates and the ratio (the aim: >= 0.5x).
 #    Next to each rate: the CPU time per event of every process involved (the publisher or
 #    the relay, nats-server, and PostgreSQL's backends and background processes), which a
