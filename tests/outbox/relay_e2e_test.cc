@@ -157,12 +157,15 @@ TEST_F(RelayTest, KilledBetweenPublishAndMarkRepublishesAsDuplicates) {
 }
 
 // A relay that hangs (SIGSTOP after a batch's PubAcks, before its settle) holds its rows only
-// for --claim-lease: PostgreSQL then ends its idle sessions, another relay publishes the rows
+// for --claim-lease (3 s here): PostgreSQL then ends its idle sessions, another relay publishes the rows
 // (the stream drops the copies), and the hung relay, resumed, marks nothing and carries on.
 TEST_F(RelayTest, AHungRelaysRowsGoToAnotherRelayAfterTheLease) {
   ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
   Enqueue("evt-", 200);
-  RelayProcess hung(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("hung.log"),
+  // The hung relay's rows are free once its batch connections sat idle for the lease; the last
+  // statement on them came after this moment.
+  const auto hung_started = std::chrono::steady_clock::now();
+  RelayProcess hung(RelayArgs({"--batch", "50", "--claim-lease", "3s"}), Log("hung.log"),
                     "stop_after_publish");
   const pid_t pid = hung.process().pid();
   auto state = [pid] {
@@ -178,12 +181,17 @@ TEST_F(RelayTest, AHungRelaysRowsGoToAnotherRelayAfterTheLease) {
   EXPECT_GE(published, 50u);
   EXPECT_EQ(Count("state = 1"), 0);
 
-  const auto started = std::chrono::steady_clock::now();
   RelayProcess relay(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
+  // Within the lease the rows the hung relay holds (the batches it published and those it
+  // locked ahead) stay where they are.
+  std::this_thread::sleep_for(milliseconds(300));
+  if (std::chrono::steady_clock::now() - hung_started < milliseconds(2500)) {
+    EXPECT_LT(Count("state = 1"), 200) << "every row was taken while the hung relay held some";
+  }
   ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 200; }, seconds(30)))
       << relay.process().Output();
-  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(900))
+  EXPECT_GE(std::chrono::steady_clock::now() - hung_started, milliseconds(2900))
       << "the hung relay's rows were taken before its lease ran out";
   EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_duplicates_total") ==
                                      static_cast<double>(published); }, seconds(5)))
