@@ -29,6 +29,9 @@ namespace idem::internal::pg {
 //   10 long-running operations: idem_accept, idem_begin hands an in-flight record's accepted
 //      response to duplicates, idem.operation_complete / idem.operation_release for jobs;
 //      idem_watch without the scope lock
+//   11 the tiered store's durable half: idem_tier_begin, idem_tier_settle
+//   12 the relay holds a batch as row locks: idem.outbox_lock, idem.outbox_settle,
+//      idem.outbox_attempt(s), idem.outbox_forget_attempts; outbox_park counts the attempt
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
 inline constexpr int kSchemaVersion = 12;
