@@ -33,28 +33,14 @@ class RedisClusterGatewayTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(cluster_.Start(), "");
-    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
-    ASSERT_NE(service, nullptr) << address;
-    service_ = std::move(service);
-    service_address_ = address;
-    for (int i = 0; i < 2; ++i) {
-      gateways_.push_back(StartGatewayProcess(
-          IDEM_BINARY, service_address_, cluster_.Url("&prefix=e2e&timeout_ms=1000"),
-          dir_.File("gateway-" + std::to_string(i) + ".log")));
-      ASSERT_NE(gateways_.back().process, nullptr) << gateways_.back().address;
-    }
-  }
-
-  int Executions(const std::string& key) {
-    auto r = Http(service_address_, "GET", "/executions?key=" + key);
-    return r.status == 200 ? std::stoi(r.body) : -1;
+    ASSERT_EQ(fleet_.Start(IDEM_BINARY, EXAMPLE_SERVICE, dir_.path().string(),
+                           cluster_.Url("&prefix=e2e&timeout_ms=1000"), 2),
+              "");
   }
 
   TempDir dir_;
   RedisCluster cluster_;
-  std::unique_ptr<Process> service_;
-  std::string service_address_;
-  std::vector<GatewayProcess> gateways_;
+  GatewayFleet fleet_;
 };
 
 TEST_F(RedisClusterGatewayTest, EightClientsOnTwoGatewaysRideThroughAReshardingExecutingOnce) {
@@ -92,7 +78,7 @@ TEST_F(RedisClusterGatewayTest, EightClientsOnTwoGatewaysRideThroughAReshardingE
         const std::string& key = keys[c * kKeysPerClient + k];
         HttpResponse r;
         for (int attempt = 0; attempt < 5; ++attempt) {
-          r = Http(gateways_[(c + k + attempt) % 2].address, "POST", "/v1/payments?sleep_ms=20",
+          r = Http(fleet_.gateways[(c + k + attempt) % 2].address, "POST", "/v1/payments?sleep_ms=20",
                    {{"Idempotency-Key", key}}, "{}");
           if (r.status != 503) break;
           ++retried;
@@ -123,9 +109,9 @@ TEST_F(RedisClusterGatewayTest, EightClientsOnTwoGatewaysRideThroughAReshardingE
   // Every key executed once, and now lives on the new owner: a retry on either gateway replays.
   int executed_more_than_once = 0;
   for (const std::string& key : keys) {
-    if (Executions(key) != 1) ++executed_more_than_once;
+    if (fleet_.Executions(key) != 1) ++executed_more_than_once;
     const HttpResponse replay =
-        Http(gateways_[1].address, "POST", "/v1/payments?sleep_ms=20",
+        Http(fleet_.gateways[1].address, "POST", "/v1/payments?sleep_ms=20",
              {{"Idempotency-Key", key}}, "{}");
     EXPECT_EQ(replay.status, 201) << key;
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true") << key;
@@ -155,7 +141,7 @@ TEST_F(RedisClusterGatewayTest, AKilledPrimaryMeans503WithRetryAfterUntilItsRepl
     cluster_.Primaries(GatewaySlotOf(key), owner);
     if (owner.id != victim.id) continue;
     const HttpResponse r =
-        Http(gateways_[0].address, "POST", "/v1/payments", {{"Idempotency-Key", key}}, "{}");
+        Http(fleet_.gateways[0].address, "POST", "/v1/payments", {{"Idempotency-Key", key}}, "{}");
     ASSERT_EQ(r.status, 201) << r.body;
     done.push_back(std::move(key));
   }
@@ -174,7 +160,7 @@ TEST_F(RedisClusterGatewayTest, AKilledPrimaryMeans503WithRetryAfterUntilItsRepl
   HttpResponse r;
   while (std::chrono::steady_clock::now() - killed_at < 30s) {
     const auto sent = std::chrono::steady_clock::now();
-    r = Http(gateways_[1].address, "POST", "/v1/payments", {{"Idempotency-Key", fresh}}, "{}");
+    r = Http(fleet_.gateways[1].address, "POST", "/v1/payments", {{"Idempotency-Key", fresh}}, "{}");
     EXPECT_LT(std::chrono::steady_clock::now() - sent, 5s) << "a request must not hang";
     if (r.status != 503) break;
     EXPECT_EQ(r.Header("Retry-After"), "1");
@@ -183,11 +169,11 @@ TEST_F(RedisClusterGatewayTest, AKilledPrimaryMeans503WithRetryAfterUntilItsRepl
     std::this_thread::sleep_for(100ms);
   }
   ASSERT_EQ(r.status, 201) << "no replica took over within 30 s: " << r.status << " " << r.body;
-  EXPECT_EQ(Executions(fresh), 1) << "503s never executed the request";
+  EXPECT_EQ(fleet_.Executions(fresh), 1) << "503s never executed the request";
   int lost = 0;
   for (const std::string& key : done) {
     const HttpResponse retry =
-        Http(gateways_[1].address, "POST", "/v1/payments", {{"Idempotency-Key", key}}, "{}");
+        Http(fleet_.gateways[1].address, "POST", "/v1/payments", {{"Idempotency-Key", key}}, "{}");
     EXPECT_EQ(retry.status, 201) << retry.body;
     if (retry.Header("Idempotent-Replayed") != "true") ++lost;
   }

@@ -79,27 +79,15 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
     server_ = GetParam().make();
     const std::string error = server_->Start();
     ASSERT_EQ(error, "") << "cannot start the " << GetParam().name << " server";
-    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
-    ASSERT_NE(service, nullptr) << address;
-    service_ = std::move(service);
-    service_address_ = address;
-    for (int i = 0; i < 2; ++i) {
-      gateways_.push_back(StartGatewayProcess(IDEM_BINARY, service_address_, server_->StoreUrl(),
-                                              dir_.File("gateway-" + std::to_string(i) + ".log")));
-      ASSERT_NE(gateways_.back().process, nullptr) << gateways_.back().address;
-    }
+    ASSERT_EQ(fleet_.Start(IDEM_BINARY, EXAMPLE_SERVICE, dir_.path().string(),
+                           server_->StoreUrl(), 2),
+              "");
   }
 
   HttpResponse Post(int gateway, const std::string& key, const std::string& body,
                     Headers headers = {}) {
     headers.emplace_back("Idempotency-Key", key);
-    return Http(gateways_[gateway].address, "POST", "/v1/payments", headers, body);
-  }
-
-  int Executions(const std::string& key) {
-    auto r = Http(service_address_, "GET", "/executions?key=" + key);
-    EXPECT_EQ(r.status, 200) << r.error;
-    return r.status == 200 ? std::stoi(r.body) : -1;
+    return Http(fleet_.gateways[gateway].address, "POST", "/v1/payments", headers, body);
   }
 
   // Runs `key` on gateway 0 (a 600 ms upstream) and, 150 ms later, a duplicate preferring to
@@ -120,15 +108,13 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
     EXPECT_EQ(waiter.status, 201) << waiter.error << waiter.body;
     EXPECT_EQ(waiter.Header("Idempotent-Replayed"), "true");
     EXPECT_EQ(waiter.Header("Preference-Applied"), "wait=10");
-    EXPECT_EQ(Executions(key), 1);
+    EXPECT_EQ(fleet_.Executions(key), 1);
     return waiter_done - first_done;
   }
 
   TempDir dir_;
   std::unique_ptr<StoreServer> server_;
-  std::unique_ptr<Process> service_;
-  std::string service_address_;
-  std::vector<GatewayProcess> gateways_;
+  GatewayFleet fleet_;
 };
 
 TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
@@ -137,7 +123,7 @@ TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
   const DuplicateTally tally = RaceDuplicates(kClients, [&](int i) {
     return Post(i % 2, "dup", R"({"amount":100})", {{"X-Sleep-Ms", "300"}});
   });
-  EXPECT_EQ(Executions("dup"), 1);
+  EXPECT_EQ(fleet_.Executions("dup"), 1);
   EXPECT_EQ(tally.other, 0);
   EXPECT_GE(tally.created, 1);
   EXPECT_EQ(tally.created + tally.conflicts, kClients);
@@ -150,7 +136,7 @@ TEST_P(SharedStoreTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
   EXPECT_EQ(b.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(a.body, b.body);
   EXPECT_EQ(Post(1, "dup", R"({"amount":999})").status, 422) << "one key space, one fingerprint";
-  EXPECT_EQ(Executions("dup"), 1);
+  EXPECT_EQ(fleet_.Executions("dup"), 1);
 }
 
 TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneResult) {
@@ -163,7 +149,7 @@ TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneRes
     return Post(i % 2, "wait", R"({"amount":7})", {{"X-Sleep-Ms", "800"}, {"Prefer", "wait=10"}});
   });
   const auto took = SteadyClock::now() - start;
-  EXPECT_EQ(Executions("wait"), 1);
+  EXPECT_EQ(fleet_.Executions("wait"), 1);
   EXPECT_EQ(tally.created, kClients) << "conflicts " << tally.conflicts << ", other " << tally.other;
   // Under 10 s: no waiter ran into its deadline (that would also have been a 409).
   EXPECT_LT(took, 9s);
@@ -205,12 +191,12 @@ TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByAReleaseAndRunsTheReque
   SteadyClock::time_point first_done;
   HttpResponse first;
   std::thread runner([&] {
-    first = Http(gateways_[0].address, "POST", target,
+    first = Http(fleet_.gateways[0].address, "POST", target,
                  {{"Idempotency-Key", "released"}, {"X-Sleep-Ms", "600"}}, "b");
     first_done = SteadyClock::now();
   });
   std::this_thread::sleep_for(150ms);
-  const HttpResponse waiter = Http(gateways_[1].address, "POST", target,
+  const HttpResponse waiter = Http(fleet_.gateways[1].address, "POST", target,
                                    {{"Idempotency-Key", "released"}, {"Prefer", "wait=10"}}, "b");
   const auto waiter_done = SteadyClock::now();
   runner.join();
@@ -218,7 +204,7 @@ TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByAReleaseAndRunsTheReque
   EXPECT_EQ(waiter.status, 503) << waiter.error << waiter.body;
   EXPECT_NE(waiter.Header("Idempotent-Replayed"), "true") << "it ran: a release stores nothing";
   EXPECT_EQ(waiter.Header("Preference-Applied"), "wait=10");
-  EXPECT_EQ(Executions("released"), 2) << "the first attempt, then the waiter's own";
+  EXPECT_EQ(fleet_.Executions("released"), 2) << "the first attempt, then the waiter's own";
   EXPECT_LT(waiter_done - first_done, 300ms)
       << std::chrono::duration_cast<std::chrono::milliseconds>(waiter_done - first_done).count();
 }
@@ -236,9 +222,9 @@ TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) 
     EXPECT_NE(refused.body.find("urn:idem:problem:store-unavailable"), std::string::npos);
     EXPECT_LT(SteadyClock::now() - start, 5s) << "a dead store is an answer, not a hang";
     EXPECT_EQ(Post(gateway, "before", "b").status, 503) << "fail closed, even for a replay";
-    EXPECT_EQ(Http(gateways_[gateway].admin_address, "GET", "/readyz").status, 503);
+    EXPECT_EQ(Http(fleet_.gateways[gateway].admin_address, "GET", "/readyz").status, 503);
   }
-  EXPECT_EQ(Executions("during"), 0) << "fail closed: the upstream is not called";
+  EXPECT_EQ(fleet_.Executions("during"), 0) << "fail closed: the upstream is not called";
 
   ASSERT_EQ(server_->Restart(), "");
   // Both gateways reconnect by themselves; the completed record is still there.
@@ -254,9 +240,9 @@ TEST_P(SharedStoreTest, TheStoreDyingGives503sPromptlyAndItsReturnStillReplays) 
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
     EXPECT_EQ(replay.body, first.body);
   }
-  EXPECT_EQ(Executions("before"), 1);
+  EXPECT_EQ(fleet_.Executions("before"), 1);
   EXPECT_EQ(Post(1, "during", "b").status, 201) << "the refused request runs on retry";
-  EXPECT_EQ(Executions("during"), 1);
+  EXPECT_EQ(fleet_.Executions("during"), 1);
 }
 
 // The store dies while eight clients are sending requests through both gateways, then comes
@@ -333,10 +319,10 @@ TEST_P(SharedStoreTest, KillingTheStoreUnderLoadNeverRunsAKeyTwiceAndNeverHangs)
         EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true") << key << " ran again";
         EXPECT_EQ(retry.body, first.body) << key;
       }
-      EXPECT_EQ(Executions(key), 1) << key;
+      EXPECT_EQ(fleet_.Executions(key), 1) << key;
     } else {
       ++refused;
-      EXPECT_LE(Executions(key), 1) << key;
+      EXPECT_LE(fleet_.Executions(key), 1) << key;
     }
   }
   RecordProperty("executed", executed);
@@ -354,7 +340,7 @@ TEST_P(SharedStoreTest, KillingTheStoreUnderLoadNeverRunsAKeyTwiceAndNeverHangs)
 TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
   std::ofstream(dir_.File("lease.toml")) << "[[route]]\npath_prefix = \"/\"\nlease = \"8s\"\n";
   GatewayProcess gateway =
-      StartGatewayProcess(IDEM_BINARY, service_address_, server_->StoreUrl(),
+      StartGatewayProcess(IDEM_BINARY, fleet_.service_address, server_->StoreUrl(),
                           dir_.File("gateway-lease.log"), {"--config", dir_.File("lease.toml")});
   ASSERT_NE(gateway.process, nullptr) << gateway.address;
   constexpr int kRequests = 6;
@@ -399,7 +385,7 @@ TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
     auto retry = Http(gateway.address, "POST", "/v1/payments", {{"Idempotency-Key", key}}, "b");
     EXPECT_EQ(retry.status, 201) << key << ": " << retry.body;
     EXPECT_EQ(retry.Header("Idempotent-Replayed"), "true") << key << " executed again";
-    EXPECT_EQ(Executions(key), 1) << key;
+    EXPECT_EQ(fleet_.Executions(key), 1) << key;
   }
   const std::string metrics = Http(gateway.admin_address, "GET", "/metrics").body;
   const std::string attempts =

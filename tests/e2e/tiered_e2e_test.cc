@@ -33,22 +33,14 @@ class TieredGatewayTest : public ::testing::Test {
     PostgresServer& pg = own_pg_ ? *own_pg_ : SharedPostgresServer();
     ASSERT_EQ(pg.error(), "");
     durable_url_ = pg.Url(pg.CreateDatabase()) + "?timeout_ms=2000&connect_timeout=1";
-    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
-    ASSERT_NE(service, nullptr) << address;
-    service_ = std::move(service);
-    service_address_ = address;
-    for (int i = 0; i < 2; ++i) {
-      gateways_.push_back(StartGatewayProcess(
-          IDEM_BINARY, service_address_, redis_.Url("?timeout_ms=500&connect_timeout_ms=300"),
-          LogPath(i), {"--durable-store", durable_url_}));
-      ASSERT_NE(gateways_.back().process, nullptr) << gateways_.back().address;
-    }
+    ASSERT_EQ(fleet_.Start(IDEM_BINARY, EXAMPLE_SERVICE, dir_.path().string(),
+                           redis_.Url("?timeout_ms=500&connect_timeout_ms=300"), 2,
+                           {"--durable-store", durable_url_}),
+              "");
   }
 
-  std::string LogPath(int gateway) { return dir_.File("gateway-" + std::to_string(gateway) + ".log"); }
-
   std::string Log(int gateway) {
-    std::ifstream in(LogPath(gateway));
+    std::ifstream in(fleet_.LogPath(gateway));
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
@@ -57,23 +49,17 @@ class TieredGatewayTest : public ::testing::Test {
   HttpResponse Post(int gateway, const std::string& key, const std::string& body,
                     Headers headers = {}) {
     headers.emplace_back("Idempotency-Key", key);
-    return Http(gateways_[gateway].address, "POST", "/v1/payments", headers, body);
+    return Http(fleet_.gateways[gateway].address, "POST", "/v1/payments", headers, body);
   }
 
-  HttpResponse Ready(int gateway) { return Http(gateways_[gateway].admin_address, "GET", "/readyz"); }
-
-  int Executions(const std::string& key) {
-    auto r = Http(service_address_, "GET", "/executions?key=" + key);
-    EXPECT_EQ(r.status, 200) << r.error;
-    return r.status == 200 ? std::stoi(r.body) : -1;
-  }
+  HttpResponse Ready(int gateway) { return Http(fleet_.gateways[gateway].admin_address, "GET", "/readyz"); }
 
   void RaceOnce(const std::string& key) {
     constexpr int kClients = 100;
     const DuplicateTally tally = RaceDuplicates(kClients, [&](int i) {
       return Post(i % 2, key, R"({"amount":100})", {{"X-Sleep-Ms", "300"}});
     });
-    EXPECT_EQ(Executions(key), 1);
+    EXPECT_EQ(fleet_.Executions(key), 1);
     EXPECT_EQ(tally.other, 0);
     EXPECT_GE(tally.created, 1);
     EXPECT_EQ(tally.created + tally.conflicts, kClients);
@@ -83,9 +69,7 @@ class TieredGatewayTest : public ::testing::Test {
   RedisServer redis_;  // no persistence: a restart comes back empty
   std::unique_ptr<PostgresServer> own_pg_;
   std::string durable_url_;
-  std::unique_ptr<Process> service_;
-  std::string service_address_;
-  std::vector<GatewayProcess> gateways_;
+  GatewayFleet fleet_;
 };
 
 TEST_F(TieredGatewayTest, HundredConcurrentDuplicatesOverTwoGatewaysExecuteOnce) {
@@ -126,7 +110,7 @@ TEST_F(TieredGatewayTest, CompletedRequestsSurviveRedisLosingItsDataAndNeverRunA
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
     EXPECT_EQ(replay.body, first.body);
   }
-  EXPECT_EQ(Executions("pay-1"), 1) << "the upstream ran again after Redis lost the record";
+  EXPECT_EQ(fleet_.Executions("pay-1"), 1) << "the upstream ran again after Redis lost the record";
   EXPECT_EQ(Post(0, "pay-1", "other").status, 422) << "the fingerprint survived too";
 }
 
@@ -142,7 +126,7 @@ TEST_F(TieredGatewayTest, WithRedisDownTheGatewaysServeFromPostgresAndSayTheyAre
     auto replay = Post(1 - gateway, key, "b");
     EXPECT_EQ(replay.status, 201);
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
-    EXPECT_EQ(Executions(key), 1);
+    EXPECT_EQ(fleet_.Executions(key), 1);
     auto before = Post(gateway, "before", "b");
     EXPECT_EQ(before.Header("Idempotent-Replayed"), "true") << "completed before Redis went";
   }
@@ -167,7 +151,7 @@ TEST_F(TieredGatewayTest, WithRedisDownTheGatewaysServeFromPostgresAndSayTheyAre
     auto replay = Post(gateway, "during-0", "b");
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
   }
-  EXPECT_EQ(Executions("during-0"), 1);
+  EXPECT_EQ(fleet_.Executions("during-0"), 1);
   EXPECT_TRUE(WaitFor([&] { return Log(0).find("store_recovered") != std::string::npos; }, 5s,
                       100ms));
 }
@@ -189,7 +173,7 @@ TEST_F(TieredGatewayTest, WithPostgresDownNewRequestsGet503AndNothingRuns) {
     EXPECT_EQ(replay.Header("Idempotent-Replayed"), "true");
     EXPECT_EQ(Ready(gateway).status, 503);
   }
-  EXPECT_EQ(Executions("during"), 0);
+  EXPECT_EQ(fleet_.Executions("during"), 0);
 
   ASSERT_TRUE(own_pg_->Restart()) << own_pg_->error();
   HttpResponse retried;
@@ -200,7 +184,7 @@ TEST_F(TieredGatewayTest, WithPostgresDownNewRequestsGet503AndNothingRuns) {
       },
       20s, 200ms))
       << retried.status << " " << retried.body;
-  EXPECT_EQ(Executions("during"), 1);
+  EXPECT_EQ(fleet_.Executions("during"), 1);
 }
 
 }  // namespace

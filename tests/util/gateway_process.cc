@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include <gtest/gtest.h>
+
+#include "util/http_client.h"
+
 namespace idem::testing {
 
 using namespace std::chrono_literals;
@@ -37,6 +41,33 @@ std::pair<std::unique_ptr<Process>, std::string> StartExampleService(
   auto line = service->WaitForLine("listening on", 10s);
   if (!line) return {nullptr, service->Output()};
   return {std::move(service), AddressAfter(*line, "listening on ")};
+}
+
+std::string GatewayFleet::Start(const std::string& idem_binary, const std::string& service_binary,
+                                const std::string& dir, const std::string& store, int count,
+                                const std::vector<std::string>& extra_args) {
+  dir_ = dir;
+  auto [started, address] = StartExampleService(service_binary, dir_ + "/service.log");
+  if (started == nullptr) return "the example service did not start: " + address;
+  service = std::move(started);
+  service_address = address;
+  for (int i = 0; i < count; ++i) {
+    gateways.push_back(StartGatewayProcess(idem_binary, service_address, store, LogPath(i), extra_args));
+    if (gateways.back().process == nullptr) {
+      return "gateway " + std::to_string(i) + " did not start: " + gateways.back().address;
+    }
+  }
+  return "";
+}
+
+std::string GatewayFleet::LogPath(int gateway) const {
+  return dir_ + "/gateway-" + std::to_string(gateway) + ".log";
+}
+
+int GatewayFleet::Executions(const std::string& key) const {
+  const HttpResponse r = Http(service_address, "GET", "/executions?key=" + key);
+  if (r.status != 200) ADD_FAILURE() << "the service's /executions answered " << r.status << " " << r.error;
+  return r.status == 200 ? std::stoi(r.body) : -1;
 }
 
 }  // namespace idem::testing

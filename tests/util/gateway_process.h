@@ -30,4 +30,26 @@ GatewayProcess StartGatewayProcess(const std::string& idem_binary,
 std::pair<std::unique_ptr<Process>, std::string> StartExampleService(
     const std::string& service_binary, const std::string& log_path);
 
+// The example service with several gateways in front of it sharing one store: the set-up of
+// the tests that race duplicates across gateways. Logs go to service.log and gateway-N.log in
+// the directory given to Start.
+struct GatewayFleet {
+  std::unique_ptr<Process> service;
+  std::string service_address;
+  std::vector<GatewayProcess> gateways;
+
+  // Starts `service_binary`, then `count` gateways of `idem_binary` on `store` with
+  // `extra_args`. "" on success, else the output of the process that did not start.
+  std::string Start(const std::string& idem_binary, const std::string& service_binary,
+                    const std::string& dir, const std::string& store, int count,
+                    const std::vector<std::string>& extra_args = {});
+  // Where gateway `gateway` logs.
+  std::string LogPath(int gateway) const;
+  // How many times the service executed `key`; -1 (and a test failure) when it did not answer.
+  int Executions(const std::string& key) const;
+
+ private:
+  std::string dir_;
+};
+
 }  // namespace idem::testing
