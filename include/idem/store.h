@@ -246,8 +246,17 @@ class Store {
    public:
     virtual ~SettleSubscription() = default;
   };
-  // Called with the Scope::Digest() of a settled, marked key.
-  using SettleHandler = std::function<void(std::string_view scope_digest)>;
+  // One notice: a marked key was settled. A completion whose stored response is small enough
+  // carries it, with the fingerprint of the request it answers, so that a subscriber can hand
+  // it to its waiters without reading the record (Redis: responses up to 64 KiB once encoded;
+  // PostgreSQL, whose NOTIFY payload holds at most 8000 bytes: up to 5,600 bytes). A release,
+  // a purge or a larger response carries only the key. The pointers live as long as the call.
+  struct SettleNotice {
+    std::string_view scope_digest;  // the key's Scope::Digest()
+    const Fingerprint* fingerprint = nullptr;  // both set, or both null
+    const StoredResponse* response = nullptr;
+  };
+  using SettleHandler = std::function<void(const SettleNotice& notice)>;
 
   // Starts delivering notices to `on_settled`, on a thread of the subscription's, until the
   // subscription is destroyed. Notices are hints, not a log: one published while the

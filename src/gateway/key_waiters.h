@@ -4,8 +4,9 @@
 // When this gateway completed the key, the waiter is handed the stored response with the
 // request fingerprint it answers, and may replay it without asking the store; otherwise it asks
 // the store again, which is what decides (a replay, a claim of its own, still in flight). A key
-// settled by another gateway sharing the store wakes nobody here: waiters look again at a slow
-// interval (the caller's `until`).
+// settled by another gateway sharing the store wakes its waiters here through the store's
+// settle notice (NotifyCompleted when the notice carried the response, else NotifyOne); without
+// one, they look again at a slow interval (the caller's `until`).
 //
 //   auto slot = waiters.Enter(scope_digest, co_await asio::this_coro::executor);
 //   if (!slot) -> answer 409 now (max_waiters are waiting, or shutting down)
@@ -67,8 +68,9 @@ class KeyWaiters {
   void NotifyOne(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
   // Notify, except for `slot` itself.
   void NotifyOthers(const Slot& slot) IDEM_EXCLUDES(mu_);
-  // Wakes them because this gateway completed it: Complete stored `response` (and answered kOk)
-  // for a request with `fingerprint`. The response is copied once, and only if someone waits.
+  // Wakes them because the key was completed with `response` for a request with `fingerprint`:
+  // by this gateway (its Complete answered kOk), or by another whose settle notice carried the
+  // response. The response is copied once, and only if someone waits.
   void NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
                        const Fingerprint& fingerprint) IDEM_EXCLUDES(mu_);
 

@@ -61,7 +61,7 @@ void SettleListener::Run(std::unique_ptr<NoticeSource> source) {
 }
 
 bool SettleListener::Listen(NoticeSource& source) {
-  const auto deliver = [this](std::string_view digest) { handler_(digest); };
+  const auto deliver = [this](const Store::SettleNotice& notice) { handler_(notice); };
   bool read = false;
   for (;;) {
     if (!source.Drain(read, deliver).ok()) return false;

@@ -30,7 +30,8 @@ class NoticeSource {
   virtual int fd() const = 0;
   // Hands every notice already received to `deliver`; with `read`, first reads what the socket
   // has (poll said it is readable). An error means the connection is broken.
-  virtual Status Drain(bool read, const std::function<void(std::string_view digest)>& deliver) = 0;
+  virtual Status Drain(bool read,
+                       const std::function<void(const Store::SettleNotice&)>& deliver) = 0;
 };
 
 class SettleListener final : public Store::SettleSubscription {

@@ -714,6 +714,34 @@ TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishN
   EXPECT_EQ(log.AllOf(expected), expected) << "only the watched key published";
 }
 
+// A completion's notice carries what a waiter elsewhere needs to replay (the response, byte for
+// byte, and the fingerprint of the request it answers), unless the response is too large for
+// the engine's message (PostgreSQL: 5,600 bytes encoded; Redis: 64 KiB); then only the key.
+TEST_P(StoreContractTest, ACompletionNoticeCarriesItsResponseUnlessItIsTooLarge) {
+  NoticeLog log;
+  auto subscription = Must(store_->SubscribeSettled(log.Handler()));
+  if (!subscription) GTEST_SKIP() << GetParam().name << " has no settle notices";
+  const Scope small = S("carried-small"), large = S("carried-large"), released = S("released");
+  const std::string binary_body = std::string("{\"id\":\"pay_1\"}\0\xff{", 16);
+  const FencingToken s = Token(Must(store_->Begin(small, Fp("small"), kLease)));
+  const FencingToken l = Token(Must(store_->Begin(large, Fp("large"), kLease)));
+  const FencingToken r = Token(Must(store_->Begin(released, Fp("small"), kLease)));
+  for (const Scope& scope : {small, large, released}) EXPECT_TRUE(store_->Watch(scope).ok());
+  EXPECT_EQ(Must(store_->Complete(small, s, Created(binary_body), kTtl)), CompleteOutcome::kOk);
+  EXPECT_EQ(Must(store_->Complete(large, l, Created(std::string(70'000, 'x')), kTtl)),
+            CompleteOutcome::kOk);
+  EXPECT_EQ(Must(store_->Release(released, r)), ReleaseOutcome::kReleased);
+
+  std::vector<std::string> expected = {small.Digest(), large.Digest(), released.Digest()};
+  std::sort(expected.begin(), expected.end());
+  ASSERT_EQ(log.AllOf(expected), expected);
+  const auto carried = log.carried();
+  ASSERT_EQ(carried.size(), 1u) << "only the small completion carries its response";
+  EXPECT_EQ(carried[0].digest, small.Digest());
+  EXPECT_EQ(carried[0].fingerprint, Fp("small"));
+  EXPECT_EQ(carried[0].response, Created(binary_body));
+}
+
 // ---- durability: a real process killed with SIGKILL ------------------------------------------
 
 namespace {

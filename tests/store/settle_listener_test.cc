@@ -10,6 +10,9 @@
 #include <mutex>
 #include <vector>
 
+#include "core/response_codec.h"
+#include "core/text.h"
+#include "store/settle_notice.h"
 #include "util/notice_log.h"
 
 namespace idem::internal {
@@ -28,13 +31,139 @@ TEST(DigestFromNoticeTest, TakesTheScopeDigestFromAHexIdOrARedisKey) {
   EXPECT_EQ(DigestFromNotice("0123456789ABCDEF"), "") << "digests are lower-case";
 }
 
+// ---- the payloads (settle_notice.h), as the stores' SQL and Lua write them ------------------
+
+const std::string kHexDigest(64, 'a');  // a SHA-256 in hex; the digest is its first 16 digits
+const std::string kDigest(16, 'a');
+
+Fingerprint TestFingerprint() {
+  auto fp = Fingerprint::FromRaw(std::string(Fingerprint::kSize, '\x5a'));
+  EXPECT_TRUE(fp.ok());
+  return *fp;
+}
+
+StoredResponse TestResponse() {
+  return {201, {{"Location", "/v1/payments/1"}, {"X-Bytes", std::string("\0\n{}", 4)}},
+          std::string("{\"id\":1}\0\xff", 10)};
+}
+
+std::string Base64(std::string_view raw) {  // the inverse of DecodeBase64, for the tests
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < raw.size(); i += 3) {
+    uint32_t n = static_cast<uint8_t>(raw[i]) << 16;
+    if (i + 1 < raw.size()) n |= static_cast<uint8_t>(raw[i + 1]) << 8;
+    if (i + 2 < raw.size()) n |= static_cast<uint8_t>(raw[i + 2]);
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < raw.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += i + 2 < raw.size() ? kAlphabet[n & 63] : '=';
+  }
+  return out;
+}
+
+std::string PostgresPayload() {
+  const Fingerprint fp = TestFingerprint();
+  const std::string response = EncodeResponse(TestResponse());
+  return kHexDigest + " " +
+         ToHex(reinterpret_cast<const uint8_t*>(fp.raw().data()), fp.raw().size()) + " " +
+         std::to_string(response.size()) + " " + Base64(response);
+}
+
+std::string RedisPayload(const std::string& key = "idem:{" + kHexDigest + "}") {
+  const std::string response = EncodeResponse(TestResponse());
+  return "=" + std::to_string(response.size()) + ":" + std::string(TestFingerprint().raw()) +
+         response + key;
+}
+
+void ExpectCarried(const ParsedNotice& notice) {
+  EXPECT_EQ(notice.digest, kDigest);
+  ASSERT_TRUE(notice.response.has_value());
+  ASSERT_TRUE(notice.fingerprint.has_value());
+  EXPECT_EQ(*notice.response, TestResponse());
+  EXPECT_EQ(*notice.fingerprint, TestFingerprint());
+  const Store::SettleNotice view = notice.view();
+  EXPECT_EQ(view.scope_digest, kDigest);
+  EXPECT_EQ(view.response, &*notice.response);
+  EXPECT_EQ(view.fingerprint, &*notice.fingerprint);
+}
+
+void ExpectKeyOnly(const ParsedNotice& notice, const std::string& digest = kDigest) {
+  EXPECT_EQ(notice.digest, digest);
+  EXPECT_FALSE(notice.response.has_value());
+  EXPECT_FALSE(notice.fingerprint.has_value());
+  EXPECT_EQ(notice.view().response, nullptr);
+  EXPECT_EQ(notice.view().fingerprint, nullptr);
+}
+
+TEST(SettleNoticeTest, ACompletionCarriesItsResponseAndFingerprint) {
+  ExpectCarried(ParsePostgresNotice(PostgresPayload()));
+  ExpectCarried(ParseRedisNotice(RedisPayload()));
+  // Braces inside the response do not hide the key: it is found after the response.
+  ExpectCarried(ParseRedisNotice(RedisPayload("pay-eu:x{y}:{" + kHexDigest + "}")));
+}
+
+TEST(SettleNoticeTest, AReleaseOrPurgeNamesOnlyTheKey) {
+  ExpectKeyOnly(ParsePostgresNotice(kHexDigest));
+  ExpectKeyOnly(ParseRedisNotice("idem:{" + kHexDigest + "}"));
+  ExpectKeyOnly(ParsePostgresNotice("not a digest"), "");
+  ExpectKeyOnly(ParseRedisNotice("=12:short"), "");
+}
+
+TEST(SettleNoticeTest, AReaderOfTheKeyAloneStillFindsItInACarryingNotice) {
+  // What a gateway of an older version does with these payloads: it still wakes its waiters.
+  EXPECT_EQ(DigestFromNotice(PostgresPayload()), kDigest);
+  EXPECT_EQ(DigestFromNotice(RedisPayload()), kDigest);
+}
+
+TEST(SettleNoticeTest, ACarriedPartThatDoesNotDecodeLeavesTheKey) {
+  const std::string pg = PostgresPayload();
+  ExpectKeyOnly(ParsePostgresNotice(pg.substr(0, pg.size() - 1)));  // base64 cut short
+  std::string bad_hex = pg;
+  bad_hex[70] = 'x';  // inside the fingerprint
+  ExpectKeyOnly(ParsePostgresNotice(bad_hex));
+  ExpectKeyOnly(ParsePostgresNotice(kHexDigest + " 00 AAAA"));
+  const std::string fp_hex = pg.substr(65, 64);
+  ExpectKeyOnly(ParsePostgresNotice(kHexDigest + " " + fp_hex + " x12 AAAA"));
+  ExpectKeyOnly(ParsePostgresNotice(kHexDigest + " " + fp_hex + " 12"));
+
+  const std::string key = "idem:{" + kHexDigest + "}";
+  const std::string response = EncodeResponse(TestResponse());
+  const std::string fp(TestFingerprint().raw());
+  // A length that overruns the payload, is not a number, or cuts the response short.
+  ExpectKeyOnly(ParseRedisNotice("=99999:" + fp + response + key));
+  ExpectKeyOnly(ParseRedisNotice("=1x:" + fp + response + key));
+  ExpectKeyOnly(ParseRedisNotice("=4:" + fp + response + key));
+  // A response whose headers' length overruns it.
+  const std::string overrun = std::string("\0\0\0\xc9\xff\xff\xff\xff", 8) + "body";
+  ExpectKeyOnly(ParseRedisNotice("=" + std::to_string(overrun.size()) + ":" + fp + overrun + key));
+}
+
+TEST(SettleNoticeTest, EveryTruncationOfAPayloadParsesWithoutHarm) {
+  // A notice cut anywhere (or garbage) never crashes a gateway: at worst it names no key or
+  // only the key, and a carried response is always the whole one.
+  for (const std::string& payload : {PostgresPayload(), RedisPayload()}) {
+    for (size_t n = 0; n <= payload.size(); ++n) {
+      for (const ParsedNotice& notice :
+           {ParsePostgresNotice(payload.substr(0, n)), ParseRedisNotice(payload.substr(0, n))}) {
+        if (notice.response) {
+          EXPECT_EQ(*notice.response, TestResponse()) << n;
+        }
+        EXPECT_EQ(notice.response.has_value(), notice.fingerprint.has_value());
+      }
+    }
+  }
+}
+
 // One end of a pipe: each line written to the other end is a notice; EOF breaks it.
 class PipeSource final : public NoticeSource {
  public:
   explicit PipeSource(int fd) : fd_(fd) {}
   ~PipeSource() override { close(fd_); }
   int fd() const override { return fd_; }
-  Status Drain(bool read, const std::function<void(std::string_view)>& deliver) override {
+  Status Drain(bool read,
+               const std::function<void(const Store::SettleNotice&)>& deliver) override {
     if (read) {
       char buf[512];
       const ssize_t n = ::read(fd_, buf, sizeof buf);
@@ -42,7 +171,10 @@ class PipeSource final : public NoticeSource {
       pending_.append(buf, static_cast<size_t>(n));
     }
     for (size_t end; (end = pending_.find('\n')) != std::string::npos;) {
-      deliver(pending_.substr(0, end));
+      const std::string line = pending_.substr(0, end);
+      Store::SettleNotice notice;
+      notice.scope_digest = line;
+      deliver(notice);
       pending_.erase(0, end + 1);
     }
     return Status::Ok();

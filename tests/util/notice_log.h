@@ -16,10 +16,21 @@ namespace idem::testing {
 
 class NoticeLog {
  public:
+  // A notice that carried the completed response.
+  struct Carried {
+    std::string digest;
+    Fingerprint fingerprint;
+    StoredResponse response;
+  };
+
   Store::SettleHandler Handler() {
-    return [this](std::string_view digest) {
+    return [this](const Store::SettleNotice& notice) {
       std::lock_guard lock(mu_);
-      seen_.emplace_back(digest);
+      seen_.emplace_back(notice.scope_digest);
+      if (notice.response != nullptr) {
+        carried_.push_back({std::string(notice.scope_digest), *notice.fingerprint,
+                            *notice.response});
+      }
       arrived_.notify_all();
     };
   }
@@ -41,6 +52,12 @@ class NoticeLog {
     return seen;
   }
 
+  // The notices so far that carried a response, in arrival order.
+  std::vector<Carried> carried() {
+    std::lock_guard lock(mu_);
+    return carried_;
+  }
+
  private:
   template <typename Done>
   std::vector<std::string> WaitUntil(Done done) {
@@ -52,6 +69,7 @@ class NoticeLog {
   std::mutex mu_;
   std::condition_variable arrived_;
   std::vector<std::string> seen_;
+  std::vector<Carried> carried_;
 };
 
 }  // namespace idem::testing

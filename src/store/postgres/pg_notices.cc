@@ -6,6 +6,7 @@
 #include "store/postgres/pg_connection.h"
 #include "store/postgres/pg_notices_sql.h"
 #include "store/settle_listener.h"
+#include "store/settle_notice.h"
 
 namespace idem::internal::pg {
 namespace {
@@ -17,15 +18,15 @@ class PgNoticeSource final : public NoticeSource {
   int fd() const override { return PQsocket(conn_->raw()); }
 
   Status Drain(bool read,
-               const std::function<void(std::string_view digest)>& deliver) override {
+               const std::function<void(const Store::SettleNotice&)>& deliver) override {
     PGconn* raw = conn_->raw();
     if (read && (PQconsumeInput(raw) == 0 || PQstatus(raw) != CONNECTION_OK)) {
       return UnavailableError(std::string("postgresql listener: ") + PQerrorMessage(raw));
     }
     while (PGnotify* notice = PQnotifies(raw)) {
-      const std::string digest = DigestFromNotice(notice->extra);
+      const ParsedNotice parsed = ParsePostgresNotice(notice->extra);
       PQfreemem(notice);
-      if (!digest.empty()) deliver(digest);
+      if (!parsed.digest.empty()) deliver(parsed.view());
     }
     return Status::Ok();
   }

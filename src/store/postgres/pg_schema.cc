@@ -43,6 +43,7 @@ constexpr Migration kMigrations[] = {
     {"emit layer: the relay holds its claim as row locks (idem.outbox_lock, outbox_settle, "
      "outbox_attempts)",
      outbox::internal::kOutboxHeldClaimSql},
+    {"gateway: a completion's settle notice carries its response", kSchemaV13CarriedNotices},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -32,9 +32,11 @@ namespace idem::internal::pg {
 //   11 the tiered store's durable half: idem_tier_begin, idem_tier_settle
 //   12 the relay holds a batch as row locks: idem.outbox_lock, idem.outbox_settle,
 //      idem.outbox_attempt(s), idem.outbox_forget_attempts; outbox_park counts the attempt
+//   13 a completion's settle notice carries the response (up to 5,600 bytes) and the request's
+//      fingerprint: idem_notify_completed, idem_complete; tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 12;
+inline constexpr int kSchemaVersion = 13;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now

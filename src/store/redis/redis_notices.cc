@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "store/settle_listener.h"
+#include "store/settle_notice.h"
 
 namespace idem::internal {
 namespace {
@@ -20,7 +21,7 @@ class RedisNoticeSource final : public NoticeSource {
   int fd() const override { return context_->fd; }
 
   Status Drain(bool read,
-               const std::function<void(std::string_view digest)>& deliver) override {
+               const std::function<void(const Store::SettleNotice&)>& deliver) override {
     if (read && redisBufferRead(context_) != REDIS_OK) return Broken();
     for (;;) {
       void* raw = nullptr;
@@ -33,7 +34,9 @@ class RedisNoticeSource final : public NoticeSource {
       const redisReply* payload = reply->element[2];
       if (kind->type != REDIS_REPLY_STRING || Str(kind) != "message") continue;
       if (payload->type != REDIS_REPLY_STRING) continue;
-      if (std::string digest = DigestFromNotice(Str(payload)); !digest.empty()) deliver(digest);
+      if (const ParsedNotice parsed = ParseRedisNotice(Str(payload)); !parsed.digest.empty()) {
+        deliver(parsed.view());
+      }
     }
   }
 

@@ -48,12 +48,20 @@ redis.call('PEXPIRE', key, lease + abandoned)
 return {1, fresh}
 )lua";
 
+// A watched completion's notice carries the response (up to 64 KiB) and the fingerprint, ahead
+// of the key (settle_notice.h): "=<length>:<fingerprint><response><key>".
 constexpr std::string_view kComplete = IDEM_LUA_PRELUDE R"lua(
-local h = redis.call('HMGET', key, 's', 't', 'e')
+local h = redis.call('HMGET', key, 's', 't', 'e', 'w', 'f')
 if h[1] ~= '1' or h[2] ~= ARGV[2] or now >= tonumber(h[3]) then return 0 end
-local ttl = tonumber(ARGV[3])
-notify(ARGV[5])
-redis.call('HSET', key, 's', '2', 'r', ARGV[4], 'e', int(now + ttl))
+local ttl, response = tonumber(ARGV[3]), ARGV[4]
+if h[4] then
+  if #response <= 65536 and h[5] then
+    redis.call('PUBLISH', ARGV[5], '=' .. int(#response) .. ':' .. h[5] .. response .. key)
+  else
+    redis.call('PUBLISH', ARGV[5], key)
+  end
+end
+redis.call('HSET', key, 's', '2', 'r', response, 'e', int(now + ttl))
 redis.call('PEXPIRE', key, ttl)
 return 1
 )lua";

@@ -33,7 +33,8 @@ namespace idem::internal {
 // A takeover drops the previous attempt's accepted response.
 const RedisScript& RedisBeginScript();
 // Complete, release and purge PUBLISH the key on the settle channel (their last ARGV) when the
-// record is watched (redis_notices.h).
+// record is watched (redis_notices.h); a completion's notice also carries a response of up to
+// 64 KiB and the fingerprint (settle_notice.h).
 // ARGV: now, token, ttl ms, response, channel. Returns 1 stored, 0 fenced.
 const RedisScript& RedisCompleteScript();
 // ARGV: now, token, lease ms, accepted response, abandoned retention ms. Keeps the record in
