@@ -70,6 +70,15 @@ void KeyWaiters::NotifyCompleted(const std::string& scope_digest, const StoredRe
   for (auto it = begin; it != end; ++it) Wake(it->second, completed);
 }
 
+void KeyWaiters::NotifySettled(const Store::SettleNotice& notice) {
+  const std::string digest(notice.scope_digest);
+  if (notice.response != nullptr && notice.fingerprint != nullptr) {
+    NotifyCompleted(digest, *notice.response, *notice.fingerprint);
+  } else {
+    NotifyOne(digest);
+  }
+}
+
 void KeyWaiters::Shutdown() {
   shutting_down_.store(true, std::memory_order_release);
   MutexLock lock(mu_);

@@ -5,8 +5,8 @@
 // request fingerprint it answers, and may replay it without asking the store; otherwise it asks
 // the store again, which is what decides (a replay, a claim of its own, still in flight). A key
 // settled by another gateway sharing the store wakes its waiters here through the store's
-// settle notice (NotifyCompleted when the notice carried the response, else NotifyOne); without
-// one, they look again at a slow interval (the caller's `until`).
+// settle notice (NotifySettled); without one, they look again at a slow interval (the caller's
+// `until`).
 //
 //   auto slot = waiters.Enter(scope_digest, co_await asio::this_coro::executor);
 //   if (!slot) -> answer 409 now (max_waiters are waiting, or shutting down)
@@ -34,6 +34,7 @@
 #include "idem/fingerprint.h"
 #include "idem/mutex.h"
 #include "idem/record.h"
+#include "idem/store.h"
 
 namespace idem::gateway {
 
@@ -73,6 +74,10 @@ class KeyWaiters {
   // response. The response is copied once, and only if someone waits.
   void NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
                        const Fingerprint& fingerprint) IDEM_EXCLUDES(mu_);
+  // Wakes them for a settle notice from the store (Store::SubscribeSettled: the key was settled,
+  // maybe by another gateway): NotifyCompleted when the notice carried the response, else
+  // NotifyOne (one of them reads the record for all).
+  void NotifySettled(const Store::SettleNotice& notice) IDEM_EXCLUDES(mu_);
 
   // Wakes every waiter and refuses new ones; their Slot::shutting_down() is then true.
   void Shutdown() IDEM_EXCLUDES(mu_);

@@ -371,14 +371,8 @@ int RunGateway(const GatewayOptions& given) {
   // gateway's waiters: with the response, when the notice carried it (they replay it without a
   // store call), else one of them reads the record for all. After the io_context (a wake-up is
   // posted to a waiter's strand), so it stops before the io_context goes; the store outlives it.
-  auto notices = (**store).SubscribeSettled([&waiters](const Store::SettleNotice& notice) {
-    const std::string digest(notice.scope_digest);
-    if (notice.response != nullptr) {
-      waiters.NotifyCompleted(digest, *notice.response, *notice.fingerprint);
-    } else {
-      waiters.NotifyOne(digest);
-    }
-  });
+  auto notices = (**store).SubscribeSettled(
+      [&waiters](const Store::SettleNotice& notice) { waiters.NotifySettled(notice); });
   if (!notices.ok()) {
     log.Warn("store", "no settle notices (" + notices.status().ToString() +
                           "): a request waiting for a key another gateway runs looks again "

@@ -166,6 +166,53 @@ TEST(KeyWaitersTest, NotifyOneWakesASingleReaderWhichWakesTheOthers) {
   EXPECT_EQ(woken_twice, 0);
 }
 
+// A settle notice from the store: one that carried the response hands it to every waiter of the
+// key (none reads); one that names only the key wakes a single reader.
+TEST(KeyWaitersTest, ASettleNoticeHandsACarriedResponseToAllElseWakesOneReader) {
+  KeyWaiters waiters(10);
+  Loop loop(2);
+  const Fingerprint fingerprint(Fingerprint::Bytes{4, 5, 6});
+  std::atomic<int> handed{0}, leads{0}, returned{0};
+  auto spawn = [&](std::string key) {
+    asio::co_spawn(
+        asio::make_strand(loop.io),
+        [&, key]() -> Task<void> {
+          auto slot = waiters.Enter(key, co_await asio::this_coro::executor);
+          co_await slot->Wait(SteadyClock::now() + 60s);
+          const auto& done = slot->completed();
+          if (done && done->response.body == "receipt" && done->fingerprint == fingerprint) {
+            ++handed;
+          }
+          if (slot->TakeLead()) {
+            ++leads;
+            waiters.NotifyOthers(*slot);
+          }
+          ++returned;
+        },
+        asio::detached);
+  };
+  for (int i = 0; i < 3; ++i) spawn("carried");
+  for (int i = 0; i < 3; ++i) spawn("key-only");
+  ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 6; }));
+  StoredResponse response;
+  response.status = 201;
+  response.body = "receipt";
+  Store::SettleNotice carried;
+  carried.scope_digest = "carried";
+  carried.fingerprint = &fingerprint;
+  carried.response = &response;
+  waiters.NotifySettled(carried);
+  ASSERT_TRUE(WaitUntil([&] { return returned == 3; }));
+  EXPECT_EQ(handed, 3);
+  EXPECT_EQ(leads, 0) << "nobody reads when the notice carried the response";
+  Store::SettleNotice key_only;
+  key_only.scope_digest = "key-only";
+  waiters.NotifySettled(key_only);
+  ASSERT_TRUE(WaitUntil([&] { return returned == 6; }));
+  EXPECT_EQ(handed, 3);
+  EXPECT_EQ(leads, 1) << "one waiter reads for the others";
+}
+
 TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {
   KeyWaiters waiters(2);
   Loop loop(1);
