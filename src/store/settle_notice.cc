@@ -1,7 +1,5 @@
 #include "store/settle_notice.h"
 
-#include <charconv>
-
 #include "core/response_codec.h"
 #include "core/text.h"
 #include "store/settle_listener.h"
@@ -12,30 +10,15 @@ namespace {
 constexpr size_t kHexDigestChars = 64;
 constexpr size_t kHexFingerprintChars = 2 * Fingerprint::kSize;
 
-std::optional<std::string> FromHex(std::string_view hex) {
-  if (hex.size() % 2 != 0) return std::nullopt;
-  std::string raw(hex.size() / 2, '\0');
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const int high = HexValue(hex[2 * i]), low = HexValue(hex[2 * i + 1]);
-    if (high < 0 || low < 0) return std::nullopt;
-    raw[i] = static_cast<char>(high * 16 + low);
-  }
-  return raw;
-}
-
-// A decimal byte count, digits only.
-std::optional<size_t> ParseLength(std::string_view text) {
-  size_t length = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), length);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
-  }
-  return length;
+// A decimal byte count that fits in `payload` (a carried length can be no longer).
+std::optional<size_t> LengthIn(std::string_view text, std::string_view payload) {
+  auto length = ParseIntInRange("length", text, 0, static_cast<int64_t>(payload.size()));
+  if (!length.ok()) return std::nullopt;
+  return static_cast<size_t>(*length);
 }
 
 // Sets both carried parts, or neither.
-void Carry(ParsedNotice& notice, std::string_view raw_fingerprint, std::string_view encoded) {
-  auto fingerprint = Fingerprint::FromRaw(raw_fingerprint);
+void Carry(ParsedNotice& notice, Result<Fingerprint> fingerprint, std::string_view encoded) {
   if (!fingerprint.ok()) return;
   auto response = DecodeResponse(encoded);
   if (!response.ok()) return;
@@ -69,13 +52,15 @@ ParsedNotice ParsePostgresNotice(std::string_view payload) {
       rest[1 + kHexFingerprintChars] != ' ') {
     return notice;
   }
-  auto fingerprint = FromHex(rest.substr(1, kHexFingerprintChars));
+  const std::string_view fingerprint = rest.substr(1, kHexFingerprintChars);
   rest.remove_prefix(2 + kHexFingerprintChars);
   const size_t space = rest.find(' ');
-  auto length = ParseLength(rest.substr(0, space));
-  if (!fingerprint || !length || space == std::string_view::npos) return notice;
+  if (space == std::string_view::npos) return notice;
+  const auto length = LengthIn(rest.substr(0, space), payload);
   auto encoded = DecodeBase64(rest.substr(space + 1));
-  if (encoded.ok() && encoded->size() == *length) Carry(notice, *fingerprint, *encoded);
+  if (length && encoded.ok() && encoded->size() == *length) {
+    Carry(notice, Fingerprint::FromHex(fingerprint), *encoded);
+  }
   return notice;
 }
 
@@ -83,14 +68,15 @@ ParsedNotice ParseRedisNotice(std::string_view payload) {
   if (payload.empty() || payload[0] != '=') return KeyOnly(payload);
   const size_t colon = payload.find(':');
   if (colon == std::string_view::npos) return KeyOnly(payload);
-  const auto length = ParseLength(payload.substr(1, colon - 1));
+  const auto length = LengthIn(payload.substr(1, colon - 1), payload);
   const std::string_view rest = payload.substr(colon + 1);
   if (!length || rest.size() < Fingerprint::kSize || rest.size() - Fingerprint::kSize < *length) {
     return KeyOnly(payload);
   }
   ParsedNotice notice = KeyOnly(rest.substr(Fingerprint::kSize + *length));
   if (!notice.digest.empty()) {
-    Carry(notice, rest.substr(0, Fingerprint::kSize), rest.substr(Fingerprint::kSize, *length));
+    Carry(notice, Fingerprint::FromRaw(rest.substr(0, Fingerprint::kSize)),
+          rest.substr(Fingerprint::kSize, *length));
   }
   return notice;
 }

@@ -73,6 +73,44 @@ void SpawnWaiter(Loop& loop, KeyWaiters& waiters, std::string key, SteadyClock::
       asio::detached);
 }
 
+// What waiters woken with or without a completion did.
+struct Handovers {
+  std::atomic<int> handed{0}, bare{0}, leads{0}, returned{0};
+};
+
+// Enters for `key` on a strand of its own and waits once. Counts a handed completion of a 201
+// "receipt" for `fingerprint`, or a wake-up without one; a waiter chosen to read for the others
+// (TakeLead) is counted and wakes them, as the gateway's does.
+void SpawnHandoverWaiter(Loop& loop, KeyWaiters& waiters, std::string key,
+                         const Fingerprint& fingerprint, Handovers& counts) {
+  asio::co_spawn(
+      asio::make_strand(loop.io),
+      [&waiters, key = std::move(key), &fingerprint, &counts]() -> Task<void> {
+        auto slot = waiters.Enter(key, co_await asio::this_coro::executor);
+        co_await slot->Wait(SteadyClock::now() + 60s);
+        const auto& done = slot->completed();
+        if (done && done->response.status == 201 && done->response.body == "receipt" &&
+            done->fingerprint == fingerprint) {
+          ++counts.handed;
+        } else if (!done) {
+          ++counts.bare;
+        }
+        if (slot->TakeLead()) {
+          ++counts.leads;
+          waiters.NotifyOthers(*slot);
+        }
+        ++counts.returned;
+      },
+      asio::detached);
+}
+
+StoredResponse Receipt() {
+  StoredResponse response;
+  response.status = 201;
+  response.body = "receipt";
+  return response;
+}
+
 TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) {
   KeyWaiters waiters(100);  // outlives the loop: its threads may still be leaving slots
   Loop loop(3);
@@ -99,38 +137,19 @@ TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) 
 TEST(KeyWaitersTest, ACompletionHandsItsResponseToTheWaitersAReleaseDoesNot) {
   KeyWaiters waiters(10);
   Loop loop(2);
-  std::atomic<int> handed{0}, bare{0}, returned{0};
+  Handovers counts;
   const Fingerprint fingerprint(Fingerprint::Bytes{1, 2, 3});
-  auto spawn = [&](std::string key) {
-    asio::co_spawn(
-        asio::make_strand(loop.io),
-        [&, key]() -> Task<void> {
-          auto slot = waiters.Enter(key, co_await asio::this_coro::executor);
-          co_await slot->Wait(SteadyClock::now() + 60s);
-          const auto& done = slot->completed();
-          if (done && done->response.status == 201 && done->response.body == "receipt" &&
-              done->fingerprint == fingerprint) {
-            ++handed;
-          } else if (!done) {
-            ++bare;
-          }
-          ++returned;
-        },
-        asio::detached);
-  };
-  spawn("done");
-  spawn("done");
-  spawn("released");
+  SpawnHandoverWaiter(loop, waiters, "done", fingerprint, counts);
+  SpawnHandoverWaiter(loop, waiters, "done", fingerprint, counts);
+  SpawnHandoverWaiter(loop, waiters, "released", fingerprint, counts);
   ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 3; }));
-  StoredResponse response;
-  response.status = 201;
-  response.body = "receipt";
+  const StoredResponse response = Receipt();
   waiters.NotifyCompleted("done", response, fingerprint);
   waiters.Notify("released");
   waiters.NotifyCompleted("nobody waits", response, fingerprint);  // copies nothing, wakes none
-  ASSERT_TRUE(WaitUntil([&] { return returned == 3; }));
-  EXPECT_EQ(handed, 2);
-  EXPECT_EQ(bare, 1);
+  ASSERT_TRUE(WaitUntil([&] { return counts.returned == 3; }));
+  EXPECT_EQ(counts.handed, 2);
+  EXPECT_EQ(counts.bare, 1);
 }
 
 // A settle notice wakes one waiter of the key, chosen to read for all (TakeLead); it then wakes
@@ -171,46 +190,26 @@ TEST(KeyWaitersTest, NotifyOneWakesASingleReaderWhichWakesTheOthers) {
 TEST(KeyWaitersTest, ASettleNoticeHandsACarriedResponseToAllElseWakesOneReader) {
   KeyWaiters waiters(10);
   Loop loop(2);
+  Handovers counts;
   const Fingerprint fingerprint(Fingerprint::Bytes{4, 5, 6});
-  std::atomic<int> handed{0}, leads{0}, returned{0};
-  auto spawn = [&](std::string key) {
-    asio::co_spawn(
-        asio::make_strand(loop.io),
-        [&, key]() -> Task<void> {
-          auto slot = waiters.Enter(key, co_await asio::this_coro::executor);
-          co_await slot->Wait(SteadyClock::now() + 60s);
-          const auto& done = slot->completed();
-          if (done && done->response.body == "receipt" && done->fingerprint == fingerprint) {
-            ++handed;
-          }
-          if (slot->TakeLead()) {
-            ++leads;
-            waiters.NotifyOthers(*slot);
-          }
-          ++returned;
-        },
-        asio::detached);
-  };
-  for (int i = 0; i < 3; ++i) spawn("carried");
-  for (int i = 0; i < 3; ++i) spawn("key-only");
+  for (int i = 0; i < 3; ++i) SpawnHandoverWaiter(loop, waiters, "carried", fingerprint, counts);
+  for (int i = 0; i < 3; ++i) SpawnHandoverWaiter(loop, waiters, "key-only", fingerprint, counts);
   ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 6; }));
-  StoredResponse response;
-  response.status = 201;
-  response.body = "receipt";
+  const StoredResponse response = Receipt();
   Store::SettleNotice carried;
   carried.scope_digest = "carried";
   carried.fingerprint = &fingerprint;
   carried.response = &response;
   waiters.NotifySettled(carried);
-  ASSERT_TRUE(WaitUntil([&] { return returned == 3; }));
-  EXPECT_EQ(handed, 3);
-  EXPECT_EQ(leads, 0) << "nobody reads when the notice carried the response";
+  ASSERT_TRUE(WaitUntil([&] { return counts.returned == 3; }));
+  EXPECT_EQ(counts.handed, 3);
+  EXPECT_EQ(counts.leads, 0) << "nobody reads when the notice carried the response";
   Store::SettleNotice key_only;
   key_only.scope_digest = "key-only";
   waiters.NotifySettled(key_only);
-  ASSERT_TRUE(WaitUntil([&] { return returned == 6; }));
-  EXPECT_EQ(handed, 3);
-  EXPECT_EQ(leads, 1) << "one waiter reads for the others";
+  ASSERT_TRUE(WaitUntil([&] { return counts.returned == 6; }));
+  EXPECT_EQ(counts.handed, 3);
+  EXPECT_EQ(counts.leads, 1) << "one waiter reads for the others";
 }
 
 TEST(KeyWaitersTest, NoMoreThanMaxWaitersAndASlotLeftIsFreeAgain) {

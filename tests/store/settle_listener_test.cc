@@ -3,6 +3,7 @@
 #include "store/settle_listener.h"
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,7 +12,6 @@
 #include <vector>
 
 #include "core/response_codec.h"
-#include "core/text.h"
 #include "store/settle_notice.h"
 #include "util/notice_log.h"
 
@@ -47,28 +47,20 @@ StoredResponse TestResponse() {
           std::string("{\"id\":1}\0\xff", 10)};
 }
 
-std::string Base64(std::string_view raw) {  // the inverse of DecodeBase64, for the tests
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < raw.size(); i += 3) {
-    uint32_t n = static_cast<uint8_t>(raw[i]) << 16;
-    if (i + 1 < raw.size()) n |= static_cast<uint8_t>(raw[i + 1]) << 8;
-    if (i + 2 < raw.size()) n |= static_cast<uint8_t>(raw[i + 2]);
-    out += kAlphabet[(n >> 18) & 63];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < raw.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < raw.size() ? kAlphabet[n & 63] : '=';
-  }
+std::string Base64(std::string_view raw) {  // what PostgreSQL's encode(..., 'base64') gives
+  std::string out(4 * ((raw.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(raw.data()),
+                                static_cast<int>(raw.size()));
+  out.resize(static_cast<size_t>(n));
   return out;
 }
 
 std::string PostgresPayload() {
   const Fingerprint fp = TestFingerprint();
   const std::string response = EncodeResponse(TestResponse());
-  return kHexDigest + " " +
-         ToHex(reinterpret_cast<const uint8_t*>(fp.raw().data()), fp.raw().size()) + " " +
-         std::to_string(response.size()) + " " + Base64(response);
+  return kHexDigest + " " + fp.ToHex() + " " + std::to_string(response.size()) + " " +
+         Base64(response);
 }
 
 std::string RedisPayload(const std::string& key = "idem:{" + kHexDigest + "}") {
