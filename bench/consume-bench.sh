@@ -7,10 +7,17 @@
 #      messages_per_transaction in BENCH_GROUPS (default "1 16": one message per transaction,
 #      and groups of 16 sharing BEGIN, claims and COMMIT)
 #   2. messages/s through `idem consume` delivering to a trivial HTTP service vs a bare nats.c
-#      pull-and-ack loop on the same server; the aim is >= 0.5x
+#      pull-and-ack loop on the same server; the aim is >= 0.5x. Then the ceiling any sidecar
+#      could reach here: wrk POSTing the same bodies to the same service over 64 keep-alive
+#      connections measures the HTTP half alone, and a sidecar that cost nothing beyond a bare
+#      pull-and-ack loop and wrk would deliver at 1 / (1/raw + 1/http) messages/s (both halves
+#      share the two cores)
 #
 #   bench/consume-bench.sh                   20,000 messages per run
 #   BENCH_MESSAGES=50000 bench/consume-bench.sh
+#   BENCH_GROUPS= bench/consume-bench.sh     only case 2 (BENCH_GROUPS lists the runtime cases)
+#   BENCH_SINK=threads bench/consume-bench.sh  the service with a thread per connection instead
+#                                            of one event-loop thread
 #
 # Starts a throwaway nats-server -js and PostgreSQL 15 (fsync off) in a temp dir. Each case runs
 # on a stream of its own; the runtime cases alternate (without, with, without, with) and the
@@ -25,6 +32,7 @@ n=${BENCH_MESSAGES:-20000}
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   scripts/install-deps.sh
+  command -v wrk >/dev/null || apt-get install -y -qq --no-install-recommends wrk >/dev/null
   cmake --preset release >/dev/null
   cmake --build build/release --target idem idem_consume_bench -j2 >/dev/null
 fi
@@ -92,7 +100,7 @@ runtime_case() {
   woc=$(printf '%s\n' "${without_cpu[@]}" | least)
 }
 runtime_lines=()
-for group in ${BENCH_GROUPS:-1 16}; do
+for group in ${BENCH_GROUPS-1 16}; do
   runtime_case "$group"
   runtime_lines+=("$(printf '%-46s %10s %14s' "runtime, no inbox, $group msg/txn" "$wo" "$woc")")
   runtime_lines+=("$(printf '%-46s %10s %14s' "runtime with the inbox claim, $group msg/txn" "$w" "$wc_")")
@@ -106,23 +114,63 @@ out=$($bench raw "$nats" RAW "$n")
 raw=$(awk '/msgs\/s/ {print $2}' <<<"$out")
 raw_cpu=$(per_msg "$t0" "$(awk '/cpu_us/ {print $2}' <<<"$out")")
 
-$bench sink >"$dir/sink.log" 2>&1 &
+$bench sink "${BENCH_SINK:-loop}" >"$dir/sink.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$dir/sink.log" && break; sleep 0.05; done
 sink=$(awk '/listening on/ {print $3}' "$dir/sink.log")
 sink_pid=${pids[-1]}
-$bench publish "$nats" SIDE "$n"
-t0=$(ticks)
-s0=$(awk '{print $14 + $15}' "/proc/$sink_pid/stat")
-$idem consume --nats "$nats" --stream SIDE --consumer sidecar --deliver "http://$sink/apply" \
-  --max-ack-pending 10000 >"$dir/consume.log" 2>&1 &
-pids+=($!)
-side=$($bench drain "$nats" SIDE sidecar "$n" | awk '/msgs\/s/ {print $2}')
-side_ticks=$(( $(awk '{print $14 + $15}' "/proc/${pids[-1]}/stat") ))
-sink_ticks=$(( $(awk '{print $14 + $15}' "/proc/$sink_pid/stat") - s0 ))
-side_cpu=$(per_msg "$t0" $(( (side_ticks + sink_ticks) * tick_us )))
-idem_cpu=$(python3 -c "print(round($side_ticks * $tick_us / $n, 1))")
-sink_cpu=$(python3 -c "print(round($sink_ticks * $tick_us / $n, 1))")
+# One idem consume run: binary $1 on stream $2; prints "msgs/s cpu-us-per-msg-all
+# cpu-us-per-msg-idem-consume cpu-us-per-msg-service". The sidecar stays up (idle) until the end.
+consume_case() {
+  local bin=$1 stream=$2 t0 s0 rate side_ticks sink_ticks
+  $bench publish "$nats" "$stream" "$n"
+  t0=$(ticks)
+  s0=$(awk '{print $14 + $15}' "/proc/$sink_pid/stat")
+  $bin consume --nats "$nats" --stream "$stream" --consumer sidecar \
+    --deliver "http://$sink/apply" --max-ack-pending 10000 >"$dir/consume-$stream.log" 2>&1 &
+  pids+=($!)
+  rate=$($bench drain "$nats" "$stream" sidecar "$n" | awk '/msgs\/s/ {print $2}')
+  side_ticks=$(awk '{print $14 + $15}' "/proc/${pids[-1]}/stat")
+  sink_ticks=$(( $(awk '{print $14 + $15}' "/proc/$sink_pid/stat") - s0 ))
+  echo "$rate $(per_msg "$t0" $(( (side_ticks + sink_ticks) * tick_us ))) \
+    $(python3 -c "print(round($side_ticks * $tick_us / $n, 1))") \
+    $(python3 -c "print(round($sink_ticks * $tick_us / $n, 1))")"
+}
+# Two rounds (with BENCH_IDEM_B=FILE, another build's idem alternately); the best rate and
+# the least CPU of each binary are kept.
+binaries=("$idem")
+[[ -n ${BENCH_IDEM_B:-} ]] && binaries+=("$BENCH_IDEM_B")
+declare -A c_rate c_all c_idem c_sink
+for round in 1 2; do
+  for i in "${!binaries[@]}"; do
+    read -r r a b c < <(consume_case "${binaries[$i]}" "SIDE_${i}_$round")
+    c_rate[$i]+="$r "; c_all[$i]+="$a "; c_idem[$i]+="$b "; c_sink[$i]+="$c "
+  done
+done
+pick() { tr ' ' '\n' | grep . | sort -n | "$1" -1; }
+side=$(pick tail <<<"${c_rate[0]}")
+side_cpu=$(pick head <<<"${c_all[0]}")
+idem_cpu=$(pick head <<<"${c_idem[0]}")
+sink_cpu=$(pick head <<<"${c_sink[0]}")
+
+# The HTTP half alone: wrk POSTing 128-byte bodies (the published messages' size) with the
+# headers idem consume adds, over as many connections as idem consume's window.
+http=""
+if command -v wrk >/dev/null; then
+  cat >"$dir/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = string.rep("x", 128)
+wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["Idempotency-Key"] = "SIDE:12345"
+wrk.headers["Idem-Subject"] = "SIDE.x"
+wrk.headers["Idem-Delivery-Count"] = "1"
+wrk.headers["Idem-Stream"] = "SIDE"
+wrk.headers["Idem-Stream-Sequence"] = "12345"
+LUA
+  wrk -t1 -c64 -d1s -s "$dir/post.lua" "http://$sink/apply" >/dev/null
+  http=$(wrk -t1 -c64 -d5s -s "$dir/post.lua" "http://$sink/apply" |
+    awk '/Requests\/sec/ {printf "%d", $2}')
+fi
 
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 echo "messages per run: $n"
@@ -131,5 +179,17 @@ printf '%s\n' "${runtime_lines[@]}"
 printf '%-46s %10s %14s\n' "raw nats.c pull-and-ack loop" "$raw" "$raw_cpu"
 printf '%-46s %10s %14s\n' "idem consume -> trivial HTTP service" "$side" "$side_cpu"
 echo "  of which idem consume $idem_cpu us/msg, the trivial service $sink_cpu us/msg"
+if [[ -n ${BENCH_IDEM_B:-} ]]; then
+  printf '%-46s %10s %14s\n' "  the same with $BENCH_IDEM_B" "$(pick tail <<<"${c_rate[1]}")" \
+    "$(pick head <<<"${c_all[1]}")"
+  echo "  of which idem consume $(pick head <<<"${c_idem[1]}") us/msg," \
+    "the trivial service $(pick head <<<"${c_sink[1]}") us/msg"
+fi
 echo "idem consume: $(ratio "$side" "$raw")x of the raw pull-and-ack loop (aim >= 0.5);" \
   "CPU per message $(ratio "$raw_cpu" "$side_cpu")x"
+if [[ -n $http ]]; then
+  ceiling=$(python3 -c "print(int(1 / (1 / $raw + 1 / $http)))")
+  printf '%-46s %10s\n' "wrk -> the same service, 64 connections" "$http"
+  echo "ceiling for any sidecar here: $ceiling msgs/s = $(ratio "$ceiling" "$raw")x of the raw loop;" \
+    "idem consume reaches $(ratio "$side" "$ceiling")x of it"
+fi

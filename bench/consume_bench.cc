@@ -6,15 +6,21 @@
 //        without the inbox claim, GROUP messages per transaction (default 1); prints "msgs/s X"
 //   consume_bench raw NATS STREAM N              a bare nats.c pull-and-ack loop; "msgs/s X",
 //                                                "cpu_us X"
-//   consume_bench sink                           a trivial HTTP service answering 200; prints
-//                                                "listening on 127.0.0.1:PORT"
+//   consume_bench sink [loop|threads]            a trivial HTTP service answering 200 on one
+//                                                event-loop thread (default) or a thread per
+//                                                connection; prints "listening on 127.0.0.1:PORT"
 //   consume_bench drain NATS STREAM CONSUMER N   waits until CONSUMER (created by someone
 //                                                else) has acked all N messages; "msgs/s X"
 #include <libpq-fe.h>
 #include <nats/nats.h>
 #include <sys/resource.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
@@ -173,13 +179,50 @@ int Raw(const char* url, const std::string& stream, int n) {
   return 0;
 }
 
-int Sink() {
+// One event-loop thread serving every connection, the way most services answer: a request
+// that arrives while the loop is busy is read on its next turn, with no thread to wake.
+boost::asio::awaitable<void> SinkSession(boost::asio::ip::tcp::socket s) {
+  namespace asio = boost::asio;
+  namespace http = boost::beast::http;
+  boost::beast::flat_buffer buffer;
+  boost::system::error_code ec;
+  for (;;) {
+    http::request<http::string_body> req;
+    co_await http::async_read(s, buffer, req, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return;
+    http::response<http::string_body> res{http::status::ok, 11};
+    res.keep_alive(req.keep_alive());
+    res.body() = "ok\n";
+    res.prepare_payload();
+    co_await http::async_write(s, res, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return;
+  }
+}
+
+// A trivial HTTP service answering 200. "loop": one event-loop thread; "threads": a blocking
+// thread per connection (each request then wakes its connection's thread).
+int Sink(const std::string& kind) {
   namespace asio = boost::asio;
   namespace http = boost::beast::http;
   using tcp = asio::ip::tcp;
-  asio::io_context io;
+  asio::io_context io(1);
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   std::cout << "listening on 127.0.0.1:" << acceptor.local_endpoint().port() << std::endl;
+  if (kind == "loop") {
+    asio::co_spawn(
+        io,
+        [&acceptor]() -> asio::awaitable<void> {
+          for (;;) {
+            tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
+            socket.set_option(tcp::no_delay(true));
+            asio::co_spawn(acceptor.get_executor(), SinkSession(std::move(socket)),
+                           asio::detached);
+          }
+        },
+        asio::detached);
+    io.run();
+    return 0;
+  }
   for (;;) {
     tcp::socket socket(io);
     acceptor.accept(socket);
@@ -231,7 +274,7 @@ int main(int argc, char** argv) {
                    std::strcmp(argv[6], "inbox") == 0, argc == 8 ? std::atoi(argv[7]) : 1);
   }
   if (mode == "raw" && argc == 5) return Raw(argv[2], argv[3], std::atoi(argv[4]));
-  if (mode == "sink") return Sink();
+  if (mode == "sink" && (argc == 2 || argc == 3)) return Sink(argc == 3 ? argv[2] : "loop");
   if (mode == "drain" && argc == 6) return Drain(argv[2], argv[3], argv[4], std::atoi(argv[5]));
   std::cerr << "usage: see the comment at the top of bench/consume_bench.cc\n";
   return 2;

@@ -175,14 +175,21 @@ class Sidecar {
         continue;
       }
       last_fetch_error.clear();
-      for (JsMessage& m : *fetched) {
-        {
-          MutexLock lock(mu_);
-          ++in_flight_;
-        }
-        metrics_.Count(ConsumeMetrics::kDelivered);
-        asio::co_spawn(io_, Deliver(std::make_shared<JsMessage>(std::move(m))), asio::detached);
+      if (fetched->empty()) continue;
+      {
+        MutexLock lock(mu_);
+        in_flight_ += static_cast<int>(fetched->size());
       }
+      metrics_.Count(ConsumeMetrics::kDelivered, fetched->size());
+      // One hand-off to the event loop per batch, not one per message: each cross-thread post
+      // may wake the loop's thread.
+      asio::post(io_, [this, batch = std::make_shared<std::vector<JsMessage>>(
+                                 std::move(*fetched))]() {
+        for (JsMessage& m : *batch) {
+          asio::co_spawn(io_, Deliver(std::make_shared<JsMessage>(std::move(m))),
+                         asio::detached);
+        }
+      });
     }
   }
 
@@ -305,11 +312,15 @@ class Sidecar {
       }
     }
     Settle(*m, d, why, retry_after);
+    bool wake;
     {
       MutexLock lock(mu_);
       --in_flight_;
+      // The fetch loop waits for half the window to free up, and Drain for none in flight:
+      // wake them at those two points only, not at every settled message.
+      wake = in_flight_ == options_.max_in_flight / 2 || in_flight_ == 0;
     }
-    cv_.NotifyAll();
+    if (wake) cv_.NotifyAll();
   }
 
   void Settle(JsMessage& m, Disposition d, const std::string& why,

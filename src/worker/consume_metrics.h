@@ -22,7 +22,7 @@ class ConsumeMetrics {
   enum Error { kTimeout, kConnect, kBroken, kTooLarge, kAckFailed, kNatsFetch, kDeadLetterFailed,
                kErrorCount };
 
-  void Count(Outcome o) { outcomes_[o].fetch_add(1, std::memory_order_relaxed); }
+  void Count(Outcome o, uint64_t n = 1) { outcomes_[o].fetch_add(n, std::memory_order_relaxed); }
   void CountError(Error e) { errors_[e].fetch_add(1, std::memory_order_relaxed); }
   uint64_t count(Outcome o) const { return outcomes_[o].load(std::memory_order_relaxed); }
   uint64_t errors(Error e) const { return errors_[e].load(std::memory_order_relaxed); }
