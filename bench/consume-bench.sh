@@ -3,7 +3,9 @@
 #
 #   1. messages/s through idem::worker::JetStreamConsumer with the inbox claim vs the same
 #      consumer without it (each message: BEGIN, [inbox claim], a one-row INSERT, COMMIT, ack);
-#      the aim is an inbox overhead of at most 15% (ratio >= 0.85). Once per value of
+#      the aim is an inbox overhead of at most 15% (ratio >= 0.85). Next to them, the ceiling
+#      for any inbox: the business write guarded by a bare INSERT ... ON CONFLICT DO NOTHING
+#      into an unpartitioned table, in the same statement. Once per value of
 #      messages_per_transaction in BENCH_GROUPS (default "1 16": one message per transaction,
 #      and groups of 16 sharing BEGIN, claims and COMMIT)
 #   2. messages/s through `idem consume` delivering to a trivial HTTP service vs a bare nats.c
@@ -79,32 +81,37 @@ tick_us=$((1000000 / $(getconf CLK_TCK)))
 per_msg() { python3 -c "print(round(($2 + ($(ticks) - $1) * $tick_us) / $n, 1))"; }
 
 # --- 1. the C++ runtime, with and without the inbox ----------------------------------------------
-# Sets w, wo (best msgs/s with and without the inbox) and wc_, woc (least CPU us/msg) for
-# messages_per_transaction $1.
+# Sets w, wo, wg (best msgs/s with the inbox, without it, with the bare guard) and wc_, woc,
+# wgc (least CPU us/msg) for messages_per_transaction $1.
 runtime_case() {
-  local group=$1 without=() with=() without_cpu=() with_cpu=() round mode stream t0 out r c
+  local group=$1 round mode stream t0 out r c
+  local -A rates=() cpus=()
   for round in 1 2; do
-    for mode in noinbox inbox; do
+    for mode in noinbox inbox guard; do
       stream="RT_${mode^^}_${group}_$round"
       $bench publish "$nats" "$stream" "$n"
       t0=$(ticks)
       out=$($bench runtime "$nats" "$stream" "$pg" "$n" "$mode" "$group")
       r=$(awk '/msgs\/s/ {print $2}' <<<"$out")
       c=$(per_msg "$t0" "$(awk '/cpu_us/ {print $2}' <<<"$out")")
-      if [[ $mode == inbox ]]; then with+=("$r") with_cpu+=("$c"); else without+=("$r") without_cpu+=("$c"); fi
+      rates[$mode]+="$r "; cpus[$mode]+="$c "
     done
   done
-  w=$(printf '%s\n' "${with[@]}" | best)
-  wo=$(printf '%s\n' "${without[@]}" | best)
-  wc_=$(printf '%s\n' "${with_cpu[@]}" | least)
-  woc=$(printf '%s\n' "${without_cpu[@]}" | least)
+  w=$(tr ' ' '\n' <<<"${rates[inbox]}" | grep . | best)
+  wo=$(tr ' ' '\n' <<<"${rates[noinbox]}" | grep . | best)
+  wg=$(tr ' ' '\n' <<<"${rates[guard]}" | grep . | best)
+  wc_=$(tr ' ' '\n' <<<"${cpus[inbox]}" | grep . | least)
+  woc=$(tr ' ' '\n' <<<"${cpus[noinbox]}" | grep . | least)
+  wgc=$(tr ' ' '\n' <<<"${cpus[guard]}" | grep . | least)
 }
 runtime_lines=()
 for group in ${BENCH_GROUPS-1 16}; do
   runtime_case "$group"
   runtime_lines+=("$(printf '%-46s %10s %14s' "runtime, no inbox, $group msg/txn" "$wo" "$woc")")
   runtime_lines+=("$(printf '%-46s %10s %14s' "runtime with the inbox claim, $group msg/txn" "$w" "$wc_")")
+  runtime_lines+=("$(printf '%-46s %10s %14s' "runtime with a bare guard insert, $group msg/txn" "$wg" "$wgc")")
   runtime_lines+=("inbox at $group msg/txn: $(python3 -c "print(f'{$w/$wo:.2f}')")x of the consumer without it (aim >= 0.85); CPU per message $(python3 -c "print(f'{$woc/$wc_:.2f}')")x")
+  runtime_lines+=("  the cheapest guard there is (an unpartitioned unique insert in the same statement): $(python3 -c "print(f'{$wg/$wo:.2f}')")x; CPU per message $(python3 -c "print(f'{$woc/$wgc:.2f}')")x")
 done
 
 # --- 2. idem consume to a trivial service vs a raw pull-and-ack loop -------------------------------
