@@ -158,7 +158,7 @@ void RawUpstream::Serve(int fd, int connection) {
         std::lock_guard lock(mu_);
         requests_.push_back(std::move(request));
       }
-      if (!SendAll(fd, answer)) {
+      if (!SendAll(fd, answer) || close_after_answer_) {
         open = false;
         break;
       }

@@ -49,6 +49,9 @@ class RawUpstream {
   int parse_errors() const { return parse_errors_.load(); }
   // Forgets the requests and errors recorded so far.
   void Clear();
+  // From now on, closes each connection right after its first answer, without saying so in
+  // the answer (HTTP allows a server to close an idle keep-alive connection at any time).
+  void CloseAfterEachAnswer() { close_after_answer_ = true; }
 
   // The default answer: 201 with "got N bytes".
   static std::string Created(const ReceivedRequest& request);
@@ -62,6 +65,7 @@ class RawUpstream {
   std::string address_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> parse_errors_{0};
+  std::atomic<bool> close_after_answer_{false};
   std::thread acceptor_;
   mutable std::mutex mu_;
   std::vector<ReceivedRequest> requests_;  // GUARDED_BY(mu_)
