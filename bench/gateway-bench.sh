@@ -45,7 +45,9 @@
 # drives CONNECTIONS connections, and divides by the requests the proxy answered in that window
 # (the upstream's execution count for first executions, the gateway's replayed count for
 # replays). SYSCALL_DETAIL=1 also prints each case's busiest system calls over one second
-# (perf trace -s). The aim: the gateway's count at most nginx's + 1.
+# (perf trace -s). The aim: the gateway's count at most nginx's + 1. In the same window the
+# proxy's CPU time per request is read from /proc (user and system, all threads): where the
+# system calls match nginx's, the user time is what is left to explain.
 #
 # Installs wrk, nginx and curl with apt-get if missing; builds the release binaries if absent.
 # Every process is started here and stopped by its PID on exit. Not part of the test command.
@@ -227,11 +229,14 @@ measure() {
     "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
 }
 
+# The user and system CPU time of process $1 so far, in clock ticks: "user system".
+cpu_ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
+
 # System calls per request: name, pid of the proxy process, address, mode, and a command that
-# prints the proxy's answered-request count so far. Appends "name calls_per_request" to
-# $work/syscalls.
+# prints the proxy's answered-request count so far. Appends "name calls_per_request requests
+# user_us_per_request system_us_per_request" to $work/syscalls.
 count_syscalls() {
-  local name=$1 pid=$2 address=$3 mode=$4 counter=$5 before after calls wrk_pid try
+  local name=$1 pid=$2 address=$3 mode=$4 counter=$5 before after calls wrk_pid try t0 t1
   IDEM_BENCH_MODE=$mode IDEM_BENCH_RUN="sys$RANDOM$RANDOM" wrk -t1 -c"$CONNECTIONS" \
     -d"$((3 * SYSCALL_SECONDS + 10))s" -s bench/gateway/wrk.lua "http://$address" \
     >"$work/wrk-sys.out" 2>&1 &
@@ -240,8 +245,10 @@ count_syscalls() {
   # perf stat attached to a running process now and then reports "<not counted>": try again.
   for try in 1 2 3; do
     before=$($counter)
+    t0=$(cpu_ticks "$pid")
     calls=$(perf stat -x, -e raw_syscalls:sys_enter -p "$pid" -- sleep "$SYSCALL_SECONDS" 2>&1 |
       awk -F, '/raw_syscalls:sys_enter/ { print $1 }')
+    t1=$(cpu_ticks "$pid")
     after=$($counter)
     [[ $calls =~ ^[0-9]+$ ]] && ((after > before)) && break
   done
@@ -257,8 +264,13 @@ count_syscalls() {
     echo "  $name: no system call count (perf: '${calls:-nothing}', $((after - before)) requests)" >&2
     return 0
   fi
-  awk -v n="$name" -v c="$calls" -v r="$((after - before))" \
-    'BEGIN { printf "%s %.2f %d\n", n, c / r, r }' >>"$work/syscalls"
+  awk -v n="$name" -v c="$calls" -v r="$((after - before))" -v t0="$t0" -v t1="$t1" \
+    -v tick_us="$((1000000 / $(getconf CLK_TCK)))" '
+    BEGIN {
+      split(t0, a, " "); split(t1, b, " ")
+      printf "%s %.2f %d %.1f %.1f\n", n, c / r, r, (b[1] - a[1]) * tick_us / r,
+             (b[2] - a[2]) * tick_us / r
+    }' >>"$work/syscalls"
 }
 gateway_answered() { gateway_outcomes "$admin" | awk '{ print $1 + $2 }'; }
 
@@ -387,13 +399,26 @@ done
 
 echo
 if [[ -s $work/syscalls ]]; then
-  awk '{ calls[$1] = $2; n[$1] = $3; order[++k] = $1 }
+  awk '{ calls[$1] = $2; n[$1] = $3; user[$1] = $4; sys[$1] = $5; order[++k] = $1 }
     END {
       print "system calls per request (perf stat over " n[order[1]] "+ requests):"
       for (i = 1; i <= k; i++) {
         c = order[i]
         printf "  %-23s %6.2f", c, calls[c]
         if (c != "nginx" && ("nginx" in calls)) printf "   %+.2f over nginx", calls[c] - calls["nginx"]
+        print ""
+      }
+      print ""
+      print "proxy CPU per request, same window (us; user + system = total):"
+      for (i = 1; i <= k; i++) {
+        c = order[i]
+        printf "  %-23s %6.1f + %6.1f = %6.1f", c, user[c], sys[c], user[c] + sys[c]
+        if (c != "nginx" && ("nginx" in calls) && user["nginx"] + sys["nginx"] > 0) {
+          printf "   %.2fx nginx (user %.2fx, system %.2fx)",
+                 (user[c] + sys[c]) / (user["nginx"] + sys["nginx"]),
+                 (user["nginx"] > 0 ? user[c] / user["nginx"] : 0),
+                 (sys["nginx"] > 0 ? sys[c] / sys["nginx"] : 0)
+        }
         print ""
       }
     }' "$work/syscalls"
