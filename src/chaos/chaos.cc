@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -21,6 +22,30 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+
+// Keeps the logs of the run's processes: in --logs DIR when given, else, when the run `failed`
+// (a duplicate, a loss, or no verdict), in a new temporary directory. Says where on `err`.
+void KeepLogs(const ChaosOptions& options, const Pipeline& pipeline, bool failed,
+              std::ostream& err) {
+  std::filesystem::path to = options.logs_dir;
+  if (to.empty()) {
+    if (!failed) return;
+    std::error_code ec;
+    std::string dir =
+        (std::filesystem::temp_directory_path(ec) / "idem-chaos-logs-XXXXXX").string();
+    if (ec || mkdtemp(dir.data()) == nullptr) {
+      err << "idem chaos: cannot make a directory for the run's logs under the temporary "
+             "directory; give one with --logs DIR\n";
+      return;
+    }
+    to = dir;
+  }
+  if (const std::string e = pipeline.CopyLogs(to); !e.empty()) {
+    err << "idem chaos: cannot keep the run's logs: " << e << "\n";
+    return;
+  }
+  err << "idem chaos: the logs of every process of this run are in " << to.string() << "\n";
+}
 
 // A few numbers that tell whether the pipeline is still moving.
 struct Progress {
@@ -184,6 +209,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
         << " operations, with no verdict: " << pipeline.error() << "\n";
     pipeline.Stop();
     services.Stop();
+    KeepLogs(options, pipeline, /*failed=*/true, err);
     return 2;
   }
   plan.resize(driver.sent());  // with --duration, the operations that were sent
@@ -223,6 +249,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   facts.seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
   const Verdict verdict = Judge(plan, evidence, options.faults);
+  KeepLogs(options, pipeline, verdict.escaped + verdict.lost > 0, err);
   if (options.json) {
     PrintJson(options, verdict, facts, out);
   } else {

@@ -27,6 +27,10 @@ struct ChaosOptions {
   std::string postgres_url;              // postgresql://... (needs CREATEDB)
   std::string nats_url;                  // nats://HOST:PORT, with JetStream
   std::string redis_url;                 // redis://... for --store redis
+  // Where to copy the logs of every process the run started, whatever the outcome. Empty: a
+  // run that ends with a duplicate, a loss or no verdict keeps them in a new temporary
+  // directory, and one that is exactly once does not keep them.
+  std::string logs_dir;
   bool json = false;
   bool progress = true;                  // a progress line on standard error
 };

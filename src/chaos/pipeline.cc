@@ -713,6 +713,32 @@ int Pipeline::FencedCompletions() const {
   return fenced;
 }
 
+std::string Pipeline::CopyLogs(const std::filesystem::path& to) const {
+  namespace fs = std::filesystem;
+  const Impl& p = *impl_;
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  if (ec) return "cannot create " + to.string() + ": " + ec.message();
+  std::vector<fs::path> dirs = {p.dir.path()};
+  if (p.pg) dirs.push_back(p.pg->dir());
+  if (p.nats) dirs.push_back(p.nats->dir());
+  if (p.redis) dirs.push_back(p.redis->dir());
+  for (const fs::path& dir : dirs) {
+    fs::directory_iterator it(dir, ec);
+    if (ec) return "cannot list " + dir.string() + ": " + ec.message();
+    for (; it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      std::error_code type_ec;
+      const bool wanted = it->path().extension() == ".log" || name == "gateway.toml";
+      if (!wanted || !it->is_regular_file(type_ec)) continue;
+      fs::copy_file(it->path(), to / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) return "cannot copy " + it->path().string() + ": " + ec.message();
+    }
+    if (ec) return "cannot list " + dir.string() + ": " + ec.message();
+  }
+  return "";
+}
+
 std::string Pipeline::error() const {
   MutexLock lock(impl_->mu);
   return impl_->error;

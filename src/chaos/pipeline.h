@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -115,6 +116,10 @@ class Pipeline {
   // Late completions the gateways refused because a retry had taken the key over (their
   // "fenced" log events, counted over every gateway started). REQUIRES: Stop() was called.
   int FencedCompletions() const;
+  // Copies the log files of every process the run started (gateways, relays, consumers, and
+  // the servers it started itself) into `to`, which is created if missing. REQUIRES: Stop()
+  // was called. Empty on success, else why not.
+  std::string CopyLogs(const std::filesystem::path& to) const;
 
   // SIGKILL nats-server and start it again on the same port and store directory (the relay and
   // the consumer reconnect on their own). False if it does not come back (error() says why).

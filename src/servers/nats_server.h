@@ -35,6 +35,8 @@ class NatsServer {
   bool Running();
 
   int port() const { return port_; }
+  // The server's temporary directory, which holds its log files (*.log).
+  const std::filesystem::path& dir() const { return dir_.path(); }
   // "nats://127.0.0.1:PORT"
   std::string Url() const;
 

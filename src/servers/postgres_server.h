@@ -24,6 +24,8 @@ class PostgresServer {
   // Empty while the server runs; otherwise why it does not.
   const std::string& error() const { return error_; }
   int port() const { return port_; }
+  // The server's temporary directory, which holds its log files (*.log).
+  const std::filesystem::path& dir() const { return dir_.path(); }
 
   // postgresql://postgres@127.0.0.1:PORT/DATABASE
   std::string Url(const std::string& database) const;

@@ -37,6 +37,8 @@ class RedisServer {
   void Resume();
 
   int port() const { return port_; }
+  // The server's temporary directory, which holds its log files (*.log).
+  const std::filesystem::path& dir() const { return dir_.path(); }
   // "redis://127.0.0.1:PORT" followed by `suffix` (e.g. "?prefix=t1").
   std::string Url(const std::string& suffix = "") const;
 

@@ -5,6 +5,13 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "util/nats_server.h"
@@ -23,7 +30,23 @@ struct ChaosRun {
   int exit_code = -1;
   json report;
   std::string output;
+  // The directory the run said it kept its logs in (removed again by RunChaos unless the test
+  // named it with --logs), and the files it held.
+  std::string logs_dir;
+  std::set<std::string> kept_logs;
+  // The last lines of each log a failed run kept, for the failure message: what the gateway,
+  // the relay and the consumer said when an operation went missing.
+  std::string log_tails;
 };
+
+constexpr char kLogsLine[] = "idem chaos: the logs of every process of this run are in ";
+
+// Whether the run kept a log file whose name starts with `prefix` ("relay-", "postgres").
+bool KeptLog(const ChaosRun& run, const std::string& prefix) {
+  return std::any_of(run.kept_logs.begin(), run.kept_logs.end(), [&](const std::string& f) {
+    return f.rfind(prefix, 0) == 0 && f.size() > 4 && f.substr(f.size() - 4) == ".log";
+  });
+}
 
 ChaosRun RunChaos(std::vector<std::string> args) {
   TempDir dir;
@@ -38,6 +61,28 @@ ChaosRun RunChaos(std::vector<std::string> args) {
     return run;
   }
   if (WIFEXITED(*status)) run.exit_code = WEXITSTATUS(*status);
+  if (const size_t at = run.output.find(kLogsLine); at != std::string::npos) {
+    const size_t from = at + std::strlen(kLogsLine);
+    run.logs_dir = run.output.substr(from, run.output.find('\n', from) - from);
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(run.logs_dir, ec)) {
+      run.kept_logs.insert(e.path().filename().string());
+    }
+    if (run.exit_code != 0) {
+      for (const std::string& name : run.kept_logs) {
+        std::ifstream in(std::filesystem::path(run.logs_dir) / name);
+        std::deque<std::string> last;
+        for (std::string line; std::getline(in, line);) {
+          last.push_back(std::move(line));
+          if (last.size() > 15) last.pop_front();
+        }
+        run.log_tails += "\n--- " + name + " (last lines)\n";
+        for (const std::string& line : last) run.log_tails += line + "\n";
+      }
+    }
+    const bool named = std::find(args.begin(), args.end(), "--logs") != args.end();
+    if (!named) std::filesystem::remove_all(run.logs_dir, ec);  // kept by the run itself
+  }
   const size_t brace = run.output.find('{');
   if (brace != std::string::npos) {
     run.report = json::parse(run.output.substr(brace), nullptr, false);
@@ -68,8 +113,9 @@ TEST(ChaosTest, ShortMixedRunIsExactlyOnce) {
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.report["escaped"], 0) << run.output;
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
   EXPECT_EQ(run.report["ops"], 1000);
+  EXPECT_TRUE(run.logs_dir.empty()) << "an exactly-once run keeps no logs unless asked";
   ASSERT_EQ(run.report["modes"].size(), 12u) << run.output;
   // Every late retry (retry_hours' after the clock jump too) got its answer. Other problems
   // are not asserted here: on a loaded machine an armed relay may, rarely, not crash within
@@ -151,7 +197,7 @@ TEST(ChaosTest, WithoutLayer1ClientDuplicatesEscape) {
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_GT(run.report["escaped"].get<int>(), 0);
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
   for (const char* name : {"retry_soon", "retry_later", "concurrent", "other_body", "zombie"}) {
     const json* m = Mode(run.report, name);
     ASSERT_NE(m, nullptr) << name;
@@ -159,6 +205,13 @@ TEST(ChaosTest, WithoutLayer1ClientDuplicatesEscape) {
     EXPECT_EQ((*m)["escaped"], (*m)["injected"]) << name << ": " << m->dump();
     EXPECT_EQ((*m)["caught"]["1"], 0) << name;
   }
+  // A run with escapes keeps its logs without being asked, and says where. Layer 1 is off, so
+  // no gateway ran.
+  EXPECT_FALSE(run.logs_dir.empty()) << run.output;
+  for (const char* log : {"relay-", "consume-", "nats-", "postgres"}) {
+    EXPECT_TRUE(KeptLog(run, log)) << log << "*.log in " << run.logs_dir;
+  }
+  EXPECT_FALSE(KeptLog(run, "gateway-"));
 }
 
 // The consumer claims no inbox row: redeliveries after its commit escape, and so do replayed
@@ -169,7 +222,7 @@ TEST(ChaosTest, WithoutLayer2RedeliveriesEscape) {
                                  "consumer_kill,redelivery_storm,consumer_replay,relay_outage"});
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 1) << run.output;
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
   for (const char* name :
        {"consumer_kill", "redelivery_storm", "consumer_replay", "relay_outage"}) {
     const json* m = Mode(run.report, name);
@@ -193,7 +246,7 @@ TEST(ChaosTest, WithoutLayer3TheInboxCatchesRepublishedCopies) {
   EXPECT_EQ((*m)["caught"]["3"], 0) << m->dump();
   EXPECT_EQ((*m)["caught"]["2"], (*m)["injected"]) << m->dump();
   EXPECT_EQ(run.report["escaped"], 0) << run.output;
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
 }
 
 // Neither the stream nor the inbox drops a republished event: relay crashes escape.
@@ -207,7 +260,7 @@ TEST(ChaosTest, WithoutLayers2And3RelayCrashesEscape) {
   ASSERT_NE(m, nullptr);
   EXPECT_GT((*m)["escaped"].get<int>(), 0) << m->dump();
   EXPECT_EQ((*m)["escaped"], (*m)["injected"]) << m->dump();
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
 }
 
 // The gateway's Redis dies with a request in flight and comes back 300 ms later: the gateway
@@ -221,7 +274,7 @@ void ExpectRedisRestartsExactlyOnce(const std::string& store) {
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.report["escaped"], 0) << run.output;
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
   const json* m = Mode(run.report, "redis_restart");
   ASSERT_NE(m, nullptr) << run.output;
   const int injected = (*m)["injected"];
@@ -264,7 +317,7 @@ TEST(ChaosTest, RetriesPastRetentionEscapeAndHoursLaterAreReplayed) {
   EXPECT_GT((*expired)["injected"].get<int>(), 0) << expired->dump();
   EXPECT_EQ((*expired)["escaped"], (*expired)["injected"]) << expired->dump();
   EXPECT_EQ(run.report["escaped"], (*expired)["injected"]) << run.output;
-  EXPECT_EQ(run.report["lost"], 0) << run.output;
+  EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
 }
 
 // "all" leaves the opt-in retry_expired out: a default run checks promises, not their limits.
@@ -293,7 +346,7 @@ TEST(ChaosTest, RunsOnServersTheUserRuns) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.report["ops"], 20);
   EXPECT_EQ(run.report["escaped"], 0);
-  EXPECT_EQ(run.report["lost"], 0);
+  EXPECT_EQ(run.report["lost"], 0) << run.log_tails;
   EXPECT_GT(Mode(run.report, "retry_soon")->at("caught")["1"].get<int>(), 0) << run.output;
   EXPECT_GT(Mode(run.report, "consumer_kill")->at("caught")["2"].get<int>(), 0) << run.output;
   ASSERT_EQ(run.report["skipped"].size(), 3u) << run.output;
@@ -316,8 +369,10 @@ TEST(ChaosTest, ModesThatCannotRunAreSkippedWithAReason) {
 // --duration sends operations until the time is up; the report covers those sent.
 TEST(ChaosTest, DurationRunsForTheGivenTime) {
   // redis_restart cannot run on the default store: it is left out, and the report says why.
-  const ChaosRun run = RunChaos(
-      {"--duration", "3", "--faults", "retry_soon,redis_restart", "--fault-rate", "0.2"});
+  TempDir logs;
+  const std::string logs_dir = logs.File("kept");
+  const ChaosRun run = RunChaos({"--duration", "3", "--faults", "retry_soon,redis_restart",
+                                 "--fault-rate", "0.2", "--logs", logs_dir});
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_GT(run.report["ops"].get<int>(), 10) << run.output;
@@ -326,7 +381,13 @@ TEST(ChaosTest, DurationRunsForTheGivenTime) {
   ASSERT_EQ(run.report["skipped"].size(), 1u) << run.output;
   EXPECT_EQ(run.report["skipped"][0], "redis_restart: needs --store redis or tiered");
   EXPECT_EQ(run.report["escaped"], 0);
-  EXPECT_EQ(run.report["lost"], 0);
+  EXPECT_EQ(run.report["lost"], 0) << run.log_tails;
+  // --logs keeps them whatever the outcome.
+  EXPECT_EQ(run.logs_dir, logs_dir) << run.output;
+  EXPECT_EQ(run.kept_logs.count("gateway.toml"), 1u) << run.logs_dir;
+  for (const char* log : {"gateway-", "relay-", "consume-", "nats-", "postgres"}) {
+    EXPECT_TRUE(KeptLog(run, log)) << log << "*.log in " << run.logs_dir;
+  }
 }
 
 // Bad input is a clear error (exit 2), not a run.

@@ -85,6 +85,12 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
   cmd->add_option("--clients", flags->options.clients, "Client threads sending payments")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--logs", flags->options.logs_dir,
+                  "Copy the logs of every process the run started (gateway, relay, consume, and\n"
+                  "the servers it started) into this directory, whatever the outcome. Without it,\n"
+                  "a run with a duplicate, a loss or no verdict keeps them in a new directory\n"
+                  "under the temporary directory and names it on standard error")
+      ->type_name("DIR");
   cmd->add_flag("--json", flags->options.json,
                 "Print one JSON object: the totals injected, escaped and lost, and a row per mode");
   cmd->add_flag("--quiet", flags->quiet, "No progress line on standard error");
