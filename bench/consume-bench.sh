@@ -69,8 +69,9 @@ pids+=($!)
 for _ in $(seq 100); do grep -q "Server is ready" "$dir/nats.log" && break; sleep 0.1; done
 nats="nats://127.0.0.1:$nats_port"
 
-best() { sort -n | tail -1; }
-least() { sort -n | head -1; }
+# The highest / lowest of the numbers on standard input (separated by spaces or newlines).
+best() { tr ' ' '\n' | grep . | sort -n | tail -1; }
+least() { tr ' ' '\n' | grep . | sort -n | head -1; }
 # CPU time (user + system, in clock ticks) of the servers: nats-server, and PostgreSQL's
 # postmaster with its live backends and the ones that exited (cutime, cstime).
 ticks() { awk '{t += $14 + $15 + $16 + $17} END {print t}' \
@@ -97,12 +98,12 @@ runtime_case() {
       rates[$mode]+="$r "; cpus[$mode]+="$c "
     done
   done
-  w=$(tr ' ' '\n' <<<"${rates[inbox]}" | grep . | best)
-  wo=$(tr ' ' '\n' <<<"${rates[noinbox]}" | grep . | best)
-  wg=$(tr ' ' '\n' <<<"${rates[guard]}" | grep . | best)
-  wc_=$(tr ' ' '\n' <<<"${cpus[inbox]}" | grep . | least)
-  woc=$(tr ' ' '\n' <<<"${cpus[noinbox]}" | grep . | least)
-  wgc=$(tr ' ' '\n' <<<"${cpus[guard]}" | grep . | least)
+  w=$(best <<<"${rates[inbox]}")
+  wo=$(best <<<"${rates[noinbox]}")
+  wg=$(best <<<"${rates[guard]}")
+  wc_=$(least <<<"${cpus[inbox]}")
+  woc=$(least <<<"${cpus[noinbox]}")
+  wgc=$(least <<<"${cpus[guard]}")
 }
 runtime_lines=()
 for group in ${BENCH_GROUPS-1 16}; do
@@ -154,11 +155,10 @@ for round in 1 2; do
     c_rate[$i]+="$r "; c_all[$i]+="$a "; c_idem[$i]+="$b "; c_sink[$i]+="$c "
   done
 done
-pick() { tr ' ' '\n' | grep . | sort -n | "$1" -1; }
-side=$(pick tail <<<"${c_rate[0]}")
-side_cpu=$(pick head <<<"${c_all[0]}")
-idem_cpu=$(pick head <<<"${c_idem[0]}")
-sink_cpu=$(pick head <<<"${c_sink[0]}")
+side=$(best <<<"${c_rate[0]}")
+side_cpu=$(least <<<"${c_all[0]}")
+idem_cpu=$(least <<<"${c_idem[0]}")
+sink_cpu=$(least <<<"${c_sink[0]}")
 
 # The HTTP half alone: wrk POSTing 128-byte bodies (the published messages' size) with the
 # headers idem consume adds, over as many connections as idem consume's window.
@@ -187,10 +187,10 @@ printf '%-46s %10s %14s\n' "raw nats.c pull-and-ack loop" "$raw" "$raw_cpu"
 printf '%-46s %10s %14s\n' "idem consume -> trivial HTTP service" "$side" "$side_cpu"
 echo "  of which idem consume $idem_cpu us/msg, the trivial service $sink_cpu us/msg"
 if [[ -n ${BENCH_IDEM_B:-} ]]; then
-  printf '%-46s %10s %14s\n' "  the same with $BENCH_IDEM_B" "$(pick tail <<<"${c_rate[1]}")" \
-    "$(pick head <<<"${c_all[1]}")"
-  echo "  of which idem consume $(pick head <<<"${c_idem[1]}") us/msg," \
-    "the trivial service $(pick head <<<"${c_sink[1]}") us/msg"
+  printf '%-46s %10s %14s\n' "  the same with $BENCH_IDEM_B" "$(best <<<"${c_rate[1]}")" \
+    "$(least <<<"${c_all[1]}")"
+  echo "  of which idem consume $(least <<<"${c_idem[1]}") us/msg," \
+    "the trivial service $(least <<<"${c_sink[1]}") us/msg"
 fi
 echo "idem consume: $(ratio "$side" "$raw")x of the raw pull-and-ack loop (aim >= 0.5);" \
   "CPU per message $(ratio "$raw_cpu" "$side_cpu")x"

@@ -191,6 +191,17 @@ int Raw(const char* url, const std::string& stream, int n) {
   return 0;
 }
 
+// The trivial service's answer to every request: 200 "ok".
+boost::beast::http::response<boost::beast::http::string_body> SinkAnswer(
+    const boost::beast::http::request<boost::beast::http::string_body>& req) {
+  boost::beast::http::response<boost::beast::http::string_body> res{
+      boost::beast::http::status::ok, 11};
+  res.keep_alive(req.keep_alive());
+  res.body() = "ok\n";
+  res.prepare_payload();
+  return res;
+}
+
 // One event-loop thread serving every connection, the way most services answer: a request
 // that arrives while the loop is busy is read on its next turn, with no thread to wake.
 boost::asio::awaitable<void> SinkSession(boost::asio::ip::tcp::socket s) {
@@ -202,10 +213,7 @@ boost::asio::awaitable<void> SinkSession(boost::asio::ip::tcp::socket s) {
     http::request<http::string_body> req;
     co_await http::async_read(s, buffer, req, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return;
-    http::response<http::string_body> res{http::status::ok, 11};
-    res.keep_alive(req.keep_alive());
-    res.body() = "ok\n";
-    res.prepare_payload();
+    auto res = SinkAnswer(req);
     co_await http::async_write(s, res, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return;
   }
@@ -245,10 +253,7 @@ int Sink(const std::string& kind) {
         http::request<http::string_body> req;
         http::read(s, buffer, req, ec);
         if (ec) return;
-        http::response<http::string_body> res{http::status::ok, 11};
-        res.keep_alive(req.keep_alive());
-        res.body() = "ok\n";
-        res.prepare_payload();
+        auto res = SinkAnswer(req);
         http::write(s, res, ec);
         if (ec) return;
       }

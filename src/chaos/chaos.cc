@@ -232,6 +232,9 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   PQfinish(conn);
   if (!error.empty()) {
     err << "idem chaos: " << error << "\n";
+    pipeline.Stop();
+    services.Stop();
+    KeepLogs(options, pipeline, /*failed=*/true, err);
     return 2;
   }
   facts.relay_crashes = pipeline.relay_crashes();

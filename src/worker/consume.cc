@@ -152,7 +152,7 @@ class Sidecar {
         MutexLock lock(mu_);
         // Fetch once half the window is free: one pull request per half window rather than one
         // per settled message keeps the broker round trips off the delivery path.
-        while (!stopping_ && in_flight_ > options_.max_in_flight / 2) cv_.Wait(lock);
+        while (!stopping_ && in_flight_ > RefetchAt()) cv_.Wait(lock);
         if (stopping_) break;
         room = options_.max_in_flight - in_flight_;
       }
@@ -225,6 +225,9 @@ class Sidecar {
   const ConsumeMetrics& metrics() const { return metrics_; }
 
  private:
+  // The fetch loop fetches again once no more than this many messages are in flight.
+  int RefetchAt() const { return options_.max_in_flight / 2; }
+
   void WaitStopping(Duration d) {
     MutexLock lock(mu_);
     const auto give_up_at = std::chrono::steady_clock::now() + d;
@@ -318,7 +321,7 @@ class Sidecar {
       --in_flight_;
       // The fetch loop waits for half the window to free up, and Drain for none in flight:
       // wake them at those two points only, not at every settled message.
-      wake = in_flight_ == options_.max_in_flight / 2 || in_flight_ == 0;
+      wake = in_flight_ == RefetchAt() || in_flight_ == 0;
     }
     if (wake) cv_.NotifyAll();
   }
