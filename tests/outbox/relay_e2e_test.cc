@@ -282,7 +282,7 @@ TEST_F(RelayTest, ThreeRelaysPublishEachEventOnceAndKeysInOrder) {
     for (const auto& id : stream_order[key]) actual += (actual.empty() ? "" : ",") + id;
     EXPECT_EQ(actual, expected) << "key " << key;
   }
-  for (auto& r : relays) EXPECT_EQ(r->process().Stop(SIGTERM), 0);
+  for (auto& r : relays) EXPECT_EQ(r->process().Stop(SIGTERM), 0) << r->process().Output();
 }
 
 // Sequence order is not commit order: a row that commits late with a lower id than rows

@@ -185,9 +185,12 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       pthread_kill(waiter.native_handle(), SIGTERM);
     }
     waiter.join();
-    if (admin) admin->Stop();
+    // Every NATS object goes before the library does (the admin handlers hold the relay, and
+    // the relay its connection); then wait for the library's own threads to wind down, so none
+    // still runs while the process exits.
+    admin.reset();
     relay.reset();
-    nats_Close();
+    nats_CloseAndWait(2000);
     return status.ok() ? 0 : 2;
   };
 }
