@@ -4,28 +4,20 @@
 
 namespace idem::internal::sqlite {
 
+GroupCommit::GroupCommit(RunBatch run_batch)
+    : batches_([run_batch = std::move(run_batch)](std::vector<std::unique_ptr<PendingWrite>>& taken) {
+        std::vector<PendingWrite*> batch;
+        batch.reserve(taken.size());
+        for (auto& w : taken) batch.push_back(w.get());
+        run_batch(batch);
+        for (auto& w : taken) w->done(std::move(w->result));
+      }) {}
+
 void GroupCommit::Submit(std::function<Status()> body, std::function<void(Status)> done) {
   auto write = std::make_unique<PendingWrite>();
   write->body = std::move(body);
   write->done = std::move(done);
-  MutexLock lock(mu_);
-  queue_.push_back(std::move(write));
-  if (writer_active_) return;  // the writer at work takes it into its next batch
-  writer_active_ = true;
-  while (!queue_.empty()) {
-    std::vector<std::unique_ptr<PendingWrite>> taken;
-    taken.swap(queue_);
-    ++counters_.batches;
-    counters_.writes += taken.size();
-    lock.Unlock();
-    std::vector<PendingWrite*> batch;
-    batch.reserve(taken.size());
-    for (auto& w : taken) batch.push_back(w.get());
-    run_batch_(batch);
-    for (auto& w : taken) w->done(std::move(w->result));
-    lock.Lock();
-  }
-  writer_active_ = false;
+  batches_.Submit(std::move(write));
 }
 
 Status GroupCommit::Write(std::function<Status()> body) {
@@ -48,8 +40,8 @@ Status GroupCommit::Write(std::function<Status()> body) {
 }
 
 GroupCommit::Counters GroupCommit::counters() const {
-  MutexLock lock(mu_);
-  return counters_;
+  const auto counted = batches_.counters();
+  return Counters{counted.batches, counted.items};
 }
 
 }  // namespace idem::internal::sqlite

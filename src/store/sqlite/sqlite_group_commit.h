@@ -1,14 +1,13 @@
 // GroupCommit: the SQLite store's writers share transactions under concurrency.
 //
 // Every write (Begin's write path, Complete, Release, Purge) is a `body` to run inside a write
-// transaction. A write is Submitted with a `done` callback and queued. If no batch is being
-// written, the submitting thread becomes the writer: it hands everything queued to `run_batch`
-// (which runs them in ONE transaction, each body in its own savepoint, with one commit), calls
-// each write's `done` with its result, and goes on with whatever queued meanwhile until the
-// queue is empty. A thread that finds a writer at work returns at once: its write goes into
-// the writer's next batch. So a batch holds every write that arrived while the previous commit
-// ran, however many callers there are, and `done` runs only after the commit that holds the
-// write. Alone, a caller pays what it did before (one transaction).
+// transaction. A write is Submitted with a `done` callback and queued; batches are led as
+// core/leader_batches.h describes: the submitting thread that finds no batch under way hands
+// everything queued to `run_batch` (which runs them in ONE transaction, each body in its own
+// savepoint, with one commit), calls each write's `done` with its result, and goes on with
+// whatever queued meanwhile. So a batch holds every write that arrived while the previous
+// commit ran, however many callers there are, and `done` runs only after the commit that holds
+// the write. Alone, a caller pays what it did before (one transaction).
 //
 // Write is the blocking form: Submit, then wait for `done`.
 //
@@ -22,7 +21,7 @@
 #include <memory>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/leader_batches.h"
 #include "idem/status.h"
 
 namespace idem::internal::sqlite {
@@ -41,25 +40,20 @@ class GroupCommit {
     uint64_t writes = 0;   // writes they held
   };
 
-  explicit GroupCommit(RunBatch run_batch) : run_batch_(std::move(run_batch)) {}
+  explicit GroupCommit(RunBatch run_batch);
 
   // Queues `body`; `done` gets its result (or the commit's failure) once the batch holding it
   // is committed or rolled back. May run the batch, and `done`, on the calling thread before
   // returning.
-  void Submit(std::function<Status()> body, std::function<void(Status)> done)
-      IDEM_EXCLUDES(mu_);
+  void Submit(std::function<Status()> body, std::function<void(Status)> done);
 
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
-  Status Write(std::function<Status()> body) IDEM_EXCLUDES(mu_);
+  Status Write(std::function<Status()> body);
 
-  Counters counters() const IDEM_EXCLUDES(mu_);
+  Counters counters() const;
 
  private:
-  const RunBatch run_batch_;
-  mutable Mutex mu_;  // never held while a batch runs
-  std::vector<std::unique_ptr<PendingWrite>> queue_ IDEM_GUARDED_BY(mu_);
-  bool writer_active_ IDEM_GUARDED_BY(mu_) = false;
-  Counters counters_ IDEM_GUARDED_BY(mu_);
+  LeaderBatches<std::unique_ptr<PendingWrite>> batches_;
 };
 
 }  // namespace idem::internal::sqlite

@@ -174,20 +174,20 @@ class SqliteStore final : public Store {
   // Begin, Complete and Release are their Submit forms waited for: one code path.
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    return Wait<BeginOutcome>([&](Done<BeginOutcome> done) {
+    return internal::WaitForDone<BeginOutcome>([&](Done<BeginOutcome> done) {
       SubmitBegin(scope, fingerprint, lease, std::move(done));
     });
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    return Wait<CompleteOutcome>([&](Done<CompleteOutcome> done) {
+    return internal::WaitForDone<CompleteOutcome>([&](Done<CompleteOutcome> done) {
       SubmitComplete(scope, token, response, ttl, std::move(done));
     });
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
-    return Wait<ReleaseOutcome>(
+    return internal::WaitForDone<ReleaseOutcome>(
         [&](Done<ReleaseOutcome> done) { SubmitRelease(scope, token, std::move(done)); });
   }
 
@@ -447,25 +447,6 @@ class SqliteStore final : public Store {
       fence_.Forget();
     }
     if (busy) busy_connection_found_.fetch_add(1, std::memory_order_relaxed);
-  }
-
-  // Runs `submit` with a `done` that hands the result back, and waits for it.
-  template <typename T, typename Submit>
-  static Result<T> Wait(Submit submit) {
-    struct Waiter {
-      Mutex mu;
-      CondVar cv;
-      std::optional<Result<T>> result IDEM_GUARDED_BY(mu);
-    };
-    auto waiter = std::make_shared<Waiter>();
-    submit([waiter](Result<T> result) {
-      MutexLock lock(waiter->mu);
-      waiter->result.emplace(std::move(result));
-      waiter->cv.NotifyAll();
-    });
-    MutexLock lock(waiter->mu);
-    while (!waiter->result) waiter->cv.Wait(lock);
-    return std::move(*waiter->result);
   }
 
   // The body of each GroupCommit batch (sqlite_group_commit.h): one transaction, each write in
