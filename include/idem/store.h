@@ -205,6 +205,12 @@ class Store {
   // The default is false, and the default Submit* calls run the blocking call and then `done`.
   virtual bool QueuesWrites() const { return false; }
 
+  // True if, beyond that, the Submit* calls never block at all: they queue the write and
+  // return, and `done` runs later on a thread of the store's (the Redis store's pipeline). A
+  // StoreExecutor then calls them on the caller's own thread (an event loop), without a hand-off
+  // to its pool. Implies QueuesWrites. The default is false.
+  virtual bool SubmitsWithoutBlocking() const { return false; }
+
   // Begin, Complete and Release with their result delivered to `done`, exactly once: with the
   // same outcome or error as the blocking call, and only after the write (if any) is
   // committed. `done` may run on the calling thread before the call returns, or on another

@@ -70,7 +70,9 @@ class StoreExecutor {
 
   // Begin, Complete and Release go through the store's Submit calls when they leave the
   // caller's thread: a store that QueuesWrites gives the pool thread back once the write is
-  // queued (store.h), and any other store runs the blocking call there, as Run does.
+  // queued (store.h), and any other store runs the blocking call there, as Run does. A store
+  // whose Submit calls never block (SubmitsWithoutBlocking) has them called on the caller's
+  // thread, with no hand-off to the pool; its own thread completes them.
   template <typename CompletionToken>
   auto AsyncBegin(Scope scope, Fingerprint fingerprint, Duration lease, CompletionToken&& token) {
     return RunWriteCall(BeginCall{std::move(scope), fingerprint, lease},
@@ -162,7 +164,8 @@ class StoreExecutor {
             this->Start([c = std::move(c)](Store& s) { return c.Run(s); }, std::move(handler),
                         /*may_run_inline=*/true);
           } else {
-            this->StartSubmitted(std::move(c), std::move(handler));
+            this->StartSubmitted(std::move(c), std::move(handler),
+                                 /*on_caller_thread=*/store_.SubmitsWithoutBlocking());
           }
         },
         token, std::move(call));
@@ -203,9 +206,10 @@ class StoreExecutor {
   }
 
   // Like Start's pool path, for a Submit call: the call is pending until `done` runs, which
-  // may be after the pool thread has gone on to other work.
+  // may be after the pool thread has gone on to other work. With `on_caller_thread` the call
+  // is submitted right here instead (the store's Submit never blocks).
   template <typename Call, typename Handler>
-  void StartSubmitted(Call call, Handler handler) {
+  void StartSubmitted(Call call, Handler handler, bool on_caller_thread) {
     using R = typename Call::Result;
     auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(handler));
     if (pending_.fetch_add(1, std::memory_order_acq_rel) >= max_pending_) {
@@ -221,14 +225,19 @@ class StoreExecutor {
       decltype(work) guard;
     };
     auto waiting = std::make_shared<Waiting>(Waiting{std::move(handler), std::move(work)});
-    boost::asio::post(pool_, [this, call = std::move(call), waiting]() mutable {
+    auto submit = [this, call = std::move(call), waiting]() mutable {
       call.Submit(store_, [this, waiting](R result) {
         // Once pending_ is 0 the destructor may return: nothing of `this` is used after
         // (Finish is static and posts to the caller's executor, which outlives this object).
         pending_.fetch_sub(1, std::memory_order_acq_rel);
         Finish(std::move(waiting->guard), std::move(waiting->handler), std::move(result));
       });
-    });
+    };
+    if (on_caller_thread) {
+      submit();
+    } else {
+      boost::asio::post(pool_, std::move(submit));
+    }
   }
 
   template <typename Work, typename Handler, typename R>

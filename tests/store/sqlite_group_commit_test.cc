@@ -15,46 +15,17 @@
 #include "idem/store.h"
 #include "idem/store_executor.h"
 #include "store/sqlite/sqlite_store.h"
+#include "util/executor_pairs.h"
 #include "util/temp_dir.h"
-
-#include "util/test_fingerprint.h"
 
 namespace idem {
 namespace {
 
 namespace asio = boost::asio;
 using std::chrono::seconds;
+using testing::BeginCompletePairs;
 using testing::Fp;
-
-
-struct Tally {
-  int acquired = 0, completed = 0, failed = 0;
-};
-
-// `pairs` Begin + Complete on keys of its own ("<name>-0", ...), each response's body the key.
-// (A coroutine's parameters live in its frame; a lambda's captures would not outlive co_spawn.)
-asio::awaitable<void> Pairs(StoreExecutor& executor, std::string name, int pairs, Tally& tally) {
-  for (int i = 0; i < pairs; ++i) {
-    // Named, not temporaries in the co_await expression: GCC 12 relocates a temporary
-    // aggregate there bitwise, and a moved std::string then points into the old frame.
-    const std::string key = name + "-" + std::to_string(i);
-    const Scope scope{"t", "", key};
-    auto begun = co_await executor.AsyncBegin(scope, Fp(), seconds(30), asio::use_awaitable);
-    if (!begun.ok() || !std::holds_alternative<Acquired>(*begun)) {
-      ++tally.failed;
-      continue;
-    }
-    ++tally.acquired;
-    const StoredResponse response{201, {}, key};
-    auto done = co_await executor.AsyncComplete(scope, std::get<Acquired>(*begun).token, response,
-                                                seconds(60), asio::use_awaitable);
-    if (done.ok() && *done == CompleteOutcome::kOk) {
-      ++tally.completed;
-    } else {
-      ++tally.failed;
-    }
-  }
-}
+using testing::PairsTally;
 
 // 64 requests in flight on one event loop, an executor of 2 threads: before, a batch could hold
 // at most as many writes as threads were blocked in the store (2); now a pool thread queues its
@@ -66,11 +37,11 @@ TEST(SqliteGroupCommitTest, RequestsInFlightShareCommitsBeyondTheExecutorsThread
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   asio::io_context io;
   constexpr int kThreads = 2, kRequests = 64, kPairsEach = 10;
-  Tally tally;
+  PairsTally tally;
   {
     StoreExecutor executor(**store, {kThreads, 4096});
     for (int r = 0; r < kRequests; ++r) {
-      asio::co_spawn(io, Pairs(executor, "k" + std::to_string(r), kPairsEach, tally),
+      asio::co_spawn(io, BeginCompletePairs(executor, "k" + std::to_string(r), kPairsEach, tally),
                      asio::detached);
     }
     io.run();
@@ -100,10 +71,10 @@ TEST(SqliteGroupCommitTest, EveryCompletionHeardBackIsCommitted) {
     auto store = OpenStore(url);
     ASSERT_TRUE(store.ok());
     asio::io_context io;
-    Tally tally;
+    PairsTally tally;
     StoreExecutor executor(**store, {2, 4096});
     for (int r = 0; r < kRequests; ++r) {
-      asio::co_spawn(io, Pairs(executor, "k" + std::to_string(r), 1, tally), asio::detached);
+      asio::co_spawn(io, BeginCompletePairs(executor, "k" + std::to_string(r), 1, tally), asio::detached);
     }
     io.run();
     EXPECT_EQ(tally.completed, kRequests);

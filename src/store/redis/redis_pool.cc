@@ -34,6 +34,25 @@ Status ContextError(const redisContext* context, std::string_view what) {
   return UnavailableError(message);
 }
 
+// A reply as a result: error replies become errors (MOVED and ASK among them, which
+// RedisCluster, redis_cluster.h, follows).
+Result<RedisReply> ReplyOrError(RedisReply reply) {
+  if (reply->type != REDIS_REPLY_ERROR) return reply;
+  const std::string error(reply->str, reply->len);
+  if (error.rfind("NOAUTH", 0) == 0 || error.rfind("WRONGPASS", 0) == 0) {
+    return FailedPreconditionError("redis: " + error);
+  }
+  return UnavailableError("redis: " + error);
+}
+
+bool IsNoScript(const Result<RedisReply>& reply) {
+  return !reply.ok() && reply.status().message().find("NOSCRIPT") != std::string::npos;
+}
+
+Status InScript(const Status& status, const RedisScript& script) {
+  return status.WithContext(std::string("script ") + std::string(script.name));
+}
+
 }  // namespace
 
 RedisScript RedisScript::Make(std::string_view name, std::string_view body) {
@@ -73,14 +92,85 @@ Result<RedisReply> RedisPool::Eval(const RedisScript& script, std::string_view k
     return RunOn(*context, argv, healthy);
   };
   Result<RedisReply> reply = run();
-  if (!reply.ok() && healthy && reply.status().message().find("NOSCRIPT") != std::string::npos) {
+  if (healthy && IsNoScript(reply)) {
     argv[0] = "EVAL";
     argv[1] = script.body;
     reply = run();
   }
   Return(*context, healthy);
-  if (!reply.ok()) return reply.status().WithContext(std::string("script ") + std::string(script.name));
+  if (!reply.ok()) return InScript(reply.status(), script);
   return reply;
+}
+
+std::vector<Result<RedisReply>> RedisPool::EvalPipelined(const std::vector<const EvalCall*>& batch) {
+  std::vector<Result<RedisReply>> results;
+  results.reserve(batch.size());
+  auto context = Checkout();
+  if (!context.ok()) {
+    for (const EvalCall* call : batch) results.emplace_back(InScript(context.status(), *call->script));
+    return results;
+  }
+  redisContext* c = *context;
+  // Appending only fills hiredis's output buffer (it fails only when out of memory); the first
+  // redisGetReply writes the whole buffer.
+  std::vector<const char*> args;
+  std::vector<size_t> lengths;
+  bool appended = true;
+  for (const EvalCall* call : batch) {
+    args.clear();
+    lengths.clear();
+    auto add = [&](std::string_view a) {
+      args.push_back(a.data());
+      lengths.push_back(a.size());
+    };
+    add("EVALSHA");
+    add(call->script->sha1);
+    add("1");
+    add(call->key);
+    for (const std::string& a : call->args) add(a);
+    if (redisAppendCommandArgv(c, static_cast<int>(args.size()), args.data(), lengths.data()) !=
+        REDIS_OK) {
+      appended = false;
+      break;
+    }
+  }
+  if (!appended) {  // nothing was sent: the buffer goes with the connection
+    Return(c, /*healthy=*/false);
+    for (const EvalCall* call : batch) {
+      results.emplace_back(InScript(UnavailableError("redis: out of memory queueing a command"),
+                                    *call->script));
+    }
+    return results;
+  }
+  bool healthy = true;
+  Status lost = Status::Ok();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    void* raw = nullptr;
+    if (healthy && (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr)) {
+      healthy = false;
+      lost = ContextError(c, "redis EVALSHA");
+    }
+    if (!healthy) {
+      results.emplace_back(lost);
+      continue;
+    }
+    results.push_back(ReplyOrError(RedisReply(static_cast<redisReply*>(raw))));
+  }
+  // NOSCRIPT (a restarted or flushed server): the script did not run; EVAL sends its body and
+  // caches it again. Calls of one key keep their order among themselves only within what the
+  // caller promised anyway: concurrent calls are in no particular order.
+  for (size_t i = 0; i < batch.size() && healthy; ++i) {
+    if (!IsNoScript(results[i])) continue;
+    const EvalCall& call = *batch[i];
+    std::vector<std::string_view> argv = {"EVAL", call.script->body, "1", call.key};
+    argv.insert(argv.end(), call.args.begin(), call.args.end());
+    results[i] = RunOn(c, argv, healthy);
+  }
+  Return(c, healthy);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!results[i].ok()) results[i] = InScript(results[i].status(), *batch[i]->script);
+  }
+  return results;
 }
 
 Result<redisContext*> RedisPool::Checkout() {
@@ -187,16 +277,7 @@ Result<RedisReply> RedisPool::RunOn(redisContext* context,
     healthy = false;
     return ContextError(context, "redis " + std::string(argv.front()));
   }
-  RedisReply reply(raw);
-  if (reply->type == REDIS_REPLY_ERROR) {
-    const std::string error(reply->str, reply->len);
-    if (error.rfind("NOAUTH", 0) == 0 || error.rfind("WRONGPASS", 0) == 0) {
-      return FailedPreconditionError("redis: " + error);
-    }
-    // MOVED and ASK come back as errors too: RedisCluster (redis_cluster.h) follows them.
-    return UnavailableError("redis: " + error);
-  }
-  return reply;
+  return ReplyOrError(RedisReply(raw));
 }
 
 }  // namespace idem::internal

@@ -58,6 +58,21 @@ class RedisPool {
   Result<RedisReply> Eval(const RedisScript& script, std::string_view key,
                           const std::vector<std::string_view>& args, bool asking = false);
 
+  // One script call of a pipelined batch (EvalPipelined).
+  struct EvalCall {
+    const RedisScript* script = nullptr;
+    std::string key;
+    std::vector<std::string> args;
+  };
+
+  // The calls of `batch` pipelined on one pooled connection: every EVALSHA written at once,
+  // then the replies read in order, so a batch costs one round trip (and about one send and
+  // one receive) however many calls it holds. Each result is what Eval would return for its
+  // call; a NOSCRIPT reply is answered by EVAL on the same connection after the batch. No
+  // connection to be had fails every call without sending anything; a connection lost partway
+  // fails each call whose reply did not arrive (it may or may not have run, as with Eval).
+  std::vector<Result<RedisReply>> EvalPipelined(const std::vector<const EvalCall*>& batch);
+
   const RedisEndpoint& endpoint() const { return endpoint_; }
 
   // A new connection outside the pool, set up as pooled ones are (timeouts, AUTH, SELECT), for

@@ -2,10 +2,12 @@
 
 #include <charconv>
 
+#include "core/leader_batches.h"  // WaitForDone
 #include "core/response_codec.h"
 #include "core/store_checks.h"
 #include "store/redis/redis_cluster.h"
 #include "store/redis/redis_notices.h"
+#include "store/redis/redis_pipeline.h"
 #include "store/redis/redis_pool.h"
 #include "store/redis/redis_scripts.h"
 #include "store/tiers.h"
@@ -45,6 +47,7 @@ class RedisStore final : public internal::FastTier {
       cluster_ = std::make_unique<internal::RedisCluster>(endpoint_);
     } else {
       single_ = std::make_unique<internal::RedisPool>(endpoint_);
+      pipeline_ = std::make_unique<internal::RedisPipeline>(*single_);
     }
   }
 
@@ -55,32 +58,68 @@ class RedisStore final : public internal::FastTier {
     return reply.ok() ? Status::Ok() : reply.status();
   }
 
+  // Begin, Complete and Release are their Submit forms waited for: one code path, whose
+  // calls share pipelined round trips with every other write in flight (single server).
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
-    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
-    const std::string key = KeyFor(scope);
-    const std::string now = Now();
-    const std::string lease_ms = std::to_string(lease.count());
-    auto reply =
-        Eval(internal::RedisBeginScript(), key, {now, fingerprint.raw(), lease_ms, abandoned_ms_});
-    if (!reply.ok()) return reply.status().WithContext("begin scope " + scope.Digest());
-    auto outcome = DecodeBegin(reply->get());
-    if (!outcome.ok()) return outcome.status().WithContext("begin scope " + scope.Digest());
-    return outcome;
+    return internal::WaitForDone<BeginOutcome>([&](Done<BeginOutcome> done) {
+      SubmitBegin(scope, fingerprint, lease, std::move(done));
+    });
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
-    IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
-    const std::string key = KeyFor(scope);
-    const std::string now = Now();
-    const std::string token_text = std::to_string(token);
-    const std::string ttl_ms = std::to_string(ttl.count());
-    const std::string encoded = internal::EncodeResponse(response);
-    auto done = RunFlag(internal::RedisCompleteScript(), key,
-                        {now, token_text, ttl_ms, encoded, channel_});
-    if (!done.ok()) return done.status().WithContext("complete scope " + scope.Digest());
-    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    return internal::WaitForDone<CompleteOutcome>([&](Done<CompleteOutcome> done) {
+      SubmitComplete(scope, token, response, ttl, std::move(done));
+    });
+  }
+
+  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
+    return internal::WaitForDone<ReleaseOutcome>(
+        [&](Done<ReleaseOutcome> done) { SubmitRelease(scope, token, std::move(done)); });
+  }
+
+  // On one server, writes queue for the pipeline's thread (SubmitEval) and the Submit calls
+  // return at once; a cluster's calls go to the node owning each key and run one at a time on
+  // the calling thread.
+  bool QueuesWrites() const override { return pipeline_ != nullptr; }
+  bool SubmitsWithoutBlocking() const override { return pipeline_ != nullptr; }
+
+  void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                   Done<BeginOutcome> done) override {
+    if (Status s = internal::CheckLease(lease); !s.ok()) return done(s);
+    SubmitEval(internal::RedisBeginScript(), KeyFor(scope),
+               {Now(), std::string(fingerprint.raw()), std::to_string(lease.count()),
+                abandoned_ms_},
+               [done = std::move(done), digest = scope.Digest()](Result<RedisReply> reply) {
+                 Result<BeginOutcome> outcome =
+                     reply.ok() ? DecodeBegin(reply->get()) : Result<BeginOutcome>(reply.status());
+                 if (!outcome.ok()) return done(outcome.status().WithContext("begin scope " + digest));
+                 done(std::move(outcome));
+               });
+  }
+
+  void SubmitComplete(const Scope& scope, FencingToken token, const StoredResponse& response,
+                      Duration ttl, Done<CompleteOutcome> done) override {
+    if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
+    SubmitEval(internal::RedisCompleteScript(), KeyFor(scope),
+               {Now(), std::to_string(token), std::to_string(ttl.count()),
+                internal::EncodeResponse(response), channel_},
+               [done = std::move(done), digest = scope.Digest()](Result<RedisReply> reply) {
+                 Result<bool> flag = Flag(reply, internal::RedisCompleteScript());
+                 if (!flag.ok()) return done(flag.status().WithContext("complete scope " + digest));
+                 done(*flag ? CompleteOutcome::kOk : CompleteOutcome::kFenced);
+               });
+  }
+
+  void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) override {
+    SubmitEval(internal::RedisReleaseScript(), KeyFor(scope),
+               {Now(), std::to_string(token), abandoned_ms_, channel_},
+               [done = std::move(done), digest = scope.Digest()](Result<RedisReply> reply) {
+                 Result<bool> flag = Flag(reply, internal::RedisReleaseScript());
+                 if (!flag.ok()) return done(flag.status().WithContext("release scope " + digest));
+                 done(*flag ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced);
+               });
   }
 
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
@@ -95,16 +134,6 @@ class RedisStore final : public internal::FastTier {
                         {now, token_text, lease_ms, encoded, abandoned_ms_});
     if (!done.ok()) return done.status().WithContext("accept scope " + scope.Digest());
     return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
-  }
-
-  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
-    const std::string key = KeyFor(scope);
-    const std::string now = Now();
-    const std::string token_text = std::to_string(token);
-    auto done =
-        RunFlag(internal::RedisReleaseScript(), key, {now, token_text, abandoned_ms_, channel_});
-    if (!done.ok()) return done.status().WithContext("release scope " + scope.Digest());
-    return *done ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
@@ -161,6 +190,12 @@ class RedisStore final : public internal::FastTier {
   // Redis expires records by itself (PEXPIRE at each record's expiry).
   Result<uint64_t> Sweep(TimePoint) override { return uint64_t{0}; }
 
+  internal::RedisStats Stats() const {
+    if (pipeline_ == nullptr) return {};
+    const auto counted = pipeline_->counters();
+    return internal::RedisStats{counted.batches, counted.calls};
+  }
+
   std::string Describe() const override {
     return endpoint_.Describe() + (server_clock_ ? ", server clock" : ", injected clock");
   }
@@ -186,10 +221,26 @@ class RedisStore final : public internal::FastTier {
 
   Result<bool> RunFlag(const internal::RedisScript& script, const std::string& key,
                        const std::vector<std::string_view>& args) {
-    auto reply = Eval(script, key, args);
+    return Flag(Eval(script, key, args), script);
+  }
+
+  // A script's 0/1 answer.
+  static Result<bool> Flag(const Result<RedisReply>& reply, const internal::RedisScript& script) {
     if (!reply.ok()) return reply.status();
     if ((*reply)->type != REDIS_REPLY_INTEGER) return Malformed(script.name);
     return (*reply)->integer == 1;
+  }
+
+  // One write script call, its reply handed to `on_reply`: on one server queued for the
+  // pipeline's next batch (on_reply then runs on its thread), on a cluster run here and now.
+  void SubmitEval(const internal::RedisScript& script, std::string key,
+                  std::vector<std::string> args,
+                  std::function<void(Result<RedisReply>)> on_reply) {
+    if (cluster_) {
+      const std::vector<std::string_view> views(args.begin(), args.end());
+      return on_reply(cluster_->Eval(script, key, views));
+    }
+    pipeline_->Submit({&script, std::move(key), std::move(args)}, std::move(on_reply));
   }
 
   static Result<BeginOutcome> DecodeBegin(const redisReply* r) {
@@ -281,6 +332,7 @@ class RedisStore final : public internal::FastTier {
   const internal::RedisEndpoint endpoint_;
   std::unique_ptr<internal::RedisPool> single_;      // one server, or
   std::unique_ptr<internal::RedisCluster> cluster_;  // the nodes of a cluster
+  std::unique_ptr<internal::RedisPipeline> pipeline_;  // one server's writes (destroyed first)
   const std::string abandoned_ms_;
   const std::string channel_;  // where watched records' settles are published
 };
@@ -294,6 +346,12 @@ Result<std::unique_ptr<Store>> OpenRedisStore(std::string_view url, const StoreO
 }
 
 namespace internal {
+
+std::optional<RedisStats> GetRedisStats(Store& store) {
+  auto* redis = dynamic_cast<RedisStore*>(&store);
+  if (redis == nullptr) return std::nullopt;
+  return redis->Stats();
+}
 
 Result<std::unique_ptr<FastTier>> OpenRedisFastTier(std::string_view url,
                                                     const StoreOptions& options) {

@@ -1,0 +1,50 @@
+// Begin + Complete pairs through a StoreExecutor, from coroutines: the load that makes a store
+// batch its writes (requests in flight sharing commits or round trips).
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <string>
+#include <variant>
+
+#include "idem/store.h"
+#include "idem/store_executor.h"
+#include "util/test_fingerprint.h"
+
+namespace idem::testing {
+
+struct PairsTally {
+  int acquired = 0, completed = 0, failed = 0;
+};
+
+// `pairs` Begin + Complete on keys of its own ("<name>-0", ...), each response's body the key.
+// (A coroutine's parameters live in its frame; a lambda's captures would not outlive co_spawn.)
+inline boost::asio::awaitable<void> BeginCompletePairs(StoreExecutor& executor, std::string name,
+                                                      int pairs, PairsTally& tally) {
+  using std::chrono::seconds;
+  for (int i = 0; i < pairs; ++i) {
+    // Named, not temporaries in the co_await expression: GCC 12 relocates a temporary
+    // aggregate there bitwise, and a moved std::string then points into the old frame.
+    const std::string key = name + "-" + std::to_string(i);
+    const Scope scope{"t", "", key};
+    auto begun =
+        co_await executor.AsyncBegin(scope, ::idem::testing::Fp(), seconds(30), boost::asio::use_awaitable);
+    if (!begun.ok() || !std::holds_alternative<Acquired>(*begun)) {
+      ++tally.failed;
+      continue;
+    }
+    ++tally.acquired;
+    const StoredResponse response{201, {}, key};
+    auto done = co_await executor.AsyncComplete(scope, std::get<Acquired>(*begun).token, response,
+                                                seconds(60), boost::asio::use_awaitable);
+    if (done.ok() && *done == CompleteOutcome::kOk) {
+      ++tally.completed;
+    } else {
+      ++tally.failed;
+    }
+  }
+}
+
+}  // namespace idem::testing
