@@ -109,9 +109,23 @@ TEST_F(PaymentsTest, DuplicateBypassingTheGatewayReplaysFromTheServiceRecord) {
 // refuses it.
 TEST_F(PaymentsTest, ZombieAfterATakeoverIsFenced) {
   HttpResponse hung;
-  std::thread slow([&] { hung = Pay(gateway_.address, "hung", 70, {{"X-Sleep-Ms", "2500"}}); });
-  std::this_thread::sleep_for(1300ms);
-  auto takeover = Pay(gateway_.address, "hung", 70);
+  std::thread slow([&] { hung = Pay(gateway_.address, "hung", 70, {{"X-Sleep-Ms", "4000"}}); });
+  // The retry comes once the first attempt holds the key (its record is in the gateway's
+  // table) and its lease has run out. Timed from the claim, not from the start: on a loaded
+  // machine the first attempt can take a while to reach the store. A retry still answered 409
+  // (the lease not yet out by the server's clock) is retried, well within the hung 4 s.
+  const auto start = std::chrono::steady_clock::now();
+  while (Sql("SELECT count(*) FROM idem_records") != "1" &&
+         std::chrono::steady_clock::now() - start < 3s) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(Sql("SELECT count(*) FROM idem_records"), "1") << "the first attempt never claimed";
+  std::this_thread::sleep_for(1100ms);
+  HttpResponse takeover = Pay(gateway_.address, "hung", 70);
+  for (int i = 0; i < 10 && takeover.status == 409; ++i) {
+    std::this_thread::sleep_for(100ms);
+    takeover = Pay(gateway_.address, "hung", 70);
+  }
   ASSERT_EQ(takeover.status, 201) << takeover.body;
   std::smatch token;
   ASSERT_TRUE(std::regex_search(takeover.body, token, std::regex(R"("fencing_token":(\d+))")))
