@@ -227,10 +227,12 @@ class StoreExecutor {
     auto waiting = std::make_shared<Waiting>(Waiting{std::move(handler), std::move(work)});
     auto submit = [this, call = std::move(call), waiting]() mutable {
       call.Submit(store_, [this, waiting](R result) {
-        // Once pending_ is 0 the destructor may return: nothing of `this` is used after
-        // (Finish is static and posts to the caller's executor, which outlives this object).
-        pending_.fetch_sub(1, std::memory_order_acq_rel);
+        // `done` may run on a thread of the store's, which the destructor does not join: the
+        // post to the caller's context is finished before pending_ lets the destructor return,
+        // so the context (destroyed after this object) is never touched afterwards. Nothing of
+        // `this` is used after the decrement.
         Finish(std::move(waiting->guard), std::move(waiting->handler), std::move(result));
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
       });
     };
     if (on_caller_thread) {
