@@ -3,10 +3,6 @@
 // one key still has one winner, and a flushed script cache is reloaded inside a batch.
 #include <gtest/gtest.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-
 #include <atomic>
 #include <cstdlib>
 #include <cstdio>
@@ -16,7 +12,6 @@
 #include <vector>
 
 #include "idem/store.h"
-#include "idem/store_executor.h"
 #include "store/redis/redis_store.h"
 #include "util/executor_pairs.h"
 #include "util/raw_redis.h"
@@ -26,7 +21,6 @@
 namespace idem::testing {
 namespace {
 
-namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
 // 64 requests in flight on one event loop and an executor of 2 threads: the event loop queues
@@ -37,17 +31,8 @@ TEST(RedisPipelineTest, RequestsInFlightSharePipelinedRoundTrips) {
   ASSERT_EQ(server.Start(), "");
   auto store = OpenStore(server.Url());
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  asio::io_context io;
   constexpr int kThreads = 2, kRequests = 64, kPairsEach = 20;
-  PairsTally tally;
-  {
-    StoreExecutor executor(**store, {kThreads, 4096});
-    for (int r = 0; r < kRequests; ++r) {
-      asio::co_spawn(io, BeginCompletePairs(executor, "k" + std::to_string(r), kPairsEach, tally),
-                     asio::detached);
-    }
-    io.run();
-  }
+  const PairsTally tally = RunPairsInFlight(**store, kThreads, kRequests, kPairsEach);
   EXPECT_EQ(tally.failed, 0);
   EXPECT_EQ(tally.acquired, kRequests * kPairsEach);
   EXPECT_EQ(tally.completed, kRequests * kPairsEach);
@@ -116,18 +101,8 @@ TEST(RedisPipelineTest, AFlushedScriptCacheIsReloadedWithinABatch) {
   RawRedis raw(server.port());
   for (int round = 0; round < 5; ++round) {
     ASSERT_EQ(raw.Command({"SCRIPT", "FLUSH"}), "OK");
-    asio::io_context io;
-    PairsTally tally;
-    {
-      StoreExecutor executor(**store, {2, 4096});
-      for (int r = 0; r < 16; ++r) {
-        asio::co_spawn(io,
-                       BeginCompletePairs(executor, "f" + std::to_string(round) + "-" +
-                                                        std::to_string(r), 3, tally),
-                       asio::detached);
-      }
-      io.run();
-    }
+    const PairsTally tally =
+        RunPairsInFlight(**store, 2, 16, 3, "f" + std::to_string(round) + "-");
     EXPECT_EQ(tally.failed, 0) << "round " << round;
     EXPECT_EQ(tally.completed, 16 * 3) << "round " << round;
   }

@@ -2,11 +2,6 @@
 // commits however few threads the executor has. Runs under TSan in CI.
 #include <gtest/gtest.h>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/use_awaitable.hpp>
-
 #include <cstdio>
 #include <string>
 #include <variant>
@@ -21,9 +16,7 @@
 namespace idem {
 namespace {
 
-namespace asio = boost::asio;
 using std::chrono::seconds;
-using testing::BeginCompletePairs;
 using testing::Fp;
 using testing::PairsTally;
 
@@ -35,17 +28,8 @@ TEST(SqliteGroupCommitTest, RequestsInFlightShareCommitsBeyondTheExecutorsThread
   testing::TempDir dir;
   auto store = OpenStore("sqlite:" + dir.File("idem.db") + "?durability=full");
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  asio::io_context io;
   constexpr int kThreads = 2, kRequests = 64, kPairsEach = 10;
-  PairsTally tally;
-  {
-    StoreExecutor executor(**store, {kThreads, 4096});
-    for (int r = 0; r < kRequests; ++r) {
-      asio::co_spawn(io, BeginCompletePairs(executor, "k" + std::to_string(r), kPairsEach, tally),
-                     asio::detached);
-    }
-    io.run();
-  }
+  const PairsTally tally = testing::RunPairsInFlight(**store, kThreads, kRequests, kPairsEach);
   EXPECT_EQ(tally.failed, 0);
   EXPECT_EQ(tally.acquired, kRequests * kPairsEach);
   EXPECT_EQ(tally.completed, kRequests * kPairsEach);
@@ -70,13 +54,7 @@ TEST(SqliteGroupCommitTest, EveryCompletionHeardBackIsCommitted) {
   {
     auto store = OpenStore(url);
     ASSERT_TRUE(store.ok());
-    asio::io_context io;
-    PairsTally tally;
-    StoreExecutor executor(**store, {2, 4096});
-    for (int r = 0; r < kRequests; ++r) {
-      asio::co_spawn(io, BeginCompletePairs(executor, "k" + std::to_string(r), 1, tally), asio::detached);
-    }
-    io.run();
+    const PairsTally tally = testing::RunPairsInFlight(**store, 2, kRequests, 1);
     EXPECT_EQ(tally.completed, kRequests);
   }
   auto reopened = OpenStore(url);

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
@@ -45,6 +48,25 @@ inline boost::asio::awaitable<void> BeginCompletePairs(StoreExecutor& executor, 
       ++tally.failed;
     }
   }
+}
+
+// `requests` coroutines in flight on one event loop, each running `pairs_each` pairs on keys
+// "<prefix><r>-<i>" through an executor of `threads` threads over `store`. Returns once all
+// are done and the executor is gone (the io_context outlives it, as StoreExecutor requires).
+inline PairsTally RunPairsInFlight(Store& store, int threads, int requests, int pairs_each,
+                                   const std::string& prefix = "k") {
+  boost::asio::io_context io;
+  PairsTally tally;
+  {
+    StoreExecutor executor(store, {threads, 4096});
+    for (int r = 0; r < requests; ++r) {
+      boost::asio::co_spawn(
+          io, BeginCompletePairs(executor, prefix + std::to_string(r), pairs_each, tally),
+          boost::asio::detached);
+    }
+    io.run();
+  }
+  return tally;
 }
 
 }  // namespace idem::testing
