@@ -157,8 +157,8 @@ std::vector<Result<RedisReply>> RedisPool::EvalPipelined(const std::vector<const
     results.push_back(ReplyOrError(RedisReply(static_cast<redisReply*>(raw))));
   }
   // NOSCRIPT (a restarted or flushed server): the script did not run; EVAL sends its body and
-  // caches it again. Calls of one key keep their order among themselves only within what the
-  // caller promised anyway: concurrent calls are in no particular order.
+  // caches it again. Run after the rest of the batch, such a call may land after a later call
+  // of the same key; but calls in one batch were in flight together, so they had no order.
   for (size_t i = 0; i < batch.size() && healthy; ++i) {
     if (!IsNoScript(results[i])) continue;
     const EvalCall& call = *batch[i];
