@@ -4,9 +4,9 @@
 // Each Begin, Complete, Release, Purge and Get is one atomic call: a server-side Lua script
 // (redis_scripts.h) reads the record, applies the state machine of record_machine.h and writes
 // the result, with native expiry (PEXPIRE) for leases and retention. On one server, the Begin,
-// Complete and Release calls in flight share round trips: they queue, and one caller at a time
-// sends every queued script call in one pipelined write and reads the replies
-// (core/leader_batches.h), each call still its own script. Keys are
+// Complete and Release calls in flight share round trips: their Submit forms queue the call
+// and return, and the store's pipeline thread sends every queued call in one pipelined write
+// and reads the replies (redis_pipeline.h), each call still its own script. Keys are
 // "PREFIX:{DIGEST}" with DIGEST the SHA-256 of the whole scope, so all of a scope lives in one
 // Redis Cluster hash slot. Time comes from the Redis server's clock when StoreOptions::clock
 // is the system clock, otherwise from the injected clock (tests).
