@@ -19,13 +19,10 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
 #include "idem/mutex.h"
-#include "idem/status.h"
 
 namespace idem::internal {
 
@@ -73,25 +70,5 @@ class LeaderBatches {
   bool leader_active_ IDEM_GUARDED_BY(mu_) = false;
   Counters counters_ IDEM_GUARDED_BY(mu_);
 };
-
-// The blocking form of a call that delivers its result to a callback: runs `submit` with a
-// `done` that hands the Result<T> back, and waits for it.
-template <typename T, typename SubmitFn>
-Result<T> WaitForDone(SubmitFn submit) {
-  struct Waiter {
-    Mutex mu;
-    CondVar cv;
-    std::optional<Result<T>> result IDEM_GUARDED_BY(mu);
-  };
-  auto waiter = std::make_shared<Waiter>();
-  submit([waiter](Result<T> result) {
-    MutexLock lock(waiter->mu);
-    waiter->result.emplace(std::move(result));
-    waiter->cv.NotifyAll();
-  });
-  MutexLock lock(waiter->mu);
-  while (!waiter->result) waiter->cv.Wait(lock);
-  return std::move(*waiter->result);
-}
 
 }  // namespace idem::internal

@@ -8,7 +8,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <variant>
 
@@ -67,6 +71,24 @@ inline PairsTally RunPairsInFlight(Store& store, int threads, int requests, int 
     io.run();
   }
   return tally;
+}
+
+// What RunPairsInFlight must leave behind in a store that batches its writes: every pair
+// acquired and completed, each write in some batch, and batches holding more than twice as
+// many writes as the executor has threads (so they were shared by requests in flight, not by
+// threads). Prints the mean batch and returns it.
+inline double ExpectPairsSharedBatches(const PairsTally& tally, int threads, int requests,
+                                       int pairs_each, uint64_t batched_writes,
+                                       uint64_t batches) {
+  EXPECT_EQ(tally.failed, 0);
+  EXPECT_EQ(tally.acquired, requests * pairs_each);
+  EXPECT_EQ(tally.completed, requests * pairs_each);
+  EXPECT_EQ(batched_writes, 2u * requests * pairs_each);
+  const double mean = batches == 0 ? 0 : static_cast<double>(batched_writes) / batches;
+  EXPECT_GT(mean, 2.0 * threads) << batches << " batches for " << batched_writes << " writes";
+  std::printf("mean batch: %.1f writes (%llu batches)\n", mean,
+              static_cast<unsigned long long>(batches));
+  return mean;
 }
 
 }  // namespace idem::testing

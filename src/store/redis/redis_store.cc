@@ -2,9 +2,9 @@
 
 #include <charconv>
 
-#include "core/leader_batches.h"  // WaitForDone
 #include "core/response_codec.h"
 #include "core/store_checks.h"
+#include "core/wait_for_done.h"
 #include "store/redis/redis_cluster.h"
 #include "store/redis/redis_notices.h"
 #include "store/redis/redis_pipeline.h"

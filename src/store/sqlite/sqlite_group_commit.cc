@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/wait_for_done.h"
+
 namespace idem::internal::sqlite {
 
 GroupCommit::GroupCommit(RunBatch run_batch)
@@ -21,22 +23,12 @@ void GroupCommit::Submit(std::function<Status()> body, std::function<void(Status
 }
 
 Status GroupCommit::Write(std::function<Status()> body) {
-  struct Waiter {
-    Mutex mu;
-    CondVar cv;
-    bool done IDEM_GUARDED_BY(mu) = false;
-    Status result IDEM_GUARDED_BY(mu) = Status::Ok();
-  };
-  auto waiter = std::make_shared<Waiter>();
-  Submit(std::move(body), [waiter](Status result) {
-    MutexLock lock(waiter->mu);
-    waiter->result = std::move(result);
-    waiter->done = true;
-    waiter->cv.NotifyAll();
+  Result<bool> written = WaitForDone<bool>([&](std::function<void(Result<bool>)> done) {
+    Submit(std::move(body), [done = std::move(done)](Status result) {
+      done(result.ok() ? Result<bool>(true) : Result<bool>(std::move(result)));
+    });
   });
-  MutexLock lock(waiter->mu);
-  while (!waiter->done) waiter->cv.Wait(lock);
-  return waiter->result;
+  return written.status();
 }
 
 GroupCommit::Counters GroupCommit::counters() const {

@@ -15,6 +15,7 @@
 #include "core/record_machine.h"
 #include "core/response_codec.h"
 #include "core/store_checks.h"
+#include "core/wait_for_done.h"
 #include "idem/mutex.h"
 #include "store/sqlite/sqlite_checkpointer.h"
 #include "store/sqlite/sqlite_errors.h"
