@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prefer: wait under a burst of duplicates: N concurrent requests with one Idempotency-Key (each
-# on its own connection) against a slow upstream, with `Prefer: wait=10`. Memory and SQLite: one
-# gateway. Redis and PostgreSQL (servers started here): two gateways sharing the store, the
-# requests sent to them in turn, so half the waiters are woken by the store's settle notice
-# (pub/sub, LISTEN/NOTIFY) rather than in process. The first executes; the others wait for it
+# on its own connection) against a slow upstream, with `Prefer: wait=10`. Every store runs with
+# one gateway (the issue's benchmark); Redis and PostgreSQL (servers started here) also run with
+# two gateways sharing the store, the requests sent to them in turn, so half the waiters are
+# woken by the store's settle notice (pub/sub, LISTEN/NOTIFY) rather than in process. The first executes; the others wait for it
 # and get its response replayed. Prints, per store:
 # upstream executions per key, the statuses, and how long after the executed response the
 # replays arrived (p50, p99, max over ROUNDS rounds, a fresh key each), as the kernel timestamped
@@ -15,6 +15,7 @@
 #   bench/wait-bench.sh                       100 duplicates, 200 ms upstream, 5 rounds
 #   BENCH_CLIENTS=50 BENCH_SLEEP_MS=500 BENCH_ROUNDS=3 BENCH_STORES="memory redis" bench/wait-bench.sh
 #   BENCH_IDEM=/path/to/other/idem SKIP_BUILD=1 bench/wait-bench.sh    the gateways of another build
+#   BENCH_SHARED_GATEWAYS=2 bench/wait-bench.sh    Redis and PostgreSQL with two gateways only
 #
 # Uses build/release (built unless SKIP_BUILD=1). Not part of the test command.
 set -euo pipefail
@@ -23,6 +24,7 @@ clients=${BENCH_CLIENTS:-100}
 sleep_ms=${BENCH_SLEEP_MS:-200}
 rounds=${BENCH_ROUNDS:-5}
 stores=${BENCH_STORES:-memory sqlite redis postgres}
+shared_gateways=${BENCH_SHARED_GATEWAYS:-1 2}  # gateway counts for the shared stores
 idem=${BENCH_IDEM:-build/release/idem}  # another build to compare with, in a later run
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
@@ -109,37 +111,39 @@ store_url() {
 
 for store in $stores; do
   url=$(store_url "$store")
-  gateway_count=1
-  [[ $store == redis || $store == postgres ]] && gateway_count=2
-  gateways=()
-  gw_pids=()
-  for g in $(seq 1 "$gateway_count"); do
-    log="$work/gateway-$store-$g.log"
-    "$idem" gateway --listen 127.0.0.1:0 --upstream "http://$service" --store "$url" \
-      >"$log" 2>&1 &
-    gw_pids+=($!)
-    pids+=($!)
-    gateways+=("$(address_after "$log" "gateway on")")
-  done
-  gateway=$(IFS=,; echo "${gateways[*]}")
-  # One burst first, not counted: it opens each gateway's store connections (PostgreSQL: 16
-  # per gateway, each preparing its statements), which the first burst would otherwise wait for.
-  python3 bench/lib/duplicate_burst.py "$gateway" "$store-warm-up-$RANDOM" "$clients" "$sleep_ms" \
-    "wait=10" >"$work/$store-warm-up.jsonl"
-  printf '%-8s %-10s %-16s %s\n' "$store" "$gateway_count gw" "warm-up (cold)" \
-    "$(summary <"$work/$store-warm-up.jsonl")"
-  for prefer in "wait=10" ""; do
-    case_name=$([[ -n $prefer ]] && echo "Prefer: $prefer" || echo "no Prefer")
-    out="$work/$store-${prefer:+wait}.jsonl"
-    executions=()
-    for round in $(seq 1 "$rounds"); do
-      key="$store-${prefer:+wait}-$round-$RANDOM"
-      python3 bench/lib/duplicate_burst.py "$gateway" "$key" "$clients" "$sleep_ms" "$prefer" >>"$out"
-      executions+=("$(curl -s "http://$service/executions?key=$key")")
+  counts=1
+  [[ $store == redis || $store == postgres ]] && counts=$shared_gateways
+  for gateway_count in $counts; do
+    gateways=()
+    gw_pids=()
+    for g in $(seq 1 "$gateway_count"); do
+      log="$work/gateway-$store-$gateway_count-$g.log"
+      "$idem" gateway --listen 127.0.0.1:0 --upstream "http://$service" --store "$url" \
+        >"$log" 2>&1 &
+      gw_pids+=($!)
+      pids+=($!)
+      gateways+=("$(address_after "$log" "gateway on")")
     done
-    printf '%-8s %-10s %-16s executions per key: %s; %s\n' "$store" \
-      "$gateway_count gw" "$case_name" \
-      "${executions[*]}" "$(summary <"$out")"
+    gateway=$(IFS=,; echo "${gateways[*]}")
+    # One burst first, not counted: it opens each gateway's store connections (PostgreSQL: 16
+    # per gateway, each preparing its statements), which the first burst would otherwise wait for.
+    python3 bench/lib/duplicate_burst.py "$gateway" "$store-warm-up-$RANDOM" "$clients" "$sleep_ms" \
+      "wait=10" >"$work/$store-$gateway_count-warm-up.jsonl"
+    printf '%-8s %-10s %-16s %s\n' "$store" "$gateway_count gw" "warm-up (cold)" \
+      "$(summary <"$work/$store-$gateway_count-warm-up.jsonl")"
+    for prefer in "wait=10" ""; do
+      case_name=$([[ -n $prefer ]] && echo "Prefer: $prefer" || echo "no Prefer")
+      out="$work/$store-$gateway_count-${prefer:+wait}.jsonl"
+      executions=()
+      for round in $(seq 1 "$rounds"); do
+        key="$store-$gateway_count-${prefer:+wait}-$round-$RANDOM"
+        python3 bench/lib/duplicate_burst.py "$gateway" "$key" "$clients" "$sleep_ms" "$prefer" >>"$out"
+        executions+=("$(curl -s "http://$service/executions?key=$key")")
+      done
+      printf '%-8s %-10s %-16s executions per key: %s; %s\n' "$store" \
+        "$gateway_count gw" "$case_name" \
+        "${executions[*]}" "$(summary <"$out")"
+    done
+    for p in "${gw_pids[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
   done
-  for p in "${gw_pids[@]}"; do kill "$p"; wait "$p" 2>/dev/null || true; done
 done
