@@ -39,5 +39,6 @@ for stage in ${IDEM_TEST_STAGES:-thread-safety release asan tsan}; do
       IDEM_STORE="sqlite:build/release/run-smoke.db" scripts/run.sh --once
     echo "=== idem tests: all three layers (scripts/payments-demo.sh --once) ==="
     scripts/payments-demo.sh --once
+    took "README command one and the payments demo"
   fi
 done
