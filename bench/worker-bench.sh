@@ -4,6 +4,7 @@
 #
 #   bench/worker-bench.sh                 build, then 10 s per run at 1, 2 and 8 clients
 #   BENCH_SECONDS=5 CLIENTS="1 4" bench/worker-bench.sh
+#   BENCH_CLAIM_VARIANTS=1 BENCH_ROUNDS=3 CLIENTS="1 8" bench/worker-bench.sh   and the claim's parts
 #
 # Per concurrency, four pgbench runs (prepared mode, one statement per transaction, a fresh
 # message / txn id each time):
@@ -127,6 +128,55 @@ for clients in $clients_list; do
     "$(ratio "$cl" "$ri")" "$bc" "$(ratio "$bc" "$ri")" "$rl" "$ap" "$(ratio "$ap" "$rl")" \
     "$ba" "$(ratio "$ba" "$rl")"
 done
+
+# BENCH_CLAIM_VARIANTS=1: where the claim's time goes beyond the bare claim. Copies of the
+# generated idem.inbox_claim with one part taken out each, against the bare insert in the same
+# round, BENCH_ROUNDS rounds (default 2) at each concurrency:
+#   claim_noset  without the function's SET plan_cache_mode = force_generic_plan
+#   claim_noret  without the retention lookup in each day's statement (idem.inbox_consumers)
+#   claim_nomd5  with hashtext instead of md5 for the slot hash
+# The copies answer wrongly in the cases they leave out (another retention; slots of claims
+# made by the real function): they are for timing only, in this throwaway database.
+if [[ ${BENCH_CLAIM_VARIANTS:-0} == 1 ]]; then
+  "${psql[@]}" -At -c "SELECT pg_get_functiondef('idem.inbox_claim(text,text)'::regprocedure)" \
+    >"$dir/claim.def"
+  python3 - "$dir" <<'PY'
+import re, sys
+d = sys.argv[1]
+src = open(d + "/claim.def").read()
+def copy(name):
+    s = src.replace("FUNCTION idem.inbox_claim(", "FUNCTION idem.inbox_%s(" % name)
+    return s.replace("inbox_claim.", "inbox_%s." % name)
+noset, n1 = re.subn(r"\n *SET plan_cache_mode TO '?force_generic_plan'?", "", copy("claim_noset"))
+noret, n2 = re.subn(r"\n\s*AND NOT EXISTS \(SELECT 1 FROM idem\.inbox_consumers c.*?"
+                    r"interval '2 days'\)\)\)", "", copy("claim_noret"), flags=re.S)
+md5 = "('x' || substr(md5(inbox_claim_nomd5.message_id), 1, 8))::bit(32)::integer"
+nomd5 = copy("claim_nomd5")
+n3 = nomd5.count(md5)
+nomd5 = nomd5.replace(md5, "hashtext(inbox_claim_nomd5.message_id)")
+if n1 != 1 or n2 < 1 or n3 != 1:
+    sys.exit("worker-bench: the generated claim no longer has the parts the variants take "
+             "out (SET %d, retention lookups %d, md5 %d)" % (n1, n2, n3))
+open(d + "/variants.sql", "w").write(noset + ";\n" + noret + ";\n" + nomd5 + ";\n")
+PY
+  "${psql[@]}" -f "$dir/variants.sql"
+  variants=(claim claim_noset claim_noret claim_nomd5)
+  for v in "${variants[@]:1}"; do
+    printf '%s\n%s\n' '\set k random(1, 1000000000000000)' \
+      "SELECT idem.inbox_$v('bench', :client_id || '-' || :k);" >"$dir/$v.sql"
+  done
+  for round in $(seq 1 "${BENCH_ROUNDS:-2}"); do
+    for clients in $clients_list; do
+      ri=$(tps raw_inbox "$clients")
+      line="claim variants, round $round, $clients client(s): raw inbox $ri/s"
+      for v in "${variants[@]}"; do
+        t=$(tps "$v" "$clients")
+        line+="; $v $t/s ($(ratio "$t" "$ri"))"
+      done
+      echo "$line"
+    done
+  done
+fi
 
 # Per call inside the server, no network: a procedure calls the statement and COMMITs after
 # each call (so each call is one transaction, as above), best of three rounds of 2,000 calls.
