@@ -6,7 +6,7 @@
 #   BENCH_SECONDS=5 CLIENTS="1 4" bench/worker-bench.sh
 #   BENCH_CLAIM_VARIANTS=1 BENCH_ROUNDS=3 CLIENTS="1 8" bench/worker-bench.sh   and the claim's parts
 #
-# Per concurrency, four pgbench runs (prepared mode, one statement per transaction, a fresh
+# Per concurrency, six pgbench runs (prepared mode, one statement per transaction, a fresh
 # message / txn id each time):
 #   raw inbox   INSERT INTO raw_inbox ... ON CONFLICT DO NOTHING   (one unique index)
 #   claim       SELECT idem.inbox_claim('bench', id)                (lock, probe, insert)
@@ -84,8 +84,9 @@ SELECT idem.inbox_claim('bench', :client_id || '-' || :k);
 SQL
 # The bare claim names the partitions of the day 45 days ahead and of 30 days before it, as a
 # claim expiring then would (both exist: created above).
-# (pgbench reads a colon before a name as a variable, even in a literal or a cast: the day is
-# a literal and the lock key spells its colon chr(58).)
+# Its lock key is the claim's, length(consumer) || ':' || consumer || message_id, with
+# consumer 'bench'. (pgbench reads a colon before a name as a variable, even in a literal or a
+# cast: the day is a literal and the key spells its colon chr(58).)
 new_day=$("${psql[@]}" -At -c "SELECT to_char((now() AT TIME ZONE 'UTC')::date + 45, 'YYYY-MM-DD')")
 old_day=$("${psql[@]}" -At -c "SELECT to_char((now() AT TIME ZONE 'UTC')::date + 15, 'YYYY-MM-DD')")
 new_part=inbox_p${new_day//-/} old_part=inbox_p${old_day//-/}
@@ -215,7 +216,7 @@ for col in 1 2; do
   cf=$(best claim_full $col)
   printf 'per call in the server, %s: raw inbox %s us, claim %s us (ratio %s); general path\n' \
     "$([[ $col == 1 ]] && echo wall || echo 'backend CPU')" "$ri" "$cl" \
-    "$(python3 -c "print(f'{$ri/$cl:.2f}x')")"
+    "$(ratio "$ri" "$cl")"
   printf '  alone (idem.inbox_claim_full, the claim before schema version 5) %s us (ratio %s)\n' \
-    "$cf" "$(python3 -c "print(f'{$ri/$cf:.2f}x')")"
+    "$cf" "$(ratio "$ri" "$cf")"
 done
