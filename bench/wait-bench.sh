@@ -3,8 +3,8 @@
 # on its own connection) against a slow upstream, with `Prefer: wait=10`. Every store runs with
 # one gateway (the benchmark); Redis and PostgreSQL (servers started here) also run with
 # two gateways sharing the store, the requests sent to them in turn, so half the waiters are
-# woken by the store's settle notice (pub/sub, LISTEN/NOTIFY) rather than in process. The first executes; the others wait for it
-# and get its response replayed. Prints, per store:
+# woken by the store's settle notice (pub/sub, LISTEN/NOTIFY) rather than in process. The first
+# executes; the others wait for it and get its response replayed. Prints, per store:
 # upstream executions per key, the statuses, and how long after the executed response the
 # replays arrived (p50, p99, max over ROUNDS rounds, a fresh key each), as the kernel timestamped
 # their arrival; with two gateways, also the p99 of each side (the one that executed, and the
@@ -25,6 +25,10 @@ sleep_ms=${BENCH_SLEEP_MS:-200}
 rounds=${BENCH_ROUNDS:-5}
 stores=${BENCH_STORES:-memory sqlite redis postgres}
 shared_gateways=${BENCH_SHARED_GATEWAYS:-1 2}  # gateway counts for the shared stores
+for n in $shared_gateways; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] ||
+    { echo "wait-bench: BENCH_SHARED_GATEWAYS takes gateway counts (1 or more), not '$n'" >&2; exit 2; }
+done
 idem=${BENCH_IDEM:-build/release/idem}  # another build to compare with, in a later run
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
