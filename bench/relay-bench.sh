@@ -12,6 +12,9 @@
 #                                           round runs every case once; the best rate and the
 #                                           least CPU per event of each case are printed
 #   BENCH_RELAY_LOG=FILE                    keeps the last relay's log (it is deleted otherwise)
+#   BENCH_DAYS=K                            day partitions before today's in each outbox
+#                                           (default 30: what --retention-days 30 keeps in
+#                                           steady state; 0: today's only)
 #   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
 #                                           -g): PREFIX-relay-V.data for the relay process and
 #                                           PREFIX-postgres-V.data for PostgreSQL's processes
@@ -31,6 +34,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${BENCH_EVENTS:-100000}
+days=${BENCH_DAYS:-30}
 latency_seconds=${BENCH_LATENCY_SECONDS:-10}
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
@@ -70,17 +74,25 @@ nats_pid=$!
 nats="nats://127.0.0.1:$nats_port"
 for _ in $(seq 100); do grep -q "Server is ready" "$dir/nats.log" && break; sleep 0.1; done
 
-# One database per idem binary (each migrates its own schema version).
+# One database per idem binary (each migrates its own schema version), with the day
+# partitions a running relay's retention keeps: every statement over idem.outbox plans or
+# prunes across them, so a lone partition would flatter whatever is planned per call.
 for v in "${!idems[@]}"; do
   psql -c "CREATE DATABASE bench_${names[$v]}" postgres
   "${idems[$v]}" migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench_${names[$v]}" >/dev/null
+  psql -c "SELECT count(idem.outbox_ensure_partition(idem.outbox_today() - g))
+             FROM generate_series(0, $days) g" "bench_${names[$v]}" >/dev/null
 done
 
 # CPU time (user + system, clock ticks) of nats-server; of PostgreSQL's postmaster with its live
 # backends and the ones that exited (cutime, cstime); of one process (all its threads).
 nats_ticks() { awk '{print $14 + $15}' "/proc/$nats_pid/stat"; }
-pg_ticks() { awk '{t += $14 + $15 + $16 + $17} END {print t}' \
-  $(for p in "$pg_pid" $(pgrep -P "$pg_pid"); do [[ -r /proc/$p/stat ]] && echo "/proc/$p/stat"; done) 2>/dev/null; }
+# A backend may exit between the listing and the read: its file is skipped, not an error.
+pg_ticks() {
+  local p
+  for p in "$pg_pid" $(pgrep -P "$pg_pid"); do cat "/proc/$p/stat" 2>/dev/null || true; done |
+    awk '{t += $14 + $15 + $16 + $17} END {print t + 0}'
+}
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 per_event() { python3 -c "print(f'{$1 * $tick_us / $events:.1f}')"; }
@@ -144,7 +156,7 @@ run_relay() {  # variant round
     "relay $(per_event "$relay_t"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
 }
 
-echo "== throughput: $events events of 128 bytes, $rounds round(s)"
+echo "== throughput: $events events of 128 bytes, $rounds round(s), outboxes with $days day partitions before today's"
 for round in $(seq "$rounds"); do
   run_raw "$round"
   # Alternate which build goes first, so neither always follows the other.
