@@ -2,6 +2,7 @@
 
 #include "outbox/outbox_claim_room_sql.h"
 #include "outbox/outbox_held_claim_sql.h"
+#include "outbox/outbox_lock_kept_plan_sql.h"
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
@@ -44,6 +45,8 @@ constexpr Migration kMigrations[] = {
      "outbox_attempts)",
      outbox::internal::kOutboxHeldClaimSql},
     {"gateway: a completion's settle notice carries its response", kSchemaV13CarriedNotices},
+    {"emit layer: the relay's lock keeps its plan (idem.outbox_lock in PL/pgSQL)",
+     outbox::internal::kOutboxLockKeptPlanSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
