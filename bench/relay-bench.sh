@@ -15,6 +15,10 @@
 #   BENCH_DAYS=K                            day partitions before today's in each outbox
 #                                           (default 30: what --retention-days 30 keeps in
 #                                           steady state; 0: today's only)
+#   BENCH_BARE_VARIANTS="plain locked functions"
+#                                           the ceiling's variants to run (default plain; see
+#                                           relay_bench.cc: locked adds the row locks, functions
+#                                           the relay's own lock and settle, one batch at a time)
 #   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
 #                                           -g): PREFIX-relay-V.data for the relay process and
 #                                           PREFIX-postgres-V.data for PostgreSQL's processes
@@ -27,6 +31,11 @@
 #    Next to each rate: the CPU time per event of every process involved (the publisher or
 #    the relay, nats-server, and PostgreSQL's backends and background processes), which a
 #    loaded machine disturbs far less than the rate.
+#    Then the ceiling, the "bare relay" (relay_bench bare): the least work any relay must do
+#    per event, with no locks, functions or attempt records: read a batch of pending rows,
+#    publish them as the raw publisher does, mark the previous batch with one UPDATE while this
+#    one's PubAcks arrive. It is not a relay (one instance only, reads past its rows by id):
+#    it says how far the aim is from what the work itself costs here.
 # 2. Latency. With the relay idle and listening, one producer enqueues 1,000 events/s, one
 #    transaction each; a subscriber on the subject notes each arrival. Prints the p50/p99/max
 #    of commit-to-consume (from COMMIT returning to the message reaching the subscriber).
@@ -35,6 +44,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${BENCH_EVENTS:-100000}
 days=${BENCH_DAYS:-30}
+bare_variants=${BENCH_BARE_VARIANTS:-plain}
+for variant in $bare_variants; do
+  [[ $variant =~ ^(plain|locked|functions)$ ]] ||
+    { echo "BENCH_BARE_VARIANTS: '$variant' is not plain, locked or functions" >&2; exit 2; }
+done
+[[ " $bare_variants " == *" plain "* ]] || bare_variants="plain $bare_variants"
 latency_seconds=${BENCH_LATENCY_SECONDS:-10}
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
@@ -156,6 +171,30 @@ run_relay() {  # variant round
     "relay $(per_event "$relay_t"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
 }
 
+run_bare() {  # round variant: the ceiling, on the first build's database
+  local variant=$2 tag="bare$1${2:0:1}"
+  local stream="${tag^^}" subject="$tag.created" db="bench_${names[0]}" n0 p0 r out bare_pid nats_t pg_t
+  $bench stream "$nats" "$stream" "$tag.>"
+  psql -c "BEGIN; SELECT count(idem.outbox_enqueue('$tag-' || g, '$subject',
+    convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" "$db" >/dev/null
+  psql -c "VACUUM ANALYZE idem.outbox" "$db" >/dev/null
+  n0=$(nats_ticks) p0=$(pg_ticks)
+  $bench bare "host=127.0.0.1 port=$pg_port user=postgres dbname=$db" "$nats" "$events" 1000 1000 \
+    "$variant" >"$dir/bare.out" &
+  bare_pid=$!
+  r=$($bench drain "$nats" "$stream" "$events" 300 | awk '/^drain/ {print $2}')
+  wait "$bare_pid" || { echo "bare relay ($variant) round $1 failed" >&2; exit 1; }
+  nats_t=$(( $(nats_ticks) - n0 )) pg_t=$(( $(pg_ticks) - p0 ))
+  out=$(cat "$dir/bare.out")
+  [[ $(awk '/^marked/ {print $2}' <<<"$out") == "$events" ]] ||
+    echo "warning: bare relay ($variant) round $1: $(grep marked <<<"$out") of $events rows" >&2
+  psql -c "VACUUM idem.outbox" "$db" >/dev/null
+  psql -c "CHECKPOINT" "$db" >/dev/null
+  local own_us=$(awk '/^cpu_us/ {print $2}' <<<"$out")
+  keep "bare_$variant" "$r" "$(python3 -c "print(f'{($own_us + ($nats_t + $pg_t) * $tick_us) / $events:.1f}')")" \
+    "bare relay $(python3 -c "print(f'{$own_us / $events:.1f}')"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
+}
+
 echo "== throughput: $events events of 128 bytes, $rounds round(s), outboxes with $days day partitions before today's"
 for round in $(seq "$rounds"); do
   run_raw "$round"
@@ -163,6 +202,7 @@ for round in $(seq "$rounds"); do
   order=("${!idems[@]}")
   (( round % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))
   for v in "${order[@]}"; do run_relay "$v" "$round"; done
+  for variant in $bare_variants; do run_bare "$round" "$variant"; done
 done
 printf '%-34s %10s %13s  %s\n' case events/s 'cpu us/event' 'of which (us/event)'
 printf '%-34s %10s %13s  %s\n' "raw nats.c async publisher" "${rate[raw]}" "${cpu[raw]}" "${detail[raw]}"
@@ -172,10 +212,16 @@ for v in "${!idems[@]}"; do
   (( ${#idems[@]} > 1 )) && label="idem relay ${names[$v]}: $(basename "$(dirname "${idems[$v]}")")/$(basename "${idems[$v]}")"
   printf '%-34s %10s %13s  %s\n' "${label:0:34}" "${rate[$c]}" "${cpu[$c]}" "${detail[$c]}"
 done
+for variant in $bare_variants; do
+  label="bare relay (ceiling)"
+  [[ $variant != plain ]] && label="bare relay, $variant"
+  printf '%-34s %10s %13s  %s\n' "$label" "${rate[bare_$variant]}" "${cpu[bare_$variant]}" "${detail[bare_$variant]}"
+done
 for v in "${!idems[@]}"; do
   c="relay_${names[$v]}"
-  python3 -c "print(f'ratio relay ${names[$v]}/raw: {${rate[$c]}/${rate[raw]}:.2f}x (CPU per event {${cpu[$c]}/${cpu[raw]}:.2f}x the reference)')"
+  python3 -c "print(f'ratio relay ${names[$v]}/raw: {${rate[$c]}/${rate[raw]}:.2f}x (CPU per event {${cpu[$c]}/${cpu[raw]}:.2f}x the reference); relay ${names[$v]}/bare: {${rate[$c]}/${rate[bare_plain]}:.2f}x')"
 done
+python3 -c "print(f'ceiling: bare/raw {${rate[bare_plain]}/${rate[raw]}:.2f}x (CPU per event {${cpu[bare_plain]}/${cpu[raw]}:.2f}x the reference)')"
 
 for v in "${!idems[@]}"; do
   name=${names[$v]}
