@@ -27,7 +27,10 @@ constexpr auto kSweepEvery = std::chrono::hours(1);
 constexpr auto kForgetAttemptsEvery = std::chrono::minutes(1);
 constexpr milliseconds kSlice{100};
 constexpr int kMaxLoggedPerBatch = 10;
-constexpr int kClaimsAhead = 2;  // claims running while a batch is published
+// Batches locked while one is published. One, not two: on two cores a second lock ahead kept
+// one more transaction open and cost 3% to 11% more CPU per event, for a lower rate
+// (docs/emit.md, "One batch locked ahead").
+constexpr int kClaimsAhead = 1;
 constexpr uint64_t kFromStartEvery = 8;  // of the batches locked ahead
 
 // Log lines stay one line: libpq's messages carry newlines and tabs.
