@@ -45,7 +45,8 @@ constexpr Migration kMigrations[] = {
      "outbox_attempts)",
      outbox::internal::kOutboxHeldClaimSql},
     {"gateway: a completion's settle notice carries its response", kSchemaV13CarriedNotices},
-    {"emit layer: the relay's lock keeps its plan (idem.outbox_lock in PL/pgSQL)",
+    {"emit layer: the relay's lock and gauges keep their plans (idem.outbox_lock, "
+     "idem.outbox_stats in PL/pgSQL)",
      outbox::internal::kOutboxLockKeptPlanSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);

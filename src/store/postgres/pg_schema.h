@@ -34,6 +34,8 @@ namespace idem::internal::pg {
 //      idem.outbox_attempt(s), idem.outbox_forget_attempts; outbox_park counts the attempt
 //   13 a completion's settle notice carries the response (up to 5,600 bytes) and the request's
 //      fingerprint: idem_notify_completed, idem_complete; tables unchanged
+//   14 idem.outbox_lock and idem.outbox_stats in PL/pgSQL, so their plans are kept for the
+//      session instead of made over every day partition at each call; tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
 inline constexpr int kSchemaVersion = 14;
