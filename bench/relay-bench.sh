@@ -21,7 +21,10 @@
 #                                           the relay's own lock and settle, one batch at a time)
 #   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
 #                                           -g): PREFIX-relay-V.data for the relay process and
-#                                           PREFIX-postgres-V.data for PostgreSQL's processes
+#                                           PREFIX-postgres-V.data system-wide, since the
+#                                           relay's backends start after the recording does
+#                                           (`perf report --comm postgres`); the recording
+#                                           itself costs CPU, so read no rates from such a run
 #
 # 1. Throughput. The reference publishes BENCH_EVENTS messages (Nats-Msg-Id each, up to 1000
 #    unacknowledged) and waits for every PubAck. The relay drains the same number of outbox
@@ -150,8 +153,7 @@ run_relay() {  # variant round
   if [[ -n ${BENCH_PERF:-} ]]; then
     perf record -q -g -o "$BENCH_PERF-relay-$name.data" -p "$relay_pid" 2>/dev/null &
     perfs+=($!)
-    perf record -q -g -o "$BENCH_PERF-postgres-$name.data" \
-      -p "$(pgrep -d, -P "$pg_pid"),$pg_pid" 2>/dev/null &
+    perf record -q -g -a -o "$BENCH_PERF-postgres-$name.data" 2>/dev/null &
     perfs+=($!)
   fi
   r=$($bench drain "$nats" "$stream" "$events" 300 | awk '/^drain/ {print $2}')
