@@ -25,6 +25,9 @@
 #                                           relay's backends start after the recording does
 #                                           (`perf report --comm postgres`); the recording
 #                                           itself costs CPU, so read no rates from such a run
+#   BENCH_PERF_CALL_GRAPH=dwarf             how the relay's profile records call chains (default
+#                                           fp; dwarf names the callers inside libc and nats.c,
+#                                           which have no frame pointers, at a larger file)
 #
 # 1. Throughput. The reference publishes BENCH_EVENTS messages (Nats-Msg-Id each, up to 1000
 #    unacknowledged) and waits for every PubAck. The relay drains the same number of outbox
@@ -151,7 +154,7 @@ run_relay() {  # variant round
   relay_pid=$!
   local perfs=()
   if [[ -n ${BENCH_PERF:-} ]]; then
-    perf record -q -g -o "$BENCH_PERF-relay-$name.data" -p "$relay_pid" 2>/dev/null &
+    perf record -q --call-graph "${BENCH_PERF_CALL_GRAPH:-fp}" -o "$BENCH_PERF-relay-$name.data" -p "$relay_pid" 2>/dev/null &
     perfs+=($!)
     perf record -q -g -a -o "$BENCH_PERF-postgres-$name.data" 2>/dev/null &
     perfs+=($!)

@@ -289,6 +289,41 @@ TEST_F(OutboxTest, LockedBatchesAreDisjointKeepKeysInOrderAndFreeOnRollback) {
   ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
 }
 
+// A batch taken around midnight holds rows of two day partitions (and a relay catching up
+// after an outage, of several): the settle marks each row in its own partition with its own
+// stream sequence, and counts them all.
+TEST_F(OutboxTest, SettleMarksABatchSpanningDayPartitions) {
+  ASSERT_EQ(Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() - 1)"), "t");
+  ASSERT_EQ(Query("INSERT INTO idem.outbox (day, event_id, subject, payload, enqueued_at, state) "
+                  "VALUES (idem.outbox_today() - 1, 'yesterday', 'a.b', 'x', now(), 0); "
+                  "INSERT INTO idem.outbox_ids VALUES ('yesterday', idem.outbox_today() - 1)"),
+            "");
+  PgConn producer = Connect();
+  ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+  for (const char* id : {"today-1", "today-2"}) {
+    ASSERT_TRUE(outbox::Enqueue(producer.get(), MakeEvent(id)).ok());
+  }
+  ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+  PgConn relay = Connect();
+  ASSERT_EQ(Exec(relay.get(), "BEGIN"), "");
+  ASSERT_EQ(Exec(relay.get(), "CREATE TEMP TABLE held AS SELECT id, day, event_id "
+                              "FROM idem.outbox_lock(10, 0)"),
+            "");
+  ASSERT_EQ(Exec(relay.get(), "SELECT count(DISTINCT day) || ' ' || count(*) FROM held"), "2 3");
+  // Stream sequences 100 + position, in id order; one copy reported a duplicate.
+  EXPECT_EQ(Exec(relay.get(), "SELECT idem.outbox_settle('two-days', array_agg(id ORDER BY id), "
+                              "array_agg(day ORDER BY id), array_agg(100 + rn ORDER BY id), "
+                              "array_agg(event_id = 'today-2' ORDER BY id), '{}', '{}', NULL) "
+                              "FROM (SELECT *, row_number() OVER (ORDER BY id) rn FROM held) h"),
+            "3");
+  ASSERT_EQ(Exec(relay.get(), "COMMIT"), "");
+  EXPECT_EQ(Query("SELECT string_agg(event_id || ':' || state || ':' || stream_seq || ':' || "
+                  "duplicate || ':' || (day = idem.outbox_today()), ',' ORDER BY id) "
+                  "FROM idem.outbox"),
+            "yesterday:1:101:false:false,today-1:1:102:false:true,today-2:1:103:true:true");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE state = 0"), "0");
+}
+
 // The first publish attempt survives the relay that made it: the attempt record, committed
 // before the publish, tells the next locker how old the first copy is (the duplicate window
 // accounting) and counts the attempt. A failed publish is stamped on its rows by the settle.

@@ -4,6 +4,7 @@
 #include "outbox/outbox_held_claim_sql.h"
 #include "outbox/outbox_lock_kept_plan_sql.h"
 #include "outbox/outbox_plans_sql.h"
+#include "outbox/outbox_settle_by_day_sql.h"
 #include "outbox/outbox_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_inbox_fast_sql.h"
@@ -48,6 +49,9 @@ constexpr Migration kMigrations[] = {
     {"emit layer: the relay's lock and gauges keep their plans (idem.outbox_lock, "
      "idem.outbox_stats in PL/pgSQL)",
      outbox::internal::kOutboxLockKeptPlanSql},
+    {"emit layer: the relay's settle marks a batch one day partition at a time "
+     "(idem.outbox_settle)",
+     outbox::internal::kOutboxSettleByDaySql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -36,9 +36,11 @@ namespace idem::internal::pg {
 //      fingerprint: idem_notify_completed, idem_complete; tables unchanged
 //   14 idem.outbox_lock and idem.outbox_stats in PL/pgSQL, so their plans are kept for the
 //      session instead of made over every day partition at each call; tables unchanged
+//   15 idem.outbox_settle marks a batch one day partition at a time, pruned once per day
+//      instead of once per row; tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 14;
+inline constexpr int kSchemaVersion = 15;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
