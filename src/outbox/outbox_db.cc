@@ -9,14 +9,17 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "store/postgres/pg_binary_array.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_url.h"
 
 namespace idem::outbox {
 namespace {
 
+using internal::pg::BinaryArray;
 using internal::pg::ColumnBytes;
 using internal::pg::ColumnInt;
+using internal::pg::PgArrayElement;
 using internal::pg::PgParams;
 
 constexpr const char* kLock = "idem_relay_lock";
@@ -25,16 +28,6 @@ constexpr const char* kSettle = "idem_relay_settle";
 constexpr const char* kPark = "idem_relay_park";
 constexpr const char* kStats = "idem_relay_stats";
 constexpr const char* kLag = "idem_relay_lag";
-
-template <typename T, typename F>
-std::string ArrayLiteral(const std::vector<T>& rows, F field) {
-  std::string out = "{";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (i > 0) out += ',';
-    out += field(rows[i]);
-  }
-  return out + "}";
-}
 
 double ColumnDouble(const PGresult* result, int row, int column) {
   const std::string_view bytes = ColumnBytes(result, row, column);
@@ -149,7 +142,8 @@ Result<std::vector<ClaimedRow>> OutboxDb::LockBatch(int limit, int64_t after_id)
 
 Status OutboxDb::RecordAttempt(const std::string& batch, const std::vector<int64_t>& ids) {
   PgParams params;
-  params.Text(batch).Text(ArrayLiteral(ids, [](int64_t id) { return std::to_string(id); }));
+  params.Text(batch).Bytes(BinaryArray(PgArrayElement::kInt8, ids.size(),
+                                       [&](size_t i) { return ids[i]; }));
   auto result = conn_->ExecPrepared("outbox attempt", kAttempt, params);
   return result.ok() ? Status::Ok() : result.status();
 }
@@ -159,16 +153,17 @@ Result<int64_t> OutboxDb::SettleBatch(const std::string& batch,
                                       const std::vector<RowKey>& failed,
                                       const std::string& error) {
   PgParams params;
+  const auto ints = [](PgArrayElement type, const auto& rows, auto field) {
+    return BinaryArray(type, rows.size(), [&](size_t i) { return field(rows[i]); });
+  };
   params.Text(batch)
-      .Text(ArrayLiteral(published, [](const PublishedRow& r) { return std::to_string(r.id); }))
-      .Text(ArrayLiteral(published, [](const PublishedRow& r) { return std::to_string(r.day); }))
-      .Text(ArrayLiteral(published,
-                         [](const PublishedRow& r) { return std::to_string(r.stream_seq); }))
-      .Text(ArrayLiteral(published, [](const PublishedRow& r) {
-        return std::string(r.duplicate ? "t" : "f");
-      }))
-      .Text(ArrayLiteral(failed, [](const RowKey& r) { return std::to_string(r.id); }))
-      .Text(ArrayLiteral(failed, [](const RowKey& r) { return std::to_string(r.day); }))
+      .Bytes(ints(PgArrayElement::kInt8, published, [](const PublishedRow& r) { return r.id; }))
+      .Bytes(ints(PgArrayElement::kInt4, published, [](const PublishedRow& r) { return r.day; }))
+      .Bytes(ints(PgArrayElement::kInt8, published,
+                  [](const PublishedRow& r) { return static_cast<int64_t>(r.stream_seq); }))
+      .Bytes(ints(PgArrayElement::kBool, published, [](const PublishedRow& r) { return r.duplicate; }))
+      .Bytes(ints(PgArrayElement::kInt8, failed, [](const RowKey& r) { return r.id; }))
+      .Bytes(ints(PgArrayElement::kInt4, failed, [](const RowKey& r) { return r.day; }))
       .Text(error);
   auto result = conn_->ExecPrepared("outbox settle", kSettle, params);
   if (!result.ok()) {

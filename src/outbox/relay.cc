@@ -292,7 +292,7 @@ void Relay::ClaimAhead() {
     auto locked = std::make_shared<std::promise<void>>();
     Ahead next;
     next.locked = locked->get_future().share();
-    next.batch = std::async(std::launch::async, [this, from_start, before, locked] {
+    next.batch = locker_.Submit([this, from_start, before, locked] {
       if (before.valid()) before.wait();
       Result<HeldBatch> held = LockBatch(from_start ? 0 : highest_locked_.load());
       locked->set_value();
@@ -514,9 +514,9 @@ void Relay::SettleInBackground(std::unique_ptr<OutboxDb> db, std::string token,
                                std::vector<PublishedRow> acked, std::vector<RowKey> failed,
                                std::string error, uint64_t duplicates) {
   FinishMarking();
-  marking_ = std::async(std::launch::async, [this, db = std::move(db), token = std::move(token),
-                                             acked = std::move(acked), failed = std::move(failed),
-                                             error = std::move(error), duplicates]() mutable {
+  marking_ = settler_.Submit([this, db = std::move(db), token = std::move(token),
+                              acked = std::move(acked), failed = std::move(failed),
+                              error = std::move(error), duplicates]() mutable {
     if (db == nullptr) {
       MarkFailed(acked.size(), UnavailableError("the batch's connection is gone"));
       return;

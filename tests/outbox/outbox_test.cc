@@ -12,6 +12,7 @@
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_sql.h"
 #include "outbox/subject_match.h"
+#include "store/postgres/pg_binary_array.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/postgres_store.h"
 
@@ -287,6 +288,43 @@ TEST_F(OutboxTest, LockedBatchesAreDisjointKeepKeysInOrderAndFreeOnRollback) {
   ASSERT_EQ(Exec(c.get(), "BEGIN"), "");
   EXPECT_EQ(lock(c.get(), 10, std::stoll(k1c)), "k2-a:1,free-2:1");
   ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
+}
+
+// The relay sends its settle's and attempt's arrays in PostgreSQL's binary format: what the
+// server reads back is what was meant, at the edges of each type, and an empty array is '{}'.
+TEST_F(OutboxTest, BinaryArraysReachTheServerAsWritten) {
+  using internal::pg::BinaryArray;
+  using internal::pg::PgArrayElement;
+  PgConn conn = Connect();
+  auto echo = [&](const std::string& cast, const std::string& bytes) {
+    const std::string sql = "SELECT ($1::" + cast + ")::text";
+    const char* values[] = {bytes.data()};
+    const int lengths[] = {static_cast<int>(bytes.size())};
+    const int formats[] = {1};
+    PGresult* r = PQexecParams(conn.get(), sql.c_str(), 1, nullptr, values, lengths, formats, 0);
+    std::string out = PQresultStatus(r) == PGRES_TUPLES_OK ? PQgetvalue(r, 0, 0)
+                                                            : PQresultErrorMessage(r);
+    PQclear(r);
+    return out;
+  };
+  const std::vector<int64_t> big = {0, 1, -1, INT64_MAX, INT64_MIN, 1234567890123};
+  EXPECT_EQ(echo("bigint[]", BinaryArray(PgArrayElement::kInt8, big.size(),
+                                         [&](size_t i) { return big[i]; })),
+            "{0,1,-1,9223372036854775807,-9223372036854775808,1234567890123}");
+  const std::vector<int32_t> days = {20000, -3, INT32_MAX, INT32_MIN};
+  EXPECT_EQ(echo("integer[]", BinaryArray(PgArrayElement::kInt4, days.size(),
+                                          [&](size_t i) { return days[i]; })),
+            "{20000,-3,2147483647,-2147483648}");
+  const std::vector<bool> flags = {true, false, true};
+  EXPECT_EQ(echo("boolean[]", BinaryArray(PgArrayElement::kBool, flags.size(),
+                                          [&](size_t i) { return flags[i]; })),
+            "{t,f,t}");
+  EXPECT_EQ(echo("bigint[]", BinaryArray(PgArrayElement::kInt8, 0, [](size_t) { return 0; })),
+            "{}");
+  // The element type travels with the array: the server refuses one of another type.
+  const std::string mismatched =
+      echo("integer[]", BinaryArray(PgArrayElement::kInt8, 1, [](size_t) { return 7; }));
+  EXPECT_NE(mismatched.find("instead of expected 23"), std::string::npos) << mismatched;
 }
 
 // A batch taken around midnight holds rows of two day partitions (and a relay catching up
