@@ -28,6 +28,7 @@ constexpr const char* kSettle = "idem_relay_settle";
 constexpr const char* kPark = "idem_relay_park";
 constexpr const char* kStats = "idem_relay_stats";
 constexpr const char* kLag = "idem_relay_lag";
+constexpr const char* kFloor = "idem_relay_floor";
 
 double ColumnDouble(const PGresult* result, int row, int column) {
   const std::string_view bytes = ColumnBytes(result, row, column);
@@ -90,9 +91,13 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   IDEM_RETURN_IF_ERROR(c.Prepare(
       "prepare lag", kLag,
       "SELECT coalesce((SELECT extract(epoch FROM clock_timestamp() - o.enqueued_at) "
-      "FROM idem.outbox o WHERE o.state = 0 ORDER BY o.id LIMIT 1), 0)::float8"));
-  IDEM_RETURN_IF_ERROR(c.Prepare("prepare stats", kStats,
-                                 "SELECT lag_seconds, pending, parked FROM idem.outbox_stats()"));
+      "FROM idem.outbox o WHERE o.state = 0 AND o.id >= $1::bigint ORDER BY o.id LIMIT 1), "
+      "0)::float8"));
+  IDEM_RETURN_IF_ERROR(c.Prepare(
+      "prepare stats", kStats,
+      "SELECT lag_seconds, pending, parked FROM idem.outbox_stats($1::bigint)"));
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare floor", kFloor,
+                                 "SELECT idem.outbox_floor($1::bigint, $2::xid8, $3::bigint)"));
   if (listen) {
     auto listened = c.Exec("listen", "LISTEN idem_outbox");
     if (!listened.ok()) return listened.status();
@@ -206,15 +211,19 @@ Status OutboxDb::Park(const ClaimedRow& row, const std::string& reason) {
   return result.ok() ? Status::Ok() : result.status().WithContext("event " + row.event_id);
 }
 
-Result<double> OutboxDb::LagSeconds() {
-  auto result = conn_->ExecPrepared("outbox lag", kLag, PgParams());
+Result<double> OutboxDb::LagSeconds(int64_t from) {
+  PgParams params;
+  params.Int(from);
+  auto result = conn_->ExecPrepared("outbox lag", kLag, params);
   if (!result.ok()) return result.status();
   if (PQntuples(result->get()) != 1) return DataLossError("outbox lag: no row");
   return ColumnDouble(result->get(), 0, 0);
 }
 
-Result<OutboxStats> OutboxDb::Stats() {
-  auto result = conn_->ExecPrepared("outbox stats", kStats, PgParams());
+Result<OutboxStats> OutboxDb::Stats(int64_t from) {
+  PgParams params;
+  params.Int(from);
+  auto result = conn_->ExecPrepared("outbox stats", kStats, params);
   if (!result.ok()) return result.status();
   const PGresult* r = result->get();
   if (PQntuples(r) != 1) return DataLossError("outbox stats: no row");
@@ -226,6 +235,34 @@ Result<OutboxStats> OutboxDb::Stats() {
   stats.pending = *pending;
   stats.parked = *parked;
   return stats;
+}
+
+Result<OutboxDb::FloorMark> OutboxDb::MarkFloor() {
+  // Two statements, two transactions, in this order: see outbox_floor_sql.h.
+  auto last = conn_->Exec("outbox floor: last id", "SELECT idem.outbox_last_id()");
+  if (!last.ok()) return last.status();
+  auto next_xid = conn_->Exec("outbox floor: a transaction id",
+                              "SELECT pg_current_xact_id()::text");
+  if (!next_xid.ok()) return next_xid.status();
+  if (PQntuples(last->get()) != 1 || PQntuples(next_xid->get()) != 1) {
+    return DataLossError("outbox floor: no row");
+  }
+  FloorMark mark;
+  mark.last_id = std::atoll(PQgetvalue(last->get(), 0, 0));
+  mark.xid_bound = PQgetvalue(next_xid->get(), 0, 0);
+  return mark;
+}
+
+Result<std::optional<int64_t>> OutboxDb::Floor(const FloorMark& mark, int64_t from) {
+  PgParams params;
+  params.Int(mark.last_id).Text(mark.xid_bound).Int(from);
+  auto result = conn_->ExecPrepared("outbox floor", kFloor, params);
+  if (!result.ok()) return result.status();
+  if (PQntuples(result->get()) != 1) return DataLossError("outbox floor: no row");
+  if (internal::pg::ColumnIsNull(result->get(), 0, 0)) return std::optional<int64_t>();
+  auto floor = ColumnInt(result->get(), 0, 0);
+  if (!floor.ok()) return floor.status();
+  return std::optional<int64_t>(*floor);
 }
 
 Result<int64_t> OutboxDb::Sweep(int keep_days) {

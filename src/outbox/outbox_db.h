@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,11 +87,25 @@ class OutboxDb {
   bool InTransaction() const;
   // In the batch's transaction (or on its own): parks the row (kept with `reason`, not retried).
   Status Park(const ClaimedRow& row, const std::string& reason);
-  // Lag, pending and parked rows. Counting pending rows reads every one of them (about 0.4 us
-  // each): see LagSeconds for the cheap part.
-  Result<OutboxStats> Stats();
-  // Seconds since the oldest pending row was enqueued (0 when none): one index probe.
-  Result<double> LagSeconds();
+  // Lag, pending and parked rows, counting pending rows from id `from` (a floor: no row
+  // below it is pending). Counting reads every pending row (about 0.4 us each): see LagSeconds
+  // for the cheap part.
+  Result<OutboxStats> Stats(int64_t from = 0);
+  // Seconds since the oldest pending row (from id `from`) was enqueued (0 when none): one
+  // index probe.
+  Result<double> LagSeconds(int64_t from = 0);
+  // The floor (schema version 16, outbox_floor_sql.h): the lowest id a pending row can have,
+  // below which scans need not look. It takes two steps, a while apart. MarkFloor reads the
+  // highest id drawn and then takes a transaction id, each in a transaction of its own (so
+  // on a connection with no transaction open). Floor, later, gives the floor from that mark
+  // and the floor known before it (`from`), or nullopt while a transaction that had begun at
+  // the mark still runs (take the same mark again later).
+  struct FloorMark {
+    int64_t last_id = 0;
+    std::string xid_bound;  // an xid8, as text
+  };
+  Result<FloorMark> MarkFloor();
+  Result<std::optional<int64_t>> Floor(const FloorMark& mark, int64_t from);
   // Drops day partitions older than `keep_days` that hold only published rows; returns how
   // many it dropped.
   Result<int64_t> Sweep(int keep_days);

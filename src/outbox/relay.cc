@@ -77,6 +77,7 @@ struct Relay::Conn {
   std::optional<SteadyClock::time_point> swept;
   std::optional<SteadyClock::time_point> attempts_forgotten;
   bool logged_nats_down = false;
+  std::optional<OutboxDb::FloorMark> floor_mark;  // taken, its floor not read yet
   bool pg_connected_before = false;
   // Connections for batches, idle (none in a transaction). A batch takes one for its life:
   // locked ahead, published, settled in the background.
@@ -173,8 +174,9 @@ void Relay::RefreshPeriodic() {
   // 100,000 rows; a million-row backlog is counted about every 10 s).
   if (now - c.stats_read >= kStatsEvery) {
     c.stats_read = now;
+    RaiseFloor();
     if (now >= c.counts_due) {
-      auto stats = c.db->Stats();
+      auto stats = c.db->Stats(floor_.load());
       const auto took = SteadyClock::now() - now;
       c.counts_due = now + std::max<SteadyClock::duration>(kStatsEvery, 20 * took);
       if (stats.ok()) {
@@ -182,7 +184,7 @@ void Relay::RefreshPeriodic() {
         metrics_.pending_rows.store(stats->pending);
         metrics_.parked_rows.store(stats->parked);
       }
-    } else if (auto lag = c.db->LagSeconds(); lag.ok()) {
+    } else if (auto lag = c.db->LagSeconds(floor_.load()); lag.ok()) {
       metrics_.lag_seconds.store(*lag);
     }
   }
@@ -226,6 +228,32 @@ void Relay::RefreshPeriodic() {
   }
 }
 
+// A mark one second, the floor from it the next (or later, while a transaction that was
+// running at the mark still runs): the floor rises about every two seconds while rows are
+// published. Failures leave the floor where it was, which is always safe.
+void Relay::RaiseFloor() {
+  Conn& c = *conn_;
+  if (!c.floor_mark) {
+    auto mark = c.db->MarkFloor();
+    if (mark.ok()) c.floor_mark = std::move(*mark);
+    return;
+  }
+  auto floor = c.db->Floor(*c.floor_mark, floor_.load());
+  if (!floor.ok()) {
+    spdlog::debug("relay: outbox floor: {}", OneLine(floor.status().ToString()));
+    c.floor_mark.reset();
+    return;
+  }
+  if (!floor->has_value()) return;  // a transaction from before the mark still runs
+  c.floor_mark.reset();
+  if (**floor > floor_.load()) {
+    floor_.store(**floor);
+    metrics_.pending_floor.store(**floor);
+  }
+}
+
+int64_t Relay::FromStart() const { return std::max<int64_t>(0, floor_.load() - 1); }
+
 std::unique_ptr<OutboxDb> Relay::TakeBatchDb(Status& error) {
   Conn& c = *conn_;
   {
@@ -264,7 +292,9 @@ Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id) {
   held.db = TakeBatchDb(error);
   if (held.db == nullptr) return error;
   auto rows = held.db->LockBatch(options_.batch, after_id);
-  if (rows.ok() && rows->empty() && after_id > 0) rows = held.db->LockBatch(options_.batch, 0);
+  if (const int64_t start = FromStart(); rows.ok() && rows->empty() && after_id > start) {
+    rows = held.db->LockBatch(options_.batch, start);
+  }
   if (!rows.ok()) {
     ReturnBatchDb(std::move(held.db));
     return rows.status();
@@ -283,8 +313,9 @@ Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id) {
 
 // Batches locked ahead start past the rows this relay holds already (stepping over rows
 // locked by its own other batches would cost about as much as locking them), except every
-// kFromStartEvery-th, which starts from the first pending row: ids are not committed in id
-// order, and a row committed late below the others must not wait for the pipeline to drain.
+// kFromStartEvery-th, which starts from the floor (the lowest id a pending row can have): ids
+// are not committed in id order, and a row committed late below the others must not wait for
+// the pipeline to drain.
 void Relay::ClaimAhead() {
   while (ahead_.size() < static_cast<size_t>(kClaimsAhead) && !stop_.load()) {
     const bool from_start = ++locks_ahead_ % kFromStartEvery == 0;
@@ -294,7 +325,7 @@ void Relay::ClaimAhead() {
     next.locked = locked->get_future().share();
     next.batch = locker_.Submit([this, from_start, before, locked] {
       if (before.valid()) before.wait();
-      Result<HeldBatch> held = LockBatch(from_start ? 0 : highest_locked_.load());
+      Result<HeldBatch> held = LockBatch(from_start ? FromStart() : highest_locked_.load());
       locked->set_value();
       return held;
     });
@@ -303,7 +334,7 @@ void Relay::ClaimAhead() {
 }
 
 Result<Relay::HeldBatch> Relay::NextClaimed() {
-  if (ahead_.empty()) return LockBatch(0);
+  if (ahead_.empty()) return LockBatch(FromStart());
   std::future<Result<HeldBatch>> next = std::move(ahead_.front().batch);
   ahead_.pop_front();
   return next.get();

@@ -31,6 +31,9 @@ std::string RelayMetrics::Render() const {
         lag_seconds.load());
   Write(out, "idem_relay_pending_rows", "gauge", "Outbox rows waiting to be published.",
         static_cast<double>(pending_rows.load()));
+  Write(out, "idem_relay_pending_floor", "gauge",
+        "Lowest id an unpublished outbox row can have; the relay's scans start there.",
+        static_cast<double>(pending_floor.load()));
   Write(out, "idem_relay_parked_rows", "gauge", "Outbox rows parked (not publishable as they are).",
         static_cast<double>(parked_rows.load()));
   Write(out, "idem_relay_published_total", "counter",

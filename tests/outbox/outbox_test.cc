@@ -327,6 +327,79 @@ TEST_F(OutboxTest, BinaryArraysReachTheServerAsWritten) {
   EXPECT_NE(mismatched.find("instead of expected 23"), std::string::npos) << mismatched;
 }
 
+// The floor below which no row can be pending (schema version 16): it never passes a pending
+// row (one another relay holds included), it waits for a transaction that drew an id before
+// the mark and has not committed, and with nothing pending it is one above the last id drawn.
+TEST_F(OutboxTest, FloorNeverPassesARowThatIsOrMayYetBePending) {
+  PgConn producer = Connect(), late = Connect(), holder = Connect(), relay = Connect();
+  auto enqueue = [&](PGconn* conn, const std::string& id) {
+    auto enqueued = outbox::Enqueue(conn, MakeEvent(id));
+    ASSERT_TRUE(enqueued.ok()) << id << ": " << enqueued.status().ToString();
+    EXPECT_TRUE(*enqueued) << id;
+  };
+  auto commit_one = [&](const std::string& id) {
+    ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+    enqueue(producer.get(), id);
+    ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+  };
+  auto id_of = [&](const std::string& event) {
+    return std::stoll(Query("SELECT id FROM idem.outbox WHERE event_id = '" + event + "'"));
+  };
+  auto publish = [&](const std::string& event) {
+    EXPECT_EQ(Query("UPDATE idem.outbox SET state = 1 WHERE event_id = '" + event + "'"), "");
+  };
+  auto mark = [&] {  // in this order, each statement a transaction of its own
+    const std::string last = Exec(relay.get(), "SELECT idem.outbox_last_id()");
+    const std::string xid = Exec(relay.get(), "SELECT pg_current_xact_id()");
+    return std::make_pair(last, xid);
+  };
+  auto floor = [&](const std::pair<std::string, std::string>& m, int64_t from) {
+    return Exec(relay.get(), "SELECT coalesce(idem.outbox_floor(" + m.first + ", '" + m.second +
+                                 "'::xid8, " + std::to_string(from) + ")::text, 'wait')");
+  };
+  // No id drawn yet: the floor is the first id the sequence will hand out.
+  EXPECT_EQ(floor(mark(), 0), "1");
+
+  commit_one("e1");
+  ASSERT_EQ(Exec(late.get(), "BEGIN"), "");
+  enqueue(late.get(), "late");  // drawn, not committed
+  // Marked while that transaction is the last to have begun, and nothing has finished since
+  // it began (a snapshot's xmax would be its own id here, and would not wait for it).
+  const auto right_after = mark();
+  EXPECT_EQ(floor(right_after, 0), "wait");
+  commit_one("e3");
+  publish("e1");
+  publish("e3");
+  const auto before_commit = mark();
+  EXPECT_EQ(floor(before_commit, 0), "wait") << "the open transaction may commit a lower id";
+  ASSERT_EQ(Exec(late.get(), "COMMIT"), "");
+  EXPECT_EQ(floor(before_commit, 0), std::to_string(id_of("late")));
+
+  // A pending row another session holds locked counts as pending. (A transaction holding
+  // row locks has a transaction id: one that began before a mark makes its floor wait.)
+  ASSERT_EQ(Exec(holder.get(), "BEGIN"), "");
+  ASSERT_EQ(Exec(holder.get(), "SELECT count(*) FROM idem.outbox_lock(10, 0)"), "1");
+  const auto while_held = mark();
+  EXPECT_EQ(floor(while_held, id_of("late")), "wait");
+  ASSERT_EQ(Exec(holder.get(), "ROLLBACK"), "");
+  const auto before_held = mark();
+  ASSERT_EQ(Exec(holder.get(), "BEGIN"), "");
+  ASSERT_EQ(Exec(holder.get(), "SELECT count(*) FROM idem.outbox_lock(10, 0)"), "1");
+  EXPECT_EQ(floor(before_held, id_of("late")), std::to_string(id_of("late")));
+  ASSERT_EQ(Exec(holder.get(), "ROLLBACK"), "");
+
+  // Published, nothing open: one above the last id drawn, whatever floor came before.
+  publish("late");
+  const auto settled = mark();
+  EXPECT_EQ(floor(settled, id_of("late")), std::to_string(id_of("e3") + 1));
+  // A row enqueued after the mark is above the floor that mark gives.
+  commit_one("e4");
+  EXPECT_GT(id_of("e4"), id_of("e3"));
+  EXPECT_EQ(floor(mark(), id_of("e3") + 1), std::to_string(id_of("e4")));
+  // The gauges count from a floor; below it there is nothing pending to count.
+  EXPECT_EQ(Query("SELECT pending FROM idem.outbox_stats(" + std::to_string(id_of("e4")) + ")"), "1");
+}
+
 // A batch taken around midnight holds rows of two day partitions (and a relay catching up
 // after an outage, of several): the settle marks each row in its own partition with its own
 // stream sequence, and counts them all.

@@ -1,6 +1,7 @@
 #include "store/postgres/pg_schema.h"
 
 #include "outbox/outbox_claim_room_sql.h"
+#include "outbox/outbox_floor_sql.h"
 #include "outbox/outbox_held_claim_sql.h"
 #include "outbox/outbox_lock_kept_plan_sql.h"
 #include "outbox/outbox_plans_sql.h"
@@ -52,6 +53,9 @@ constexpr Migration kMigrations[] = {
     {"emit layer: the relay's settle marks a batch one day partition at a time "
      "(idem.outbox_settle)",
      outbox::internal::kOutboxSettleByDaySql},
+    {"emit layer: a floor below which no outbox row can be pending (idem.outbox_last_id, "
+     "idem.outbox_floor, idem.outbox_stats(from))",
+     outbox::internal::kOutboxFloorSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -38,9 +38,12 @@ namespace idem::internal::pg {
 //      session instead of made over every day partition at each call; tables unchanged
 //   15 idem.outbox_settle marks a batch one day partition at a time, pruned once per day
 //      instead of once per row; tables unchanged
+//   16 a floor below which no outbox row can be pending, so the relay's scans skip the
+//      pending-rows index's entries of published rows: idem.outbox_last_id, idem.outbox_floor,
+//      idem.outbox_stats(from); tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 15;
+inline constexpr int kSchemaVersion = 16;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
