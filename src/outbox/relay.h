@@ -96,7 +96,7 @@ class Relay {
   void MarkFailed(size_t rows, const Status& status);
   void FinishMarking();
   // Locks the next batch on a connection of the pool (any thread): rows above `after_id`, or
-  // from the start if there are none.
+  // from the floor if there are none.
   Result<HeldBatch> LockBatch(int64_t after_id);
   std::unique_ptr<OutboxDb> TakeBatchDb(Status& error);
   void ReturnBatchDb(std::unique_ptr<OutboxDb> db);
