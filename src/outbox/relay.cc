@@ -131,6 +131,9 @@ Status Relay::Connect() {
     }
     c.db = std::move(*db);
     metrics_.postgres_up.store(true);
+    // A new session may be a new server (a failover to a replica that missed the last
+    // commits, a restore): ids may be drawn again below the floor read from the old one.
+    ResetFloor();
     spdlog::info("relay: {} postgresql {}; listening for enqueues",
                  c.pg_connected_before ? "reconnected to" : "connected to", c.db->display());
     c.pg_connected_before = true;
@@ -246,10 +249,23 @@ void Relay::RaiseFloor() {
   }
   if (!floor->has_value()) return;  // a transaction from before the mark still runs
   c.floor_mark.reset();
-  if (**floor > floor_.load()) {
-    floor_.store(**floor);
-    metrics_.pending_floor.store(**floor);
+  if (**floor < floor_.load()) {
+    // Only a sequence set back (setval, a restore) lowers it; rows below the old floor may be
+    // pending again, and the search for the lowest one started at the old floor.
+    spdlog::warn("relay: the outbox's id sequence went back below the floor ({} < {}); "
+                 "scanning from the first pending row again",
+                 **floor, floor_.load());
+    ResetFloor();
+    return;
   }
+  floor_.store(**floor);
+  metrics_.pending_floor.store(**floor);
+}
+
+void Relay::ResetFloor() {
+  conn_->floor_mark.reset();
+  floor_.store(0);
+  metrics_.pending_floor.store(0);
 }
 
 int64_t Relay::FromStart() const { return std::max<int64_t>(0, floor_.load() - 1); }

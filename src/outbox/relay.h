@@ -86,6 +86,8 @@ class Relay {
   void RefreshPeriodic();
   // Takes a floor mark, or raises floor_ from the mark taken before (see OutboxDb::Floor).
   void RaiseFloor();
+  // Back to no floor (scans from the first pending row) until the next one is read.
+  void ResetFloor();
   // Where a lock "from the start" starts: just below the floor.
   int64_t FromStart() const;
   void Backoff(const std::string& what, const Status& status);

@@ -321,6 +321,32 @@ TEST_F(RelayTest, LateCommittedLowerIdIsPublished) {
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
 }
 
+// The database is set back under a running relay (a restore, or a failover to a replica that
+// missed the last commits, without the relay's session breaking): ids are drawn again below
+// the floor the relay read before. The relay notices the sequence went back, drops its floor,
+// and publishes the new rows.
+TEST_F(RelayTest, RowsBelowTheFloorAfterTheSequenceWentBackArePublished) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
+  RelayProcess relay(RelayArgs(), Log("relay.log"));
+  ASSERT_EQ(relay.WaitReady(), "");
+  Enqueue("before-", 60);
+  ASSERT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_pending_floor") > 60; }, seconds(10)))
+      << relay.Metric("idem_relay_pending_floor");
+  // As the database was after its first ten events.
+  ASSERT_EQ(Query("DELETE FROM idem.outbox WHERE id > 10; "
+                  "DELETE FROM idem.outbox_ids i WHERE NOT EXISTS "
+                  "(SELECT 1 FROM idem.outbox o WHERE o.event_id = i.event_id); "
+                  "SELECT setval('idem.outbox_id_seq', 10)"),
+            "10");
+  Enqueue("after-", 5);
+  EXPECT_EQ(Query("SELECT max(id) FROM idem.outbox"), "15");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1 AND event_id LIKE 'after-%'") == 5; },
+                        seconds(15)))
+      << relay.process().Output();
+  EXPECT_NE(relay.process().Output().find("went back below the floor"), std::string::npos);
+  EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
+}
+
 // The same while the relay is busy: its batches locked ahead start past the rows it holds, so
 // a row committed late below them is found by the lock from the first pending row that comes
 // every few batches, well before the backlog drains.
