@@ -58,7 +58,7 @@ done
 floor() {
   local last xid
   last=$(psql -c "SELECT idem.outbox_last_id()")
-  xid=$(psql -c "SELECT pg_current_xact_id()")
+  xid=$(psql -c "SELECT idem.outbox_floor_xid()")
   psql -c "SELECT idem.outbox_floor($last, '$xid', 0)"
 }
 

@@ -242,7 +242,7 @@ Result<OutboxDb::FloorMark> OutboxDb::MarkFloor() {
   auto last = conn_->Exec("outbox floor: last id", "SELECT idem.outbox_last_id()");
   if (!last.ok()) return last.status();
   auto next_xid = conn_->Exec("outbox floor: a transaction id",
-                              "SELECT pg_current_xact_id()::text");
+                              "SELECT idem.outbox_floor_xid()::text");
   if (!next_xid.ok()) return next_xid.status();
   if (PQntuples(last->get()) != 1 || PQntuples(next_xid->get()) != 1) {
     return DataLossError("outbox floor: no row");

@@ -27,12 +27,23 @@ namespace idem::outbox::internal {
 
 inline constexpr const char* kOutboxFloorSql = R"sql(
 -- The first half of a floor: the highest id drawn so far. Read it, then take a transaction id
--- (SELECT pg_current_xact_id()) in a later transaction, and pass both to idem.outbox_floor
+-- with idem.outbox_floor_xid() in a later transaction, and pass both to idem.outbox_floor
 -- later.
 CREATE OR REPLACE FUNCTION idem.outbox_last_id()
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
   SELECT CASE WHEN s.is_called THEN s.last_value ELSE s.last_value - 1 END FROM idem.outbox_id_seq s
 $$;
+
+-- A transaction id of the caller's own (pg_current_xact_id()), for the mark. Its commit does
+-- not wait for the WAL to reach the disk: a relay takes one every two seconds on the
+-- connection it publishes from, and a lost commit (the server crashed) only ends the
+-- transaction as aborted, which the floor's argument allows.
+CREATE OR REPLACE FUNCTION idem.outbox_floor_xid()
+RETURNS xid8 LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);  -- until this transaction ends
+  RETURN pg_current_xact_id();
+END $$;
 
 -- The lowest id a pending row can have, from a mark (p_last_id, then p_xid_bound, read as
 -- above) and the floor known before it (0 if none): NULL while a transaction up to

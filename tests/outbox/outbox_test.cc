@@ -350,7 +350,7 @@ TEST_F(OutboxTest, FloorNeverPassesARowThatIsOrMayYetBePending) {
   };
   auto mark = [&] {  // in this order, each statement a transaction of its own
     const std::string last = Exec(relay.get(), "SELECT idem.outbox_last_id()");
-    const std::string xid = Exec(relay.get(), "SELECT pg_current_xact_id()");
+    const std::string xid = Exec(relay.get(), "SELECT idem.outbox_floor_xid()");
     return std::make_pair(last, xid);
   };
   auto floor = [&](const std::pair<std::string, std::string>& m, int64_t from) {

@@ -54,7 +54,7 @@ constexpr Migration kMigrations[] = {
      "(idem.outbox_settle)",
      outbox::internal::kOutboxSettleByDaySql},
     {"emit layer: a floor below which no outbox row can be pending (idem.outbox_last_id, "
-     "idem.outbox_floor, idem.outbox_stats(from))",
+     "idem.outbox_floor_xid, idem.outbox_floor, idem.outbox_stats(from))",
      outbox::internal::kOutboxFloorSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);

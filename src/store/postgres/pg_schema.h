@@ -39,8 +39,8 @@ namespace idem::internal::pg {
 //   15 idem.outbox_settle marks a batch one day partition at a time, pruned once per day
 //      instead of once per row; tables unchanged
 //   16 a floor below which no outbox row can be pending, so the relay's scans skip the
-//      pending-rows index's entries of published rows: idem.outbox_last_id, idem.outbox_floor,
-//      idem.outbox_stats(from); tables unchanged
+//      pending-rows index's entries of published rows: idem.outbox_last_id,
+//      idem.outbox_floor_xid, idem.outbox_floor, idem.outbox_stats(from); tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
 inline constexpr int kSchemaVersion = 16;
