@@ -66,10 +66,13 @@ END $$;
 
 -- The relay's gauges from a floor (version 14's idem.outbox_stats counts from the first
 -- entry of the index): age in seconds of the oldest pending row (0 when none), pending and
--- parked counts.
+-- parked counts. On the generic plan: with a floor as its argument PostgreSQL kept making a
+-- custom plan over every day partition at each call (5.3 ms a call, of which 4.7 planning,
+-- against 0.55 ms on the generic plan; 31 partitions, 1,000 pending rows).
 CREATE OR REPLACE FUNCTION idem.outbox_stats(p_from bigint, OUT lag_seconds double precision,
                                              OUT pending bigint, OUT parked bigint)
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan SET jit = off AS $$
 BEGIN
   SELECT coalesce((SELECT extract(epoch FROM clock_timestamp() - o.enqueued_at)
                      FROM idem.outbox o WHERE o.state = 0 AND o.id >= p_from
