@@ -5,10 +5,11 @@
 // stays in the index until VACUUM removes it, and autovacuum comes rarely to a big partition (at
 // a fifth of its rows changed, by default; and PostgreSQL 15 may skip the index pass when few
 // heap pages hold dead rows). A scan that starts at the first pending row steps over every such
-// entry: in a partition where 290,000 rows had been published since the last VACUUM, locking
-// one row from the start cost 1.9 to 3.6 ms against 0.6 to 1.1 ms after a VACUUM (a psql loop;
-// docs/emit.md, "Measured"). A relay keeping up with a low rate locks from the start at every
-// batch, and a busy one at every eighth; the gauges count from the start every second.
+// entry: with 299,000 rows published in the partition since its last VACUUM, locking one row
+// cost 2.2 ms from the first entry against 0.72 ms from the floor, and 4.6 against 0.67 ms
+// with 999,000 (bench/outbox-floor-bench.sh; docs/emit.md, "Measured"). A relay keeping up
+// with a low rate locks from the start at every batch, and a busy one at every eighth; the
+// gauges count from the start every second.
 //
 // Why a floor is safe. Ids come from idem.outbox_id_seq (CACHE 1), and idem.outbox_enqueue
 // writes (so takes its transaction id) before it draws one. Read the sequence's last value L,
@@ -35,9 +36,9 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- A transaction id of the caller's own (pg_current_xact_id()), for the mark. Its commit does
--- not wait for the WAL to reach the disk: a relay takes one every two seconds on the
--- connection it publishes from, and a lost commit (the server crashed) only ends the
--- transaction as aborted, which the floor's argument allows.
+-- not wait for the WAL to reach the disk: a relay takes one every two seconds on its main
+-- connection, whose loop should not wait for a disk flush, and a lost commit (the server
+-- crashed) only ends the transaction as aborted; the relay drops its mark with the session.
 CREATE OR REPLACE FUNCTION idem.outbox_floor_xid()
 RETURNS xid8 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
