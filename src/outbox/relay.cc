@@ -8,6 +8,9 @@
 #include <random>
 #include <thread>
 
+#include <boost/asio/packaged_task.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -32,6 +35,12 @@ constexpr int kMaxLoggedPerBatch = 10;
 // (docs/emit.md, "One batch locked ahead").
 constexpr int kClaimsAhead = 1;
 constexpr uint64_t kFromStartEvery = 8;  // of the batches locked ahead
+
+// Runs `task` on `pool` and returns its result's future.
+template <typename F>
+auto PostForResult(boost::asio::thread_pool& pool, F task) {
+  return boost::asio::post(pool, std::packaged_task<std::invoke_result_t<F&>()>(std::move(task)));
+}
 
 // Log lines stay one line: libpq's messages carry newlines and tabs.
 std::string OneLine(std::string text) {
@@ -83,6 +92,10 @@ struct Relay::Conn {
   // locked ahead, published, settled in the background.
   Mutex pool_mu;
   std::vector<std::unique_ptr<OutboxDb>> pool IDEM_GUARDED_BY(pool_mu);
+  // One thread each, for the relay's life (a thread per batch cost a clone and an exit per
+  // batch): batches locked ahead, in order, and settles, one at a time.
+  boost::asio::thread_pool locker{1};
+  boost::asio::thread_pool settler{1};
 };
 
 Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::make_unique<Conn>()) {
@@ -95,7 +108,11 @@ Relay::Relay(RelayOptions options) : options_(std::move(options)), conn_(std::ma
   run_nonce_ = fmt::format("{:08x}{:08x}", random(), random());
 }
 
-Relay::~Relay() = default;
+Relay::~Relay() {
+  // Their tasks use the relay's members: let them finish while those exist.
+  conn_->locker.join();
+  conn_->settler.join();
+}
 
 std::string Relay::NotReadyReason() const {
   std::string reason;
@@ -339,7 +356,7 @@ void Relay::ClaimAhead() {
     auto locked = std::make_shared<std::promise<void>>();
     Ahead next;
     next.locked = locked->get_future().share();
-    next.batch = locker_.Submit([this, from_start, before, locked] {
+    next.batch = PostForResult(conn_->locker, [this, from_start, before, locked] {
       if (before.valid()) before.wait();
       Result<HeldBatch> held = LockBatch(from_start ? FromStart() : highest_locked_.load());
       locked->set_value();
@@ -561,9 +578,9 @@ void Relay::SettleInBackground(std::unique_ptr<OutboxDb> db, std::string token,
                                std::vector<PublishedRow> acked, std::vector<RowKey> failed,
                                std::string error, uint64_t duplicates) {
   FinishMarking();
-  marking_ = settler_.Submit([this, db = std::move(db), token = std::move(token),
-                              acked = std::move(acked), failed = std::move(failed),
-                              error = std::move(error), duplicates]() mutable {
+  marking_ = PostForResult(conn_->settler, [this, db = std::move(db), token = std::move(token),
+                                            acked = std::move(acked), failed = std::move(failed),
+                                            error = std::move(error), duplicates]() mutable {
     if (db == nullptr) {
       MarkFailed(acked.size(), UnavailableError("the batch's connection is gone"));
       return;

@@ -18,7 +18,6 @@
 #include "outbox/jetstream_publisher.h"
 #include "outbox/outbox_db.h"
 #include "outbox/relay_metrics.h"
-#include "outbox/serial_worker.h"
 
 namespace idem::outbox {
 
@@ -137,10 +136,6 @@ class Relay {
   std::string run_nonce_;  // makes attempt record names unique across restarts
   // The batch published last, its PubAcks not yet collected (kept only while more follow).
   std::optional<InFlightBatch> in_flight_;
-  // The threads that lock batches ahead and settle them, for the relay's life. Declared last:
-  // destroyed first, they finish their tasks while the members those use still exist.
-  SerialWorker locker_;
-  SerialWorker settler_;
 };
 
 }  // namespace idem::outbox
