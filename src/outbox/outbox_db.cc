@@ -166,7 +166,8 @@ Result<int64_t> OutboxDb::SettleBatch(const std::string& batch,
       .Bytes(ints(PgArrayElement::kInt4, published, [](const PublishedRow& r) { return r.day; }))
       .Bytes(ints(PgArrayElement::kInt8, published,
                   [](const PublishedRow& r) { return static_cast<int64_t>(r.stream_seq); }))
-      .Bytes(ints(PgArrayElement::kBool, published, [](const PublishedRow& r) { return r.duplicate; }))
+      .Bytes(ints(PgArrayElement::kBool, published,
+                  [](const PublishedRow& r) { return r.duplicate; }))
       .Bytes(ints(PgArrayElement::kInt8, failed, [](const RowKey& r) { return r.id; }))
       .Bytes(ints(PgArrayElement::kInt4, failed, [](const RowKey& r) { return r.day; }))
       .Text(error);

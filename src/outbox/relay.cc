@@ -196,7 +196,7 @@ void Relay::RefreshPeriodic() {
     c.stats_read = now;
     RaiseFloor();
     if (now >= c.counts_due) {
-      auto stats = c.db->Stats(floor_.load());
+      auto stats = c.db->Stats(metrics_.pending_floor.load());
       const auto took = SteadyClock::now() - now;
       c.counts_due = now + std::max<SteadyClock::duration>(kStatsEvery, 20 * took);
       if (stats.ok()) {
@@ -204,7 +204,7 @@ void Relay::RefreshPeriodic() {
         metrics_.pending_rows.store(stats->pending);
         metrics_.parked_rows.store(stats->parked);
       }
-    } else if (auto lag = c.db->LagSeconds(floor_.load()); lag.ok()) {
+    } else if (auto lag = c.db->LagSeconds(metrics_.pending_floor.load()); lag.ok()) {
       metrics_.lag_seconds.store(*lag);
     }
   }
@@ -258,7 +258,7 @@ void Relay::RaiseFloor() {
     if (mark.ok()) c.floor_mark = std::move(*mark);
     return;
   }
-  auto floor = c.db->Floor(*c.floor_mark, floor_.load());
+  auto floor = c.db->Floor(*c.floor_mark, metrics_.pending_floor.load());
   if (!floor.ok()) {
     spdlog::debug("relay: outbox floor: {}", OneLine(floor.status().ToString()));
     c.floor_mark.reset();
@@ -266,26 +266,26 @@ void Relay::RaiseFloor() {
   }
   if (!floor->has_value()) return;  // a transaction from before the mark still runs
   c.floor_mark.reset();
-  if (**floor < floor_.load()) {
+  if (**floor < metrics_.pending_floor.load()) {
     // Only a sequence set back (setval, a restore) lowers it; rows below the old floor may be
     // pending again, and the search for the lowest one started at the old floor.
     spdlog::warn("relay: the outbox's id sequence went back below the floor ({} < {}); "
                  "scanning from the first pending row again",
-                 **floor, floor_.load());
+                 **floor, metrics_.pending_floor.load());
     ResetFloor();
     return;
   }
-  floor_.store(**floor);
   metrics_.pending_floor.store(**floor);
 }
 
 void Relay::ResetFloor() {
   conn_->floor_mark.reset();
-  floor_.store(0);
   metrics_.pending_floor.store(0);
 }
 
-int64_t Relay::FromStart() const { return std::max<int64_t>(0, floor_.load() - 1); }
+int64_t Relay::FromStart() const {
+  return std::max<int64_t>(0, metrics_.pending_floor.load() - 1);
+}
 
 std::unique_ptr<OutboxDb> Relay::TakeBatchDb(Status& error) {
   Conn& c = *conn_;

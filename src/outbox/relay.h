@@ -83,7 +83,10 @@ class Relay {
   // batch's transaction and commits (in the background). False if a publish failed.
   bool Settle(InFlightBatch& batch, const std::vector<PublishResult>& results);
   void RefreshPeriodic();
-  // Takes a floor mark, or raises floor_ from the mark taken before (see OutboxDb::Floor).
+  // Takes a floor mark, or raises the floor from the mark taken before (see OutboxDb::Floor).
+  // The floor (schema version 16) is metrics_.pending_floor: no row below that id can be
+  // pending, so scans start there, not at the pending-rows index's first entry (which VACUUM
+  // alone clears of published rows). 0 until the first floor is read.
   void RaiseFloor();
   // Back to no floor (scans from the first pending row) until the next one is read.
   void ResetFloor();
@@ -129,10 +132,6 @@ class Relay {
   // The highest row id this relay has locked: batches locked ahead start past it (most of the
   // time; see ClaimAhead).
   std::atomic<int64_t> highest_locked_{0};
-  // No row below this id can be pending (schema version 16's floor): scans start here, not at
-  // the pending-rows index's first entry (which VACUUM alone clears of published rows). Only
-  // rises; 0 until the first floor is read.
-  std::atomic<int64_t> floor_{0};
   std::string run_nonce_;  // makes attempt record names unique across restarts
   // The batch published last, its PubAcks not yet collected (kept only while more follow).
   std::optional<InFlightBatch> in_flight_;

@@ -26,7 +26,8 @@ class RelayMetrics {
   std::atomic<double> lag_seconds{0};        // age of the oldest pending row
   std::atomic<int64_t> pending_rows{0};
   std::atomic<int64_t> parked_rows{0};
-  std::atomic<int64_t> pending_floor{0};     // no row below this id can be pending
+  std::atomic<int64_t> pending_floor{0};     // no row below this id can be pending (the
+                                             // relay's scans start here)
   std::atomic<double> duplicate_window_seconds{0};
   std::atomic<bool> postgres_up{false};
   std::atomic<bool> nats_up{false};
