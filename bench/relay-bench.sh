@@ -15,10 +15,13 @@
 #   BENCH_DAYS=K                            day partitions before today's in each outbox
 #                                           (default 30: what --retention-days 30 keeps in
 #                                           steady state; 0: today's only)
-#   BENCH_BARE_VARIANTS="plain locked functions"
+#   BENCH_BARE_VARIANTS="plain locked functions hot"
 #                                           the ceiling's variants to run (default plain; see
 #                                           relay_bench.cc: locked adds the row locks, functions
-#                                           the relay's own lock and settle, one batch at a time)
+#                                           the relay's own lock and settle, one batch at a time;
+#                                           hot is plain on an outbox whose mark can be a HOT
+#                                           update: no index predicate on state, and pages half
+#                                           empty, fillfactor BENCH_HOT_FILLFACTOR, default 50)
 #   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
 #                                           -g): PREFIX-relay-V.data for the relay process and
 #                                           PREFIX-postgres-V.data system-wide, since the
@@ -28,6 +31,12 @@
 #   BENCH_PERF_CALL_GRAPH=dwarf             how the relay's profile records call chains (default
 #                                           fp; dwarf names the callers inside libc and nats.c,
 #                                           which have no frame pointers, at a larger file)
+#   BENCH_PG_STATEMENTS=N                   after each relay or bare relay run, prints the N
+#                                           statements that took PostgreSQL the most time in it
+#                                           (pg_stat_statements, nested ones too: a function's
+#                                           time includes theirs): us per event (wall time, so
+#                                           waits count), calls, ms per call, rows; the tracking
+#                                           itself costs CPU
 #
 # 1. Throughput. The reference publishes BENCH_EVENTS messages (Nats-Msg-Id each, up to 1000
 #    unacknowledged) and waits for every PubAck. The relay drains the same number of outbox
@@ -52,8 +61,8 @@ events=${BENCH_EVENTS:-100000}
 days=${BENCH_DAYS:-30}
 bare_variants=${BENCH_BARE_VARIANTS:-plain}
 for variant in $bare_variants; do
-  [[ $variant =~ ^(plain|locked|functions)$ ]] ||
-    { echo "BENCH_BARE_VARIANTS: '$variant' is not plain, locked or functions" >&2; exit 2; }
+  [[ $variant =~ ^(plain|locked|functions|hot)$ ]] ||
+    { echo "BENCH_BARE_VARIANTS: '$variant' is not plain, locked, functions or hot" >&2; exit 2; }
 done
 [[ " $bare_variants " == *" plain "* ]] || bare_variants="plain $bare_variants"
 latency_seconds=${BENCH_LATENCY_SECONDS:-10}
@@ -70,6 +79,11 @@ rounds=${BENCH_ROUNDS:-${#idems[@]}}
 names=(a b)
 
 source bench/lib/postgres-server.sh
+pg_statements=${BENCH_PG_STATEMENTS:-0}
+[[ $pg_statements =~ ^[0-9]+$ ]] || { echo "BENCH_PG_STATEMENTS: '$pg_statements' is not a count" >&2; exit 2; }
+if (( pg_statements > 0 )); then
+  pg_server_options=(-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all)
+fi
 dir=$(mktemp -d)
 chmod 711 "$dir"
 relay_pid= nats_pid=
@@ -103,7 +117,33 @@ for v in "${!idems[@]}"; do
   "${idems[$v]}" migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench_${names[$v]}" >/dev/null
   psql -c "SELECT count(idem.outbox_ensure_partition(idem.outbox_today() - g))
              FROM generate_series(0, $days) g" "bench_${names[$v]}" >/dev/null
+  if (( pg_statements > 0 )); then psql -c "CREATE EXTENSION pg_stat_statements" "bench_${names[$v]}"; fi
 done
+# The "hot" ceiling's outbox: the first build's schema without the indexes whose predicates
+# name state (a row whose indexed or predicate columns change cannot be updated in place, as a
+# HOT update: it gets a new index entry and a full new tuple in the WAL), with free room on
+# every page for the new versions of its rows. An experiment, not a schema idem ships.
+if [[ " $bare_variants " == *" hot "* ]]; then
+  psql -c "CREATE DATABASE bench_hot" postgres
+  "${idems[0]}" migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench_hot" >/dev/null
+  psql -c "SELECT count(idem.outbox_ensure_partition(idem.outbox_today() - g))
+             FROM generate_series(0, $days) g" bench_hot >/dev/null
+  psql -c "DROP INDEX idem.outbox_pending, idem.outbox_parked, idem.outbox_key_pending" bench_hot
+  psql -c "DO \$\$ DECLARE p regclass; BEGIN
+             FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass LOOP
+               EXECUTE format('ALTER TABLE %s SET (fillfactor = %s)', p, ${BENCH_HOT_FILLFACTOR:-50});
+             END LOOP; END \$\$" bench_hot
+fi
+
+# The statements of the relay run just measured, most time first (BENCH_PG_STATEMENTS).
+print_statements() {  # database label
+  psql -F ' | ' -c "SELECT round((total_exec_time * 1000 / $events)::numeric, 2) AS us_per_event,
+      calls, round(mean_exec_time::numeric, 3) AS mean_ms, rows,
+      CASE WHEN toplevel THEN '' ELSE '(nested) ' END
+        || left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+    FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = '$1')
+    ORDER BY total_exec_time DESC LIMIT $pg_statements" "$1" | sed "s/^/  [$2] /"
+}
 
 # CPU time (user + system, clock ticks) of nats-server; of PostgreSQL's postmaster with its live
 # backends and the ones that exited (cutime, cstime); of one process (all its threads).
@@ -120,9 +160,10 @@ proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 per_event() { python3 -c "print(f'{$1 * $tick_us / $events:.1f}')"; }
 
-declare -A rate cpu detail
-keep() {  # case rate cpu detail: keeps the best rate and the least CPU per event of a case
-  local c=$1
+declare -A rate cpu detail by_round
+keep() {  # case rate cpu detail: keeps the best rate and the least CPU per event of a case,
+  local c=$1  # and every round's rate
+  by_round[$c]+="$2 "
   if [[ -z ${rate[$c]:-} ]] || (( $2 > ${rate[$c]} )); then rate[$c]=$2; fi
   if [[ -z ${cpu[$c]:-} ]] || python3 -c "import sys; sys.exit(0 if $3 < ${cpu[$c]} else 1)"; then
     cpu[$c]=$3 detail[$c]=$4
@@ -148,6 +189,7 @@ run_relay() {  # variant round
   psql -c "BEGIN; SELECT count(idem.outbox_enqueue('evt-$2-' || g, '$subject',
     convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" "$db" >/dev/null
   psql -c "VACUUM ANALYZE idem.outbox" "$db" >/dev/null
+  if (( pg_statements > 0 )); then psql -c "SELECT pg_stat_statements_reset()" "$db" >/dev/null; fi
   n0=$(nats_ticks) p0=$(pg_ticks)
   "${idems[$v]}" relay --db "postgresql://postgres@127.0.0.1:$pg_port/$db" --nats "$nats" \
     --stream "$stream" --batch 1000 --max-pending 1000 >"$dir/relay.log" 2>&1 &
@@ -168,6 +210,7 @@ run_relay() {  # variant round
   relay_t=$(proc_ticks "$relay_pid") nats_t=$(( $(nats_ticks) - n0 )) pg_t=$(( $(pg_ticks) - p0 ))
   for p in "${perfs[@]}"; do kill -INT "$p"; wait "$p" || true; done
   stop_relay
+  if (( pg_statements > 0 )); then print_statements "$db" "relay $name round $2"; fi
   marked=$(psql -c "SELECT count(*) FROM idem.outbox WHERE state = 1 AND subject = '$subject'" "$db")
   [[ $marked == "$events" ]] || echo "warning: relay $name round $2 marked $marked of $events rows" >&2
   # The run's aftermath (vacuum of the rows it updated, a checkpoint) happens here, outside every
@@ -178,24 +221,31 @@ run_relay() {  # variant round
     "relay $(per_event "$relay_t"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
 }
 
-run_bare() {  # round variant: the ceiling, on the first build's database
-  local variant=$2 tag="bare$1${2:0:1}"
-  local stream="${tag^^}" subject="$tag.created" db="bench_${names[0]}" n0 p0 r out bare_pid nats_t pg_t
+run_bare() {  # round variant: the ceiling, on the first build's database (hot: on bench_hot)
+  local variant=$2 tag="bare$1${2:0:1}" mode=$2 db="bench_${names[0]}"
+  [[ $variant == hot ]] && mode=plain db=bench_hot
+  local stream="${tag^^}" subject="$tag.created" n0 p0 r out bare_pid nats_t pg_t
   $bench stream "$nats" "$stream" "$tag.>"
   psql -c "BEGIN; SELECT count(idem.outbox_enqueue('$tag-' || g, '$subject',
     convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" "$db" >/dev/null
   psql -c "VACUUM ANALYZE idem.outbox" "$db" >/dev/null
+  if (( pg_statements > 0 )); then psql -c "SELECT pg_stat_statements_reset()" "$db" >/dev/null; fi
   n0=$(nats_ticks) p0=$(pg_ticks)
   $bench bare "host=127.0.0.1 port=$pg_port user=postgres dbname=$db" "$nats" "$events" 1000 1000 \
-    "$variant" >"$dir/bare.out" &
+    "$mode" >"$dir/bare.out" &
   bare_pid=$!
   r=$($bench drain "$nats" "$stream" "$events" 300 | awk '/^drain/ {print $2}')
   wait "$bare_pid" || { echo "bare relay ($variant) round $1 failed" >&2; exit 1; }
   sleep 0.5  # its backend exits after it: counted once gone, in the postmaster's children's time
   nats_t=$(( $(nats_ticks) - n0 )) pg_t=$(( $(pg_ticks) - p0 ))
   out=$(cat "$dir/bare.out")
+  if (( pg_statements > 0 )); then print_statements "$db" "bare $variant round $1"; fi
   [[ $(awk '/^marked/ {print $2}' <<<"$out") == "$events" ]] ||
     echo "warning: bare relay ($variant) round $1: $(grep marked <<<"$out") of $events rows" >&2
+  if [[ $variant == hot ]]; then
+    hot_share=$(psql -c "SELECT round(100.0 * sum(n_tup_hot_upd) / nullif(sum(n_tup_upd), 0))
+                           FROM pg_stat_user_tables WHERE schemaname = 'idem'" "$db")
+  fi
   psql -c "VACUUM idem.outbox" "$db" >/dev/null
   psql -c "CHECKPOINT" "$db" >/dev/null
   local own_us=$(awk '/^cpu_us/ {print $2}' <<<"$out")
@@ -223,6 +273,7 @@ done
 for variant in $bare_variants; do
   label="bare relay (ceiling)"
   [[ $variant != plain ]] && label="bare relay, $variant"
+  [[ $variant == hot ]] && label="bare relay, hot (${hot_share:-?}% HOT)"
   printf '%-34s %10s %13s  %s\n' "$label" "${rate[bare_$variant]}" "${cpu[bare_$variant]}" "${detail[bare_$variant]}"
 done
 for v in "${!idems[@]}"; do
@@ -230,6 +281,26 @@ for v in "${!idems[@]}"; do
   python3 -c "print(f'ratio relay ${names[$v]}/raw: {${rate[$c]}/${rate[raw]}:.2f}x (CPU per event {${cpu[$c]}/${cpu[raw]}:.2f}x the reference); relay ${names[$v]}/bare: {${rate[$c]}/${rate[bare_plain]}:.2f}x')"
 done
 python3 -c "print(f'ceiling: bare/raw {${rate[bare_plain]}/${rate[raw]}:.2f}x (CPU per event {${cpu[bare_plain]}/${cpu[raw]}:.2f}x the reference)')"
+if [[ -n ${rate[bare_hot]:-} ]]; then
+  python3 -c "print(f'hot ceiling: bare hot/raw {${rate[bare_hot]}/${rate[raw]}:.2f}x (CPU per event {${cpu[bare_hot]}/${cpu[raw]}:.2f}x the reference); bare hot/bare {${rate[bare_hot]}/${rate[bare_plain]}:.2f}x')"
+fi
+
+# The same ratios round by round (each case against the raw publisher of its own round, minutes
+# apart at most) and their median: steadier than the best rates' ratio when the machine's
+# speed drifts between rounds.
+if (( rounds > 1 )); then
+  cases=()
+  for v in "${!idems[@]}"; do cases+=("relay_${names[$v]}"); done
+  for variant in $bare_variants; do cases+=("bare_$variant"); done
+  for c in "${cases[@]}"; do
+    python3 -c "
+import statistics
+raw = [float(x) for x in '${by_round[raw]}'.split()]
+case = [float(x) for x in '${by_round[$c]}'.split()]
+ratios = [c / r for c, r in zip(case, raw)]
+print('per round ${c}/raw: ' + ' '.join(f'{x:.2f}x' for x in ratios) + f', median {statistics.median(ratios):.2f}x')"
+  done
+fi
 
 for v in "${!idems[@]}"; do
   name=${names[$v]}

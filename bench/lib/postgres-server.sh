@@ -4,7 +4,8 @@
 #
 #   start_postgres DIR [DB] sets pg_port and pg_pid; creates the database DB (default "bench").
 #                           DIR's parent must be traversable by the postgres user (mode 711 or
-#                           wider)
+#                           wider). The array pg_server_options, if set, adds server options
+#                           (e.g. -c shared_preload_libraries=pg_stat_statements)
 #   stop_postgres           fast shutdown (SIGINT) of the server started above
 #   free_port               prints a loopback TCP port nothing listens on (bash only)
 pg_bin=/usr/lib/postgresql/15/bin
@@ -36,7 +37,8 @@ start_postgres() {
   "${as_pg[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
     --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
   "${as_pg[@]}" "$pg_bin/postgres" -D "$dir/data" -p "$pg_port" -k "$dir/sock" \
-    -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 >"$dir/postgres.log" 2>&1 &
+    -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 \
+    ${pg_server_options[@]+"${pg_server_options[@]}"} >"$dir/postgres.log" 2>&1 &
   pg_pid=$!
   for _ in $(seq 100); do
     "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break
