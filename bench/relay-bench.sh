@@ -133,6 +133,7 @@ if [[ " $bare_variants " == *" hot "* ]]; then
              FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass LOOP
                EXECUTE format('ALTER TABLE %s SET (fillfactor = %s)', p, ${BENCH_HOT_FILLFACTOR:-50});
              END LOOP; END \$\$" bench_hot
+  if (( pg_statements > 0 )); then psql -c "CREATE EXTENSION pg_stat_statements" bench_hot; fi
 fi
 
 # The statements of the relay run just measured, most time first (BENCH_PG_STATEMENTS).
