@@ -22,7 +22,11 @@
 #                                           hot is plain on an outbox whose mark can be a HOT
 #                                           update: no index predicate on state; its pages keep
 #                                           the outbox's fillfactor of 45 unless
-#                                           BENCH_HOT_FILLFACTOR=N sets another)
+#                                           BENCH_HOT_FILLFACTOR=N sets another; queue is hot
+#                                           with the pending ids kept in a narrow queue table,
+#                                           idem.outbox_queue, read with a join and emptied by
+#                                           the mark: what finding pending rows without an index
+#                                           on state costs the relay)
 #   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
 #                                           -g): PREFIX-relay-V.data for the relay process and
 #                                           PREFIX-postgres-V.data system-wide, since the
@@ -62,8 +66,8 @@ events=${BENCH_EVENTS:-100000}
 days=${BENCH_DAYS:-30}
 bare_variants=${BENCH_BARE_VARIANTS:-plain}
 for variant in $bare_variants; do
-  [[ $variant =~ ^(plain|locked|functions|hot)$ ]] ||
-    { echo "BENCH_BARE_VARIANTS: '$variant' is not plain, locked, functions or hot" >&2; exit 2; }
+  [[ $variant =~ ^(plain|locked|functions|hot|queue)$ ]] ||
+    { echo "BENCH_BARE_VARIANTS: '$variant' is not plain, locked, functions, hot or queue" >&2; exit 2; }
 done
 [[ " $bare_variants " == *" plain "* ]] || bare_variants="plain $bare_variants"
 latency_seconds=${BENCH_LATENCY_SECONDS:-10}
@@ -125,7 +129,7 @@ done
 # HOT update: it gets a new index entry and a full new tuple in the WAL). Its pages have the
 # room for the new versions already (fillfactor 45, schema version 8). An experiment, not a
 # schema idem ships.
-if [[ " $bare_variants " == *" hot "* ]]; then
+if [[ " $bare_variants " == *" hot "* || " $bare_variants " == *" queue "* ]]; then
   psql -c "CREATE DATABASE bench_hot" postgres
   "${idems[0]}" migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench_hot" >/dev/null
   psql -c "SELECT count(idem.outbox_ensure_partition(idem.outbox_today() - g))
@@ -137,6 +141,7 @@ if [[ " $bare_variants " == *" hot "* ]]; then
                  EXECUTE format('ALTER TABLE %s SET (fillfactor = %s)', p, $BENCH_HOT_FILLFACTOR);
                END LOOP; END \$\$" bench_hot
   fi
+  psql -c "CREATE TABLE idem.outbox_queue (id bigint PRIMARY KEY, day integer NOT NULL)" bench_hot
   if (( pg_statements > 0 )); then psql -c "CREATE EXTENSION pg_stat_statements" bench_hot; fi
 fi
 
@@ -229,10 +234,16 @@ run_relay() {  # variant round
 run_bare() {  # round variant: the ceiling, on the first build's database (hot: on bench_hot)
   local variant=$2 tag="bare$1${2:0:1}" mode=$2 db="bench_${names[0]}"
   [[ $variant == hot ]] && mode=plain db=bench_hot
+  [[ $variant == queue ]] && db=bench_hot
   local stream="${tag^^}" subject="$tag.created" n0 p0 r out bare_pid nats_t pg_t
   $bench stream "$nats" "$stream" "$tag.>"
   psql -c "BEGIN; SELECT count(idem.outbox_enqueue('$tag-' || g, '$subject',
     convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" "$db" >/dev/null
+  if [[ $variant == queue ]]; then
+    psql -c "INSERT INTO idem.outbox_queue SELECT id, day FROM idem.outbox WHERE subject = '$subject'" "$db" >/dev/null
+    psql -c "VACUUM ANALYZE idem.outbox_queue" "$db" >/dev/null
+  fi
+  [[ $db == bench_hot ]] && psql -c "SELECT pg_stat_reset()" "$db" >/dev/null  # for the HOT share
   psql -c "VACUUM ANALYZE idem.outbox" "$db" >/dev/null
   if (( pg_statements > 0 )); then psql -c "SELECT pg_stat_statements_reset()" "$db" >/dev/null; fi
   n0=$(nats_ticks) p0=$(pg_ticks)
@@ -247,7 +258,7 @@ run_bare() {  # round variant: the ceiling, on the first build's database (hot: 
   if (( pg_statements > 0 )); then print_statements "$db" "bare $variant round $1"; fi
   [[ $(awk '/^marked/ {print $2}' <<<"$out") == "$events" ]] ||
     echo "warning: bare relay ($variant) round $1: $(grep marked <<<"$out") of $events rows" >&2
-  if [[ $variant == hot ]]; then
+  if [[ $variant == hot || $variant == queue ]]; then
     hot_share=$(psql -c "SELECT round(100.0 * sum(n_tup_hot_upd) / nullif(sum(n_tup_upd), 0))
                            FROM pg_stat_user_tables WHERE schemaname = 'idem'" "$db")
   fi
@@ -278,7 +289,7 @@ done
 for variant in $bare_variants; do
   label="bare relay (ceiling)"
   [[ $variant != plain ]] && label="bare relay, $variant"
-  [[ $variant == hot ]] && label="bare relay, hot (${hot_share:-?}% HOT)"
+  [[ $variant == hot || $variant == queue ]] && label="bare relay, $variant (${hot_share:-?}% HOT)"
   printf '%-34s %10s %13s  %s\n' "$label" "${rate[bare_$variant]}" "${cpu[bare_$variant]}" "${detail[bare_$variant]}"
 done
 for v in "${!idems[@]}"; do

@@ -22,6 +22,10 @@
 //       adds back, one batch at a time: "locked", a transaction per batch that locks its rows
 //       (FOR UPDATE SKIP LOCKED) and marks them before COMMIT; "functions", the same through
 //       idem.outbox_lock and idem.outbox_settle. Neither records attempts or overlaps batches.
+//       "queue" is plain with the pending rows' ids read from a narrow table,
+//       idem.outbox_queue (id, day), that the caller fills: the read joins it to the outbox by
+//       primary key, and the mark deletes the batch's ids from it in the same statement as the
+//       UPDATE (on an outbox without indexes whose predicates name state, that UPDATE can be HOT).
 //   relay_bench latency DB_CONNINFO NATS_URL SUBJECT RATE SECONDS
 //       Enqueues RATE events/s for SECONDS (one transaction each, idem.outbox_enqueue), and a
 //       subscriber on SUBJECT notes when each arrives; prints p50/p99/max of commit-to-consume.
@@ -201,6 +205,7 @@ enum class BareVariant {
   kPlain,      // no lock; the previous batch is marked while this one's PubAcks arrive
   kLocked,     // FOR UPDATE SKIP LOCKED in a transaction per batch, held until its mark
   kFunctions,  // as kLocked, through idem.outbox_lock and idem.outbox_settle
+  kQueue,      // as kPlain, the pending ids in idem.outbox_queue, deleted by the mark
 };
 
 // Marks `batch` published. Returns the rows marked, or -1 on an error.
@@ -267,6 +272,21 @@ int Bare(const char* conninfo, const char* url, int64_t count, int batch_size, i
       prepared = prepare("read", (std::string(kRead) + " FOR UPDATE SKIP LOCKED").c_str()) &&
                  prepare("mark", kMark);
       break;
+    case BareVariant::kQueue:
+      prepared =
+          prepare("read",
+                  // The batch's ids first, then their rows by primary key in the first
+                  // batch row's day partition, pruned once (a join to the outbox would prune
+                  // every day partition again for each row). One day only, as the bench's
+                  // rows are; a relay would loop over the batch's days.
+                  "WITH q AS MATERIALIZED (SELECT id, day FROM idem.outbox_queue "
+                  "WHERE id > $1::bigint ORDER BY id LIMIT $2::integer) "
+                  "SELECT o.id, o.day, o.event_id, o.subject, o.payload FROM idem.outbox o "
+                  "WHERE o.day = (SELECT q.day FROM q LIMIT 1) "
+                  "AND o.id = ANY (ARRAY(SELECT q.id FROM q)) ORDER BY o.id") &&
+          prepare("mark", (std::string("WITH done AS (DELETE FROM idem.outbox_queue q "
+                                       "WHERE q.id = ANY($1::bigint[])) ") + kMark).c_str());
+      break;
     case BareVariant::kFunctions:
       prepared = prepare("read", "SELECT id, day, event_id, subject, payload "
                                  "FROM idem.outbox_lock($2::integer, $1::bigint)") &&
@@ -275,7 +295,7 @@ int Bare(const char* conninfo, const char* url, int64_t count, int batch_size, i
       break;
   }
   if (!prepared) return 1;
-  const bool per_batch_transaction = variant != BareVariant::kPlain;
+  const bool per_batch_transaction = variant == BareVariant::kLocked || variant == BareVariant::kFunctions;
   natsConnection* nc = nullptr;
   if (natsConnection_ConnectTo(&nc, url) != NATS_OK) return std::fprintf(stderr, "connect failed\n"), 1;
   BareAcks acks;
@@ -439,9 +459,10 @@ int main(int argc, char** argv) {
     const std::string v = argc == 8 ? argv[7] : "plain";
     const BareVariant variant = v == "locked"      ? BareVariant::kLocked
                                 : v == "functions" ? BareVariant::kFunctions
+                                : v == "queue"     ? BareVariant::kQueue
                                                    : BareVariant::kPlain;
-    if (v != "plain" && v != "locked" && v != "functions") {
-      return std::fprintf(stderr, "bare: VARIANT is plain, locked or functions\n"), 2;
+    if (v != "plain" && v != "locked" && v != "functions" && v != "queue") {
+      return std::fprintf(stderr, "bare: VARIANT is plain, locked, functions or queue\n"), 2;
     }
     return Bare(argv[2], argv[3], std::atoll(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]), variant);
   }
