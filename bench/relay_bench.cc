@@ -276,9 +276,10 @@ int Bare(const char* conninfo, const char* url, int64_t count, int batch_size, i
       prepared =
           prepare("read",
                   // The batch's ids first, then their rows by primary key in the first
-                  // batch row's day partition, pruned once (a join to the outbox would prune
-                  // every day partition again for each row). One day only, as the bench's
-                  // rows are; a relay would loop over the batch's days.
+                  // batch row's day partition (a join to the outbox was planned as a merge
+                  // join walking its primary key from the first row, through every published
+                  // one). One day only, as the bench's rows are; a relay would loop over the
+                  // batch's days.
                   "WITH q AS MATERIALIZED (SELECT id, day FROM idem.outbox_queue "
                   "WHERE id > $1::bigint ORDER BY id LIMIT $2::integer) "
                   "SELECT o.id, o.day, o.event_id, o.subject, o.payload FROM idem.outbox o "
