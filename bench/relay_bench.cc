@@ -23,9 +23,11 @@
 //       (FOR UPDATE SKIP LOCKED) and marks them before COMMIT; "functions", the same through
 //       idem.outbox_lock and idem.outbox_settle. Neither records attempts or overlaps batches.
 //       "queue" is plain with the pending rows' ids read from a narrow table,
-//       idem.outbox_queue (id, day), that the caller fills: the read joins it to the outbox by
-//       primary key, and the mark deletes the batch's ids from it in the same statement as the
-//       UPDATE (on an outbox without indexes whose predicates name state, that UPDATE can be HOT).
+//       idem.outbox_queue (id, day), that the caller fills: the read takes a batch of ids from
+//       it, then their rows by primary key, and the mark deletes the batch's ids from it in the
+//       same statement as the UPDATE (on an outbox without indexes whose predicates name state,
+//       that UPDATE can be HOT). It reads the first row's day partition only: rows enqueued
+//       across a UTC midnight would be skipped, so the bench's drain would time out.
 //   relay_bench latency DB_CONNINFO NATS_URL SUBJECT RATE SECONDS
 //       Enqueues RATE events/s for SECONDS (one transaction each, idem.outbox_enqueue), and a
 //       subscriber on SUBJECT notes when each arrives; prints p50/p99/max of commit-to-consume.
