@@ -170,7 +170,7 @@ proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 tick_us=$((1000000 / $(getconf CLK_TCK)))
 per_event() { python3 -c "print(f'{$1 * $tick_us / $events:.1f}')"; }
 
-declare -A rate cpu detail by_round
+declare -A rate cpu detail by_round hot_share
 keep() {  # case rate cpu detail: keeps the best rate and the least CPU per event of a case,
   local c=$1  # and every round's rate
   by_round[$c]+="$2 "
@@ -231,7 +231,7 @@ run_relay() {  # variant round
     "relay $(per_event "$relay_t"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
 }
 
-run_bare() {  # round variant: the ceiling, on the first build's database (hot: on bench_hot)
+run_bare() {  # round variant: the ceiling, on the first build's database (hot, queue: bench_hot)
   local variant=$2 tag="bare$1${2:0:1}" mode=$2 db="bench_${names[0]}"
   [[ $variant == hot ]] && mode=plain db=bench_hot
   [[ $variant == queue ]] && db=bench_hot
@@ -259,7 +259,7 @@ run_bare() {  # round variant: the ceiling, on the first build's database (hot: 
   [[ $(awk '/^marked/ {print $2}' <<<"$out") == "$events" ]] ||
     echo "warning: bare relay ($variant) round $1: $(grep marked <<<"$out") of $events rows" >&2
   if [[ $variant == hot || $variant == queue ]]; then
-    hot_share=$(psql -c "SELECT round(100.0 * sum(n_tup_hot_upd) / nullif(sum(n_tup_upd), 0))
+    hot_share[$variant]=$(psql -c "SELECT round(100.0 * sum(n_tup_hot_upd) / nullif(sum(n_tup_upd), 0))
                            FROM pg_stat_user_tables WHERE schemaname = 'idem'" "$db")
   fi
   psql -c "VACUUM idem.outbox" "$db" >/dev/null
@@ -289,7 +289,7 @@ done
 for variant in $bare_variants; do
   label="bare relay (ceiling)"
   [[ $variant != plain ]] && label="bare relay, $variant"
-  [[ $variant == hot || $variant == queue ]] && label="bare relay, $variant (${hot_share:-?}% HOT)"
+  [[ $variant == hot || $variant == queue ]] && label="bare relay, $variant (${hot_share[$variant]:-?}% HOT)"
   printf '%-34s %10s %13s  %s\n' "$label" "${rate[bare_$variant]}" "${cpu[bare_$variant]}" "${detail[bare_$variant]}"
 done
 for v in "${!idems[@]}"; do
