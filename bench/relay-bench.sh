@@ -27,6 +27,11 @@
 #                                           idem.outbox_queue, read with a join and emptied by
 #                                           the mark: what finding pending rows without an index
 #                                           on state costs the relay)
+#   BENCH_B_HOT=1                           drops, in the second build's database, the three
+#                                           indexes whose predicates name state, so that its
+#                                           relay's settles are HOT updates (an experiment; with
+#                                           BENCH_IDEM_B set to the first build, it shows what
+#                                           that alone changes for a whole relay)
 #   BENCH_PERF=PREFIX                       records CPU profiles of the relay runs (perf record
 #                                           -g): PREFIX-relay-V.data for the relay process and
 #                                           PREFIX-postgres-V.data system-wide, since the
@@ -124,6 +129,10 @@ for v in "${!idems[@]}"; do
              FROM generate_series(0, $days) g" "bench_${names[$v]}" >/dev/null
   if (( pg_statements > 0 )); then psql -c "CREATE EXTENSION pg_stat_statements" "bench_${names[$v]}"; fi
 done
+if [[ ${BENCH_B_HOT:-0} == 1 ]]; then
+  [[ ${#idems[@]} == 2 ]] || { echo "BENCH_B_HOT=1 needs BENCH_IDEM_B" >&2; exit 2; }
+  psql -c "DROP INDEX idem.outbox_pending, idem.outbox_parked, idem.outbox_key_pending" bench_b
+fi
 # The "hot" ceiling's outbox: the first build's schema without the indexes whose predicates
 # name state (a row whose indexed or predicate columns change cannot be updated in place, as a
 # HOT update: it gets a new index entry and a full new tuple in the WAL). Its pages have the
@@ -280,6 +289,10 @@ for round in $(seq "$rounds"); do
 done
 printf '%-34s %10s %13s  %s\n' case events/s 'cpu us/event' 'of which (us/event)'
 printf '%-34s %10s %13s  %s\n' "raw nats.c async publisher" "${rate[raw]}" "${cpu[raw]}" "${detail[raw]}"
+if [[ ${BENCH_B_HOT:-0} == 1 ]]; then
+  echo "relay b's database, updates and HOT updates: $(psql -F ' and ' -c "SELECT sum(n_tup_upd), sum(n_tup_hot_upd)
+    FROM pg_stat_user_tables WHERE schemaname = 'idem'" bench_b)"
+fi
 for v in "${!idems[@]}"; do
   c="relay_${names[$v]}"
   label="idem relay (outbox -> stream)"
