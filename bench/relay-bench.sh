@@ -129,21 +129,25 @@ for v in "${!idems[@]}"; do
              FROM generate_series(0, $days) g" "bench_${names[$v]}" >/dev/null
   if (( pg_statements > 0 )); then psql -c "CREATE EXTENSION pg_stat_statements" "bench_${names[$v]}"; fi
 done
+# Drops the outbox's indexes whose predicates name state: a row whose indexed or predicate
+# columns change cannot be updated in place, as a HOT update (an experiment, not a schema idem
+# ships).
+drop_state_indexes() {  # database
+  psql -c "DROP INDEX idem.outbox_pending, idem.outbox_parked, idem.outbox_key_pending" "$1"
+}
 if [[ ${BENCH_B_HOT:-0} == 1 ]]; then
   [[ ${#idems[@]} == 2 ]] || { echo "BENCH_B_HOT=1 needs BENCH_IDEM_B" >&2; exit 2; }
-  psql -c "DROP INDEX idem.outbox_pending, idem.outbox_parked, idem.outbox_key_pending" bench_b
+  drop_state_indexes bench_b
 fi
-# The "hot" ceiling's outbox: the first build's schema without the indexes whose predicates
-# name state (a row whose indexed or predicate columns change cannot be updated in place, as a
-# HOT update: it gets a new index entry and a full new tuple in the WAL). Its pages have the
-# room for the new versions already (fillfactor 45, schema version 8). An experiment, not a
-# schema idem ships.
+# The "hot" and "queue" ceilings' outbox: the first build's schema without those indexes (a
+# mark that is not HOT gets a new index entry and a full new tuple in the WAL). Its pages have
+# the room for the new versions already (fillfactor 45, schema version 8).
 if [[ " $bare_variants " == *" hot "* || " $bare_variants " == *" queue "* ]]; then
   psql -c "CREATE DATABASE bench_hot" postgres
   "${idems[0]}" migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench_hot" >/dev/null
   psql -c "SELECT count(idem.outbox_ensure_partition(idem.outbox_today() - g))
              FROM generate_series(0, $days) g" bench_hot >/dev/null
-  psql -c "DROP INDEX idem.outbox_pending, idem.outbox_parked, idem.outbox_key_pending" bench_hot
+  drop_state_indexes bench_hot
   if [[ -n ${BENCH_HOT_FILLFACTOR:-} ]]; then
     psql -c "DO \$\$ DECLARE p regclass; BEGIN
                FOR p IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass LOOP
