@@ -2,8 +2,9 @@
 
 #include <poll.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -249,8 +250,16 @@ Result<OutboxDb::FloorMark> OutboxDb::MarkFloor() {
     return DataLossError("outbox floor: no row");
   }
   FloorMark mark;
-  mark.last_id = std::atoll(PQgetvalue(last->get(), 0, 0));
+  const std::string_view last_id(PQgetvalue(last->get(), 0, 0),
+                                 PQgetlength(last->get(), 0, 0));
+  const auto [end, error] =
+      std::from_chars(last_id.data(), last_id.data() + last_id.size(), mark.last_id);
+  if (error != std::errc() || end != last_id.data() + last_id.size()) {
+    return DataLossError("outbox floor: the last id '" + std::string(last_id) +
+                         "' is not an integer");
+  }
   mark.xid_bound = PQgetvalue(next_xid->get(), 0, 0);
+  if (mark.xid_bound.empty()) return DataLossError("outbox floor: no transaction id");
   return mark;
 }
 
