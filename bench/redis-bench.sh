@@ -21,7 +21,7 @@ esac
 CONCURRENCY=${CONCURRENCY:-1 2 8 16}
 scripts/install-deps.sh
 command -v python3 >/dev/null || { apt-get install -y -qq python3 >/dev/null; }
-scripts/build.sh release >/dev/null
+scripts/build.sh release idem_store_bench >/dev/null
 
 work=$(mktemp -d)
 redis_pid=

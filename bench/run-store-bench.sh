@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 command -v python3 >/dev/null || { apt-get install -y -qq python3 >/dev/null; }
-scripts/build.sh release >/dev/null
+scripts/build.sh release idem_store_bench >/dev/null
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -24,7 +24,7 @@ esac
 CONCURRENCY=${CONCURRENCY:-1 8 16}
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   scripts/install-deps.sh
-  scripts/build.sh release >/dev/null
+  scripts/build.sh release idem_store_bench >/dev/null
 fi
 command -v python3 >/dev/null || { apt-get install -y -qq python3 >/dev/null; }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds one CMake preset (release, debug, asan, tsan, thread-safety):
-# scripts/build.sh PRESET
+# scripts/build.sh PRESET [TARGET...]   (no target: everything the preset's tests need)
 #
 # Compiles go through ccache when it is installed (scripts/install-deps.sh installs it). The
 # settings below let a fresh clone in another folder reuse what an earlier clone compiled: paths
@@ -15,4 +15,6 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-10G}
 cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -- -j"$(nproc)"
+targets=()
+(($# > 1)) && targets=(--target "${@:2}")
+cmake --build --preset "$preset" "${targets[@]}" -- -j"$(nproc)"
