@@ -60,7 +60,7 @@ $idem migrate --store "postgresql://postgres@127.0.0.1:$pg_port/bench" >/dev/nul
 # creates them ahead), so the runs measure claims, not the first claim of each day creating
 # its partition.
 "$pg_bin/psql" -q -X -h 127.0.0.1 -p "$pg_port" -U postgres -d bench \
-  -c "SELECT idem.inbox_sweep()" >/dev/null
+  -c "CALL idem.inbox_sweep_all()" >/dev/null
 
 nats_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 mkdir -p "$dir/js"

@@ -82,8 +82,11 @@ Result<bool> InboxClaim(PGconn* conn, std::string_view consumer, std::string_vie
 Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seconds keep);
 
 // Drops the inbox's day partitions whose day has ended before today's (every claim in them is
-// past its retention) and creates the partitions new claims will need (idem.inbox_sweep).
-// Returns the claims dropped. Run it at least daily; a PostgreSQL store's Sweep runs it too.
+// past its retention) and creates the partitions new claims will need, in bounded steps
+// (idem.inbox_sweep_step), each its own transaction, until done. Returns the claims dropped.
+// Unlike the other calls it runs OUTSIDE a transaction: kFailedPrecondition inside one. A
+// partition whose lock stays busy past the step's lock timeout is left for the next run. Run it
+// at least daily; a PostgreSQL store's Sweep runs it too.
 Result<int64_t> InboxSweep(PGconn* conn);
 
 // Appends the immutable entry (txn_id, account, amount, meta) and adds amount to the account's
@@ -123,10 +126,12 @@ struct IntentBegun {
   std::chrono::milliseconds retry_after{0};  // for kPending
 };
 // Call in its own short transaction and COMMIT before the downstream call, so a crash cannot
-// forget that a call may have been made. REQUIRES: lease > 0.
+// forget that a call may have been made. kInvalidArgument for an intent id that is not a valid
+// key (1 to 255 visible ASCII characters, see ValidateKey) or a lease outside 1 ms to 3650 days.
 Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
                                 std::chrono::milliseconds lease = std::chrono::seconds(30));
-// PENDING -> SENT, kept `keep`. False when `token` no longer owns the intent (taken over).
+// PENDING -> SENT, kept `keep` (1 s to 3650 days). False when `token` no longer owns the intent
+// (taken over).
 Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token,
                         std::chrono::seconds keep = std::chrono::hours(24 * 30));
 // Gives a PENDING intent up so the next IntentBegin acquires it afresh. False when `token` no

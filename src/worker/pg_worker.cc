@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "idem/scope.h"
 #include "idem/worker.h"
 #include "store/postgres/pg_connection.h"
 #include "worker/worker_common.h"
@@ -17,6 +18,10 @@ namespace {
 
 using internal::pg::PgParams;
 using internal::pg::PgResult;
+
+// The longest intent lease or keep idem.intent_begin / intent_sent accept (as the gateway's
+// durations).
+constexpr std::chrono::hours kMaxIntentDuration{24 * 3650};
 
 // Runs `sql` with text parameters and text results; the result must hold one row, one column.
 Result<PgResult> Run(PGconn* conn, std::string_view op, const char* sql, const PgParams& params) {
@@ -102,9 +107,37 @@ Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seco
 }
 
 Result<int64_t> InboxSweep(PGconn* conn) {
-  auto result = Run(conn, "inbox sweep", "SELECT idem.inbox_sweep()", PgParams());
-  if (!result.ok()) return result.status();
-  return ParseInt("inbox sweep", Value(*result));
+  constexpr std::string_view kOp = "inbox sweep";
+  if (conn == nullptr) return InvalidArgumentError("postgresql inbox sweep: no connection");
+  if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    return FailedPreconditionError(
+        "postgresql inbox sweep: must run outside a transaction (each bounded step commits on "
+        "its own)");
+  }
+  // Every step but the last drops or creates a partition, so the loop ends; the cap is a
+  // safeguard.
+  constexpr int kMaxSteps = 100000;
+  int64_t claims = 0;
+  for (int step = 0; step < kMaxSteps; ++step) {
+    PgResult result(PQexec(conn, "SELECT claims_dropped || ' ' || done::text "
+                                 "FROM idem.inbox_sweep_step()"));
+    if (result == nullptr) return internal::pg::FromPgResult(nullptr, conn, kOp);
+    IDEM_RETURN_IF_ERROR(internal::pg::CheckResult(result.get(), conn, kOp));
+    if (PQntuples(result.get()) != 1 || PQnfields(result.get()) != 1) {
+      return DataLossError("postgresql inbox sweep: expected one row");
+    }
+    const std::string row = PQgetvalue(result.get(), 0, 0);
+    const size_t space = row.find(' ');
+    if (space == std::string::npos) {
+      return DataLossError("postgresql inbox sweep: unexpected row " + row);
+    }
+    auto dropped = ParseInt(kOp, row.substr(0, space));
+    if (!dropped.ok()) return dropped.status();
+    claims += *dropped;
+    if (row.substr(space + 1) == "true") return claims;
+  }
+  return InternalError("postgresql inbox sweep: not done after " + std::to_string(kMaxSteps) +
+                       " steps");
 }
 
 Result<bool> LedgerAppend(PGconn* conn, std::string_view account, std::string_view txn_id,
@@ -157,8 +190,11 @@ Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_vie
 
 Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
                                 std::chrono::milliseconds lease) {
-  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("intent begin", {intent_id}));
-  if (lease.count() <= 0) return InvalidArgumentError("intent begin: lease must be positive");
+  IDEM_RETURN_IF_ERROR(
+      ValidateKey(intent_id).WithContext("intent begin: the intent id follows the rule for keys"));
+  if (lease.count() <= 0 || lease > kMaxIntentDuration) {
+    return InvalidArgumentError("intent begin: lease must be 1 ms to 3650 days");
+  }
   PgParams params;
   params.Text(std::string(intent_id)).Text(std::to_string(lease.count()) + " milliseconds");
   auto result = Run(conn, "intent begin",
@@ -199,8 +235,11 @@ Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
 
 Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token,
                         std::chrono::seconds keep) {
-  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("intent sent", {intent_id}));
-  if (keep.count() <= 0) return InvalidArgumentError("intent sent: keep must be positive");
+  IDEM_RETURN_IF_ERROR(
+      ValidateKey(intent_id).WithContext("intent sent: the intent id follows the rule for keys"));
+  if (keep.count() <= 0 || keep > kMaxIntentDuration) {
+    return InvalidArgumentError("intent sent: keep must be 1 s to 3650 days");
+  }
   PgParams params;
   params.Text(std::string(intent_id)).Text(std::to_string(token))
       .Text(std::to_string(keep.count()) + " seconds");
@@ -211,7 +250,8 @@ Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token
 }
 
 Result<bool> IntentRelease(PGconn* conn, std::string_view intent_id, uint64_t token) {
-  IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty("intent release", {intent_id}));
+  IDEM_RETURN_IF_ERROR(ValidateKey(intent_id).WithContext(
+      "intent release: the intent id follows the rule for keys"));
   PgParams params;
   params.Text(std::string(intent_id)).Text(std::to_string(token));
   auto released = RunBool(conn, "intent release",

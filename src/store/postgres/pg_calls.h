@@ -49,9 +49,10 @@ inline constexpr const char* kTierSettleSql =
     "SELECT idem_tier_settle($1::bytea, $2::text, $3::text, $4::text, $5::bytea, $6::bigint, "
     "$7::smallint, $8::bytea, $9::bigint, $10::bigint, $11::bigint)";
 inline constexpr const char* kSweepSql = "SELECT idem_sweep($1::bigint, $2::bigint)";
-// The worker layer's inbox sweep (pg_worker_sql.h), run by Sweep too: now in ms, horizon days.
+// One bounded step of the worker layer's inbox sweep (pg_worker_limits_sql.h), run by Sweep
+// too, each in its own transaction, until it answers true (done): now in ms, horizon days.
 inline constexpr const char* kInboxSweepSql =
-    "SELECT idem.inbox_sweep(to_timestamp($1::bigint / 1000.0), $2::integer)";
+    "SELECT done FROM idem.inbox_sweep_step(to_timestamp($1::bigint / 1000.0), $2::integer)";
 inline constexpr const char* kEnsurePartitionsSql =
     "SELECT idem_ensure_partitions($1::bigint, $2::bigint)";
 

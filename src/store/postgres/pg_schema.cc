@@ -14,6 +14,7 @@
 #include "store/postgres/pg_operations_sql.h"
 #include "store/postgres/pg_schema_sql.h"
 #include "store/postgres/pg_tiered_sql.h"
+#include "store/postgres/pg_worker_limits_sql.h"
 #include "store/postgres/pg_worker_sql.h"
 
 namespace idem::internal::pg {
@@ -56,6 +57,9 @@ constexpr Migration kMigrations[] = {
     {"emit layer: a floor below which no outbox row can be pending (idem.outbox_last_id, "
      "idem.outbox_floor_xid, idem.outbox_floor, idem.outbox_stats(from))",
      outbox::internal::kOutboxFloorSql},
+    {"worker layer: building blocks fail closed on NULLs and bound their inputs; the inbox "
+     "sweep in steps (idem.inbox_sweep_step); balances derived by a ledger trigger",
+     kSchemaV17WorkerLimits},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

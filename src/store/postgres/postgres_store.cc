@@ -164,11 +164,22 @@ class PostgresStore final : public internal::DurableTier {
     auto dropped = internal::pg::DecodeInt(result->get());
     if (!dropped.ok()) return dropped.status().WithContext("sweep");
     // The worker layer's inbox shares the database and the schedule: its expired day
-    // partitions go too. Its claims are not counted in the records swept.
+    // partitions go too, in bounded steps, each its own transaction, so that no claim waits
+    // for more than one step. Its claims are not counted in the records swept. Every step
+    // but the last drops or creates a partition, so the loop ends; the cap is a safeguard.
     PgParams inbox;
     inbox.Int(ToMillis(now)).Int(pool_.config().partition_horizon_days);
-    auto inbox_swept = Call("inbox sweep", "idem_inbox_sweep", inbox);
-    if (!inbox_swept.ok()) return inbox_swept.status();
+    constexpr int kMaxInboxSteps = 100000;
+    for (int step = 0;; ++step) {
+      if (step == kMaxInboxSteps) {
+        return InternalError("inbox sweep: not done after " + std::to_string(step) + " steps");
+      }
+      auto inbox_step = Call("inbox sweep", "idem_inbox_sweep", inbox);
+      if (!inbox_step.ok()) return inbox_step.status();
+      auto done = internal::pg::DecodeBool(inbox_step->get());
+      if (!done.ok()) return done.status().WithContext("inbox sweep");
+      if (*done) break;
+    }
     return static_cast<uint64_t>(std::max<int64_t>(0, *dropped));
   }
 
