@@ -536,6 +536,12 @@ TEST(ProxyFlowTest, ACompletionTheStoreRefusesIsNeverExecutedAgainWhileTheGatewa
   ASSERT_TRUE(flow.RunUntil([&] { return Ready(other); }));
   EXPECT_TRUE(IsProblem(other.get(), Problem::kKeyReused));
   EXPECT_EQ(flow.upstream.calls(), 1);
+  // Long after the lease, attempts go on (or, as before this was fixed, the write is given up).
+  const uint64_t failed = flow.metrics.write_attempts(StoreWrite::kComplete, false);
+  ASSERT_TRUE(flow.RunUntil([&] {
+    return flow.metrics.write_attempts(StoreWrite::kComplete, false) >= failed + 2 ||
+           flow.metrics.store_writes_retrying() == 0;
+  }));
   EXPECT_EQ(flow.metrics.writes_abandoned(StoreWrite::kComplete), 0u) << "never given up";
 
   // The store is back: the completion lands, and from then on the store replays it.
