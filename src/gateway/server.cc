@@ -9,6 +9,7 @@
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -351,6 +352,10 @@ class GatewayIoContext : public asio::io_context {
 
 int RunGateway(const GatewayOptions& given) {
   Log log(given.log_json);
+  // A write past the file size limit (RLIMIT_FSIZE) fails with EFBIG, which the store reports
+  // like a full disk, instead of killing the process: a gateway killed there would lose the
+  // completions it holds until the store takes them.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (given.upstream.empty()) {
     log.Error("config", "no upstream: pass --upstream http://HOST:PORT");
     return 2;
