@@ -1,5 +1,7 @@
 #include "gateway/pending_completions.h"
 
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace idem::gateway {
@@ -7,9 +9,11 @@ namespace idem::gateway {
 PendingCompletions::PendingCompletions(size_t max_entries) : max_entries_(max_entries) {}
 
 bool PendingCompletions::Hold(const Scope& scope, Write write) {
+  std::string encoded = scope.Encoded();
   MutexLock lock(mu_);
-  auto [it, inserted] = held_.try_emplace(scope.Encoded(), Held{scope, write});
-  if (inserted) {
+  auto it = held_.find(encoded);
+  if (it == held_.end()) {
+    held_.emplace(std::move(encoded), Held{scope, std::move(write)});
     size_.store(held_.size(), std::memory_order_release);
     return true;
   }

@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "util/gateway_process.h"
 #include "util/http_client.h"
@@ -31,14 +34,59 @@ class CompletionDurabilityTest : public ::testing::Test {
     ASSERT_NE(service, nullptr) << address;
     service_ = std::move(service);
     service_address_ = address;
+  }
+
+  // Starts the gateway on SQLite, following a clock offset file; `config` (TOML) if not empty.
+  void StartGateway(const std::string& config = "") {
     SetClockOffset("0s");
-    GatewayProcess started = StartGatewayProcess(
-        IDEM_BINARY, service_address_, "sqlite:" + dir_.File("idem.db"), dir_.File("gateway.log"),
-        {"--unsafe-clock-offset-file", dir_.File("clock-offset")});
+    std::vector<std::string> args = {"--unsafe-clock-offset-file", dir_.File("clock-offset")};
+    if (!config.empty()) {
+      std::ofstream(dir_.File("gateway.toml")) << config;
+      args.insert(args.end(), {"--config", dir_.File("gateway.toml")});
+    }
+    GatewayProcess started =
+        StartGatewayProcess(IDEM_BINARY, service_address_, "sqlite:" + dir_.File("idem.db"),
+                            dir_.File("gateway.log"), args);
     ASSERT_NE(started.process, nullptr) << started.address;
     gateway_ = std::move(started.process);
     address_ = started.address;
     admin_ = started.admin_address;
+  }
+
+  // Fills the disk until a key is answered 201 whose completion could not be written (see
+  // below); returns that key, and its answer in `answered`.
+  //
+  // With the log emptied into the database file, the gateway's files may grow no further than
+  // that file's size: the database cannot grow at all, so no checkpoint can copy new pages
+  // into it and the log can never start over; the log itself takes a few requests, then no
+  // more. Whenever a claim fails (a 503: not even its page or two fit), the limit moves up by
+  // 16 KiB, room for the next claim but not for its completion's 20,000 bytes. So a key is
+  // answered 201 whose completion could not be written, and nothing can be written from then
+  // on.
+  std::string FillTheDiskUntilACompletionFails(HttpResponse& answered) {
+    for (int i = 0; i < 3; ++i) {
+      HttpResponse warm = Post("warm-" + std::to_string(i));
+      EXPECT_EQ(warm.status, 201) << warm.body;
+    }
+    CheckpointAndTruncateTheWal();
+    rlim_t limit = static_cast<rlim_t>(std::filesystem::file_size(dir_.File("idem.db")));
+    LimitFileSize(limit);
+    for (int i = 0; i < 100; ++i) {
+      const std::string fill = "fill-" + std::to_string(i);
+      HttpResponse res = Post(fill);
+      if (res.status == 503) {
+        limit += 16 * 1024;
+        LimitFileSize(limit);
+        continue;
+      }
+      EXPECT_EQ(res.status, 201) << res.body;
+      if (res.status == 201 && StoredInFlight(fill)) {
+        answered = res;
+        return fill;
+      }
+    }
+    ADD_FAILURE() << "no completion failed:\n" << gateway_->Output();
+    return "";
   }
 
   // A POST whose answer (a 20,000-byte body) the gateway stores: its completion writes several
@@ -108,35 +156,10 @@ class CompletionDurabilityTest : public ::testing::Test {
 };
 
 TEST_F(CompletionDurabilityTest, A2xxWhoseCompletionHitAFullDiskIsNeverExecutedAgain) {
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(Post("warm-" + std::to_string(i)).status, 201);
-
-  // The disk fills. With the log emptied into the database file, the gateway's files may grow
-  // no further than that file's size: the database cannot grow at all, so no checkpoint can
-  // copy new pages into it and the log can never start over; the log itself takes a few
-  // requests, then no more. Whenever a claim fails (a 503: not even its page or two fit), the
-  // limit moves up by 16 KiB, room for the next claim but not for its completion's 20,000
-  // bytes. So a key is answered 201 whose completion could not be written, and nothing can be
-  // written from then on.
-  CheckpointAndTruncateTheWal();
-  rlim_t limit = static_cast<rlim_t>(std::filesystem::file_size(dir_.File("idem.db")));
-  LimitFileSize(limit);
-  std::string key;
+  StartGateway();
   HttpResponse answered;
-  for (int i = 0; i < 100 && key.empty(); ++i) {
-    const std::string fill = "fill-" + std::to_string(i);
-    HttpResponse res = Post(fill);
-    if (res.status == 503) {
-      limit += 16 * 1024;
-      LimitFileSize(limit);
-      continue;
-    }
-    ASSERT_EQ(res.status, 201) << res.body;
-    if (StoredInFlight(fill)) {
-      key = fill;
-      answered = res;
-    }
-  }
-  ASSERT_FALSE(key.empty()) << "no completion failed:\n" << gateway_->Output();
+  const std::string key = FillTheDiskUntilACompletionFails(answered);
+  ASSERT_FALSE(key.empty());
   EXPECT_EQ(Executions(key), 1);
 
   // An hour later for the gateway: the key's lease is long over, and its completion is still
@@ -145,7 +168,8 @@ TEST_F(CompletionDurabilityTest, A2xxWhoseCompletionHitAFullDiskIsNeverExecutedA
   ASSERT_TRUE(WaitFor(
       [&] { return gateway_->Output().find("clock offset now 3600000 ms") != std::string::npos; },
       5s));
-  const std::string failed = "idem_gateway_store_write_attempts_total{call=\"complete\",result=\"error\"}";
+  const std::string failed =
+      "idem_gateway_store_write_attempts_total{call=\"complete\",result=\"error\"}";
   const long failed_before = Metric(failed);
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -179,6 +203,23 @@ TEST_F(CompletionDurabilityTest, A2xxWhoseCompletionHitAFullDiskIsNeverExecutedA
   EXPECT_EQ(after.Header("Idempotent-Replayed"), "true");
   EXPECT_EQ(after.body, answered.body);
   EXPECT_EQ(Executions(key), 1) << "executed once\n" << gateway_->Output();
+}
+
+// The window that remains: a gateway that stops while it still holds a completion the store
+// would not take loses it, and says so, key by key, so an operator knows which retries may
+// execute again.
+TEST_F(CompletionDurabilityTest, AGatewayStoppingWhileItHoldsACompletionLogsItAsLost) {
+  StartGateway("[gateway]\nshutdown_grace = \"500ms\"\n");
+  HttpResponse answered;
+  const std::string key = FillTheDiskUntilACompletionFails(answered);
+  ASSERT_FALSE(key.empty());
+  ASSERT_EQ(Metric("idem_gateway_pending_completions"), 1);
+  const int status = gateway_->Stop(SIGTERM);
+  ASSERT_TRUE(WIFEXITED(status)) << gateway_->Output();
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const std::string output = gateway_->Output();
+  EXPECT_NE(output.find("complete_lost key "), std::string::npos) << output;
+  EXPECT_NE(output.find("its completion was never stored"), std::string::npos) << output;
 }
 
 }  // namespace
