@@ -58,11 +58,15 @@ class Flow {
     v7.key_format = KeyFormat::kUuidV7;
     v7.retention = 1h;
     v7.lease = kLease;
+    RoutePolicy operation;
+    operation.path_prefix = "/operation";
+    operation.long_running = true;
+    operation.lease = kLease;
     RoutePolicy rest;
     rest.method = "POST";
     rest.path_prefix = "/";
     rest.lease = kLease;
-    options.routes = {off, optional, open, v7, rest};
+    options.routes = {off, optional, open, v7, operation, rest};
 
     StoreOptions store_options;
     store_options.clock = gateway_clock;
@@ -557,6 +561,35 @@ TEST(ProxyFlowTest, ACompletionTheStoreRefusesIsNeverExecutedAgainWhileTheGatewa
   EXPECT_EQ(flow.upstream.calls(), 1) << "executed once";
   EXPECT_EQ(flow.count(Outcome::kExecuted), 1u);
   EXPECT_EQ(flow.count(Outcome::kReplayed), 4u);
+}
+
+// The same for a long-running operation's 202 whose accept the store would not take: its
+// retries get the 202 again from memory, never a second execution, until the store takes it.
+TEST(ProxyFlowTest, AnAcceptTheStoreRefusesIsAnsweredFromMemoryUntilStored) {
+  Flow flow;
+  flow.upstream.Script(FakeUpstream::Answer(202, "started"));
+  flow.faults->FailCompletions(UnavailableError("injected: disk full"));
+  std::future<Response> first = flow.Start(Flow::Post("/operation/report", "op-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(first.get().result_int(), 202u);
+  EXPECT_EQ(flow.pending.size(), 1u);
+  flow.clock->Advance(10 * kLease);
+  std::future<Response> retry = flow.Start(Flow::Post("/operation/report", "op-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(retry); }));
+  const Response again = retry.get();
+  EXPECT_EQ(again.result_int(), 202u) << again.body();
+  EXPECT_EQ(Header(again, kReplayedHeader), "true");
+  EXPECT_EQ(again.body(), "started");
+  EXPECT_EQ(flow.upstream.calls(), 1);
+
+  flow.faults->FailCompletions(Status::Ok());
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.pending.size() == 0; }));
+  auto record = flow.memory->Get(*Scope::Make("", "", "op-1"));
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kInFlight);
+  ASSERT_TRUE((*record)->accepted.has_value()) << "the accept is stored";
+  EXPECT_EQ((*record)->accepted->body, "started");
+  EXPECT_EQ(flow.upstream.calls(), 1);
 }
 
 // /readyz on the admin listener, run on the flow's event loop.
