@@ -218,6 +218,7 @@ struct Harness {
   Metrics metrics;
   Log log;
   KeyWaiters waiters{16};  // no request here prefers to wait, but the flow needs them
+  PendingCompletions pending{1024};  // the memory store never fails a completion: stays empty
 };
 
 // The scope the gateway claims for `request`, if it has one usable key.
@@ -346,7 +347,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // A fresh store per input, so inputs do not depend on each other, behind the one executor.
   h.store.Reset();
-  Services services{h.options, h.executor, *h.upstream, h.metrics, h.log, h.waiters};
+  Services services{h.options, h.executor, *h.upstream, h.metrics, h.log, h.waiters, h.pending};
 
   g_received.clear();
   for (int i = 0; i < 4; ++i) {

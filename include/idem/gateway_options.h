@@ -104,6 +104,10 @@ struct GatewayOptions {
   size_t max_connections = 0;
   // Requests waiting at once for a key in flight (`Prefer: wait`); beyond it, 409 at once.
   size_t max_waiters = 1024;
+  // Completions (and accepts) answered to their client but not stored yet, held in memory and
+  // retried until the store takes them. Once this many are held, the gateway forwards no new
+  // protected request (503 store-unavailable) rather than risk executing a request twice.
+  size_t max_pending_completions = 1024;
 
   // The source of "now" for the gateway and its store: the retention guard's key ages, the
   // sweep, the retries after a response, and every lease and TTL. Default: the system clock;

@@ -146,13 +146,27 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
         co_await s.store.AsyncGet(std::move(probe), asio::use_awaitable);
     // Degraded (the tiered store on PostgreSQL alone) is still ready: requests are served.
     const std::string degraded = r.ok() ? s.store.store().Degradation() : std::string();
-    res = !r.ok()            ? Text(http::status::service_unavailable,
-                                    "store unavailable: " + r.status().ToString() + "\n",
-                                    "text/plain", req)
-          : degraded.empty() ? Text(http::status::ok, "ready\n", "text/plain", req)
-                             : Text(http::status::ok, "ready, degraded: " + degraded + "\n",
-                                    "text/plain", req);
-    if (!r.ok()) s.log.Error("not_ready", r.status().ToString());
+    // Completions the store would not take: the store fails for writes even if it reads, so
+    // a load balancer should send traffic elsewhere until they are stored.
+    const size_t pending = s.pending.size();
+    const std::string unstored =
+        pending == 0 ? std::string()
+                     : std::to_string(pending) +
+                           " completion(s) answered but not stored yet; retrying them";
+    res = !r.ok()             ? Text(http::status::service_unavailable,
+                                     "store unavailable: " + r.status().ToString() + "\n",
+                                     "text/plain", req)
+          : !unstored.empty() ? Text(http::status::service_unavailable,
+                                     "store failing writes: " + unstored + "\n", "text/plain",
+                                     req)
+          : degraded.empty()  ? Text(http::status::ok, "ready\n", "text/plain", req)
+                              : Text(http::status::ok, "ready, degraded: " + degraded + "\n",
+                                     "text/plain", req);
+    if (!r.ok()) {
+      s.log.Error("not_ready", r.status().ToString());
+    } else if (!unstored.empty()) {
+      s.log.Error("not_ready", unstored);
+    }
   } else if (path == "/v1/records" && (get || del)) {
     const std::string_view query = TargetQuery(target);
     auto key = ParseIdempotencyKey(QueryParam(query, "key"));
@@ -189,6 +203,7 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
     } else {
       Scope scope{std::move(tenant), "", std::move(*key)};
       const std::string digest = scope.Digest();
+      const Scope purge_scope = scope;
       Result<bool> purged = co_await s.store.AsyncPurge(std::move(scope), asio::use_awaitable);
       if (!purged.ok()) {
         res = Failure(s, purged.status(), "purge key " + digest, req);
@@ -197,6 +212,8 @@ Task<Response> HandleAdminRequest(Services& s, Request& req) {
                           "no live record for this key and tenant", req.version(),
                           req.keep_alive());
       } else {
+        // A completion still held for the key would answer its retries after the purge.
+        if (s.pending.DropAny(purge_scope)) s.metrics.PendingCompletionDropped();
         s.waiters.Notify(digest);  // a waiter here may claim the key now
         s.log.Info("purge", "key " + digest + " purged by an operator");
         res = Json(http::status::ok, nlohmann::json{{"purged", true}}, req);

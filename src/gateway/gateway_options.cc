@@ -272,7 +272,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
       "listen", "upstream", "store", "durable_store", "admin_listen", "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
       "max_upstream_response", "upstream_pool_size", "max_connections", "max_waiters",
-      "client_read_timeout",
+      "max_pending_completions", "client_read_timeout",
       "client_idle_timeout", "upstream_connect_timeout", "upstream_response_timeout",
       "upstream_idle_timeout", "shutdown_grace", "sweep_interval"};
   // clang-format on
@@ -310,6 +310,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   IDEM_RETURN_IF_ERROR(read_count("upstream_pool_size", options.upstream_pool_size, 1 << 20));
   IDEM_RETURN_IF_ERROR(read_count("max_connections", options.max_connections, 1 << 20, 0));
   IDEM_RETURN_IF_ERROR(read_count("max_waiters", options.max_waiters, 1 << 20, 0));
+  IDEM_RETURN_IF_ERROR(
+      read_count("max_pending_completions", options.max_pending_completions, 1 << 20));
   const std::pair<std::string_view, Duration*> durations[] = {
       {"client_read_timeout", &options.client_read_timeout},
       {"client_idle_timeout", &options.client_idle_timeout},

@@ -105,8 +105,8 @@ std::string Metrics::Render() const {
           write_attempts_[w][failed].load(std::memory_order_relaxed));
     }
   }
-  out += "# HELP idem_gateway_store_writes_abandoned_total Completions, releases and accepts "
-         "given up when the lease was about to run out.\n";
+  out += "# HELP idem_gateway_store_writes_abandoned_total Releases given up when the lease "
+         "was about to run out (completions and accepts are retried until stored).\n";
   out += "# TYPE idem_gateway_store_writes_abandoned_total counter\n";
   for (size_t w = 0; w < kWrites; ++w) {
     out += fmt::format("idem_gateway_store_writes_abandoned_total{{call=\"{}\"}} {}\n",
@@ -117,6 +117,15 @@ std::string Metrics::Render() const {
          "retried now.\n";
   out += "# TYPE idem_gateway_store_writes_retrying gauge\n";
   out += fmt::format("idem_gateway_store_writes_retrying {}\n", store_writes_retrying());
+  out += "# HELP idem_gateway_pending_completions Completions and accepts answered but not "
+         "stored yet, held in memory and retried until stored.\n";
+  out += "# TYPE idem_gateway_pending_completions gauge\n";
+  out += fmt::format("idem_gateway_pending_completions {}\n", pending_completions_.load());
+  out += "# HELP idem_gateway_pending_completions_refused_total Requests answered 503 without "
+         "reaching the upstream because max_pending_completions were pending.\n";
+  out += "# TYPE idem_gateway_pending_completions_refused_total counter\n";
+  out += fmt::format("idem_gateway_pending_completions_refused_total {}\n",
+                     pending_refusals_.load());
   out += "# HELP idem_gateway_connections_open Client connections open now.\n";
   out += "# TYPE idem_gateway_connections_open gauge\n";
   out += fmt::format("idem_gateway_connections_open {}\n", connections_open_.load());

@@ -73,7 +73,9 @@ class Metrics {
   Histogram& request_seconds() { return request_seconds_; }
   Histogram& store_seconds() { return store_seconds_; }
   Histogram& upstream_seconds() { return upstream_seconds_; }
+  // A completion or accept refused because its token no longer owned the key.
   void CountZombie() { zombies_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t fenced_completions() const { return zombies_.load(std::memory_order_relaxed); }
   void CountTakeover() { takeovers_.fetch_add(1, std::memory_order_relaxed); }
   // Waits for a key in flight: one started, refused (max_waiters reached), or ended.
   void WaitStarted() { waits_started_.fetch_add(1, std::memory_order_relaxed); }
@@ -100,7 +102,8 @@ class Metrics {
   uint64_t write_attempts(StoreWrite write, bool ok) const {
     return write_attempts_[Index(write)][ok ? 0 : 1].load(std::memory_order_relaxed);
   }
-  // A write given up on because the lease was about to run out.
+  // A release given up on because the lease was about to run out. (Completions and accepts are
+  // never given up: they are held until stored, see pending_completions.h.)
   void CountWriteAbandoned(StoreWrite write) {
     writes_abandoned_[Index(write)].fetch_add(1, std::memory_order_relaxed);
   }
@@ -111,6 +114,15 @@ class Metrics {
   void WriteRetryStarted() { writes_retrying_.fetch_add(1, std::memory_order_acq_rel); }
   void WriteRetryEnded() { writes_retrying_.fetch_sub(1, std::memory_order_acq_rel); }
   int store_writes_retrying() const { return writes_retrying_.load(std::memory_order_acquire); }
+  // Completions and accepts answered to their client but not stored yet, held in memory
+  // (PendingCompletions); and requests refused because max_pending_completions were held.
+  void PendingCompletionHeld() { pending_completions_.fetch_add(1, std::memory_order_relaxed); }
+  void PendingCompletionDropped() { pending_completions_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t pending_completions() const {
+    return pending_completions_.load(std::memory_order_relaxed);
+  }
+  void CountPendingRefusal() { pending_refusals_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t pending_refusals() const { return pending_refusals_.load(std::memory_order_relaxed); }
 
   std::string Render() const;
 
@@ -127,6 +139,8 @@ class Metrics {
   std::array<std::array<std::atomic<uint64_t>, 2>, kWrites> write_attempts_{};  // [write][failed]
   std::array<std::atomic<uint64_t>, kWrites> writes_abandoned_{};
   std::atomic<int> writes_retrying_{0};
+  std::atomic<int64_t> pending_completions_{0};
+  std::atomic<uint64_t> pending_refusals_{0};
   std::atomic<int64_t> connections_open_{0};
   std::atomic<uint64_t> connections_refused_{0};
   std::atomic<uint64_t> accept_errors_{0};

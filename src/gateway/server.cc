@@ -9,6 +9,7 @@
 #include <boost/asio/strand.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -293,7 +294,26 @@ class Server {
       services_.log.Warn("shutdown", std::to_string(abandoned_) +
                                          " request(s) still in progress after the grace period");
     }
+    LogLostCompletions();
     io_.stop();
+  }
+
+  // The completions still held unstored as the process stops are lost with it: each key's
+  // record stays in flight, and a retry after its lease executes again. Said once per key
+  // (up to a limit), so an operator can find them.
+  void LogLostCompletions() {
+    const size_t lost = services_.pending.size();
+    if (lost == 0) return;
+    constexpr size_t kNamed = 100;
+    for (const std::string& digest : services_.pending.Digests(kNamed)) {
+      services_.log.Error("complete_lost",
+                          "key " + digest + ": answered, but its completion was never stored; "
+                          "the gateway stops, and a retry after the key's lease executes again");
+    }
+    if (lost > kNamed) {
+      services_.log.Error("complete_lost", std::to_string(lost - kNamed) +
+                                               " more completion(s) lost in the same way");
+    }
   }
 
   const GatewayOptions& options_;
@@ -332,6 +352,10 @@ class GatewayIoContext : public asio::io_context {
 
 int RunGateway(const GatewayOptions& given) {
   Log log(given.log_json);
+  // A write past the file size limit (RLIMIT_FSIZE) fails with EFBIG, which the store reports
+  // like a full disk, instead of killing the process: a gateway killed there would lose the
+  // completions it holds until the store takes them.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (given.upstream.empty()) {
     log.Error("config", "no upstream: pass --upstream http://HOST:PORT");
     return 2;
@@ -390,6 +414,9 @@ int RunGateway(const GatewayOptions& given) {
     return 2;
   }
   Metrics metrics;
+  // Completions answered but not stored yet (completion_retry.h); like the metrics, it
+  // outlives the abandoned work destroyed below.
+  PendingCompletions pending(options.max_pending_completions);
   int abandoned = 0;
   {
     const int store_threads =
@@ -401,7 +428,7 @@ int RunGateway(const GatewayOptions& given) {
     }
     std::optional<StoreExecutor> executor(std::in_place, **store,
                                           StoreExecutor::Options{store_threads, 4096});
-    Services services{options, *executor, **upstream, metrics, log, waiters};
+    Services services{options, *executor, **upstream, metrics, log, waiters, pending};
     Server server(options, io, services);
     tcp::endpoint bound, admin_bound;
     if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {

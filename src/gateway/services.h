@@ -7,6 +7,7 @@
 #include "gateway/access_log.h"
 #include "gateway/key_waiters.h"
 #include "gateway/metrics.h"
+#include "gateway/pending_completions.h"
 #include "gateway/upstream.h"
 #include "idem/gateway_options.h"
 #include "idem/store_executor.h"
@@ -30,6 +31,8 @@ struct Services {
   Metrics& metrics;
   Log& log;
   KeyWaiters& waiters;  // requests waiting for a key in flight (Prefer: wait)
+  // Completions answered but not stored yet; their keys are answered from here.
+  PendingCompletions& pending;
 
   const std::shared_ptr<Clock>& clock() const { return options.clock; }
 };

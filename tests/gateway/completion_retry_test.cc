@@ -84,6 +84,7 @@ class CompletionRetryTest : public ::testing::Test {
     write.response = StoredResponse{201, {{"Content-Type", "text/plain"}}, "made"};
     write.ttl = seconds(60);
     write.key_digest = scope_.Digest();
+    write.fingerprint = fingerprint_;
     write.lease_start = SystemClock()->Now();
     write.lease = lease;
     write.failure = UnavailableError("store down");
@@ -105,7 +106,7 @@ class CompletionRetryTest : public ::testing::Test {
     policy.first_delay = milliseconds(10);
     policy.max_delay = milliseconds(40);
     policy.margin = milliseconds(100);
-    return RetryServices{*executor_, metrics_, log_, SystemClock(), policy};
+    return RetryServices{*executor_, metrics_, log_, pending_, SystemClock(), policy};
   }
 
   Scope scope_{"tenant", "", "key"};
@@ -117,6 +118,7 @@ class CompletionRetryTest : public ::testing::Test {
   boost::asio::io_context io_;
   Metrics metrics_;
   Log log_{false};
+  PendingCompletions pending_{16};
 };
 
 TEST_F(CompletionRetryTest, ACompletionIsRetriedUntilTheStoreAnswers) {
@@ -166,31 +168,95 @@ TEST_F(CompletionRetryTest, AnOperationsAcceptIsRetriedUntilTheStoreAnswers) {
   EXPECT_EQ(std::get<InFlight>(*dup).accepted, write.response) << "retries get the 202";
 }
 
-TEST_F(CompletionRetryTest, AStoreThatStaysDownIsGivenUpOnBeforeTheLeaseEnds) {
+TEST_F(CompletionRetryTest, AReleaseIsGivenUpOnBeforeTheLeaseEnds) {
   faults_->FailFrom(1, UnavailableError("store down"));
   const auto lease = milliseconds(600);
-  RetryAfterResponse(io_.get_executor(), Services(), Write(StoreWrite::kComplete, lease));
+  RetryAfterResponse(io_.get_executor(), Services(), Write(StoreWrite::kRelease, lease));
   const auto took = RunUntilIdle();
   EXPECT_EQ(metrics_.store_writes_retrying(), 0);
-  EXPECT_EQ(metrics_.writes_abandoned(StoreWrite::kComplete), 1u);
-  EXPECT_EQ(metrics_.write_attempts(StoreWrite::kComplete, true), 0u);
+  EXPECT_EQ(metrics_.writes_abandoned(StoreWrite::kRelease), 1u);
+  EXPECT_EQ(metrics_.write_attempts(StoreWrite::kRelease, true), 0u);
   // 10, 20, 40, 40, ... ms apart for 600 - 100 ms: many attempts, not three back to back.
-  EXPECT_GE(metrics_.write_attempts(StoreWrite::kComplete, false), 8u);
+  EXPECT_GE(metrics_.write_attempts(StoreWrite::kRelease, false), 8u);
   EXPECT_GE(took, milliseconds(450)) << "kept trying while the lease allowed";
   EXPECT_LT(took, lease) << "stopped before the lease ran out";
   auto record = memory_->Get(scope_);
   ASSERT_TRUE(record.ok() && record->has_value());
-  EXPECT_EQ((*record)->state, RecordState::kInFlight);
+  EXPECT_EQ((*record)->state, RecordState::kInFlight) << "left for a takeover after the lease";
+}
+
+// A completion answered its client with a 2xx: it is never given up, however long the store
+// stays down, and answers the key's retries from memory meanwhile.
+TEST_F(CompletionRetryTest, ACompletionIsHeldAndRetriedPastTheLeaseUntilStored) {
+  faults_->FailFrom(1, UnavailableError("store down"));
+  const auto lease = milliseconds(300);
+  RetryAfterResponse(io_.get_executor(), Services(), Write(StoreWrite::kComplete, lease));
+  EXPECT_EQ(pending_.size(), 1u);
+  EXPECT_EQ(metrics_.pending_completions(), 1);
+  RunUntilIdle(lease * 2);  // the whole lease and as long again: still trying
+  EXPECT_EQ(metrics_.store_writes_retrying(), 1);
+  EXPECT_EQ(metrics_.writes_abandoned(StoreWrite::kComplete), 0u);
+  EXPECT_GE(metrics_.write_attempts(StoreWrite::kComplete, false), 8u);
+  auto held = pending_.Answer(scope_, fingerprint_);
+  ASSERT_TRUE(held.has_value());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*held)) << "a retry here is answered from memory";
+  EXPECT_EQ(std::get<Replay>(*held).response.body, "made");
+  const Fingerprint other = *ComputeFingerprint({}, {"POST", "/", "", "y", {}});
+  EXPECT_TRUE(std::holds_alternative<Mismatch>(*pending_.Answer(scope_, other)));
+
+  faults_->FailFrom(0, Status::Ok());  // the store is back
+  RunUntilIdle();
+  EXPECT_EQ(metrics_.store_writes_retrying(), 0);
+  EXPECT_EQ(metrics_.write_attempts(StoreWrite::kComplete, true), 1u);
+  EXPECT_EQ(pending_.size(), 0u);
+  EXPECT_EQ(metrics_.pending_completions(), 0);
+  EXPECT_FALSE(pending_.Answer(scope_, fingerprint_).has_value());
+  auto replay = memory_->Begin(scope_, fingerprint_, seconds(30));
+  ASSERT_TRUE(replay.ok());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*replay)) << "stored: the store replays it";
+  EXPECT_EQ(std::get<Replay>(*replay).response.body, "made");
 }
 
 TEST_F(CompletionRetryTest, AFencedCompletionEndsTheRetry) {
   faults_->FailFrom(1, UnavailableError("store down"), /*count=*/1);
   ASSERT_TRUE(memory_->Purge(scope_).ok());  // the owner lost the key meanwhile
+  ::testing::internal::CaptureStdout();
   RetryAfterResponse(io_.get_executor(), Services(), Write(StoreWrite::kComplete, seconds(5)));
   RunUntilIdle();
+  const std::string logged = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(metrics_.write_attempts(StoreWrite::kComplete, true), 1u);
   EXPECT_EQ(metrics_.writes_abandoned(StoreWrite::kComplete), 0u);
+  EXPECT_EQ(metrics_.fenced_completions(), 1u);
   EXPECT_NE(metrics_.Render().find("idem_gateway_fenced_completions_total 1"), std::string::npos);
+  EXPECT_NE(logged.find(" fenced "), std::string::npos) << logged;
+  EXPECT_EQ(logged.find("complete_retried"), std::string::npos) << "not stored: " << logged;
+  EXPECT_EQ(pending_.size(), 0u) << "the record is someone else's to decide";
+}
+
+// A completion whose commit outcome was unknown (the store wrote it, the reply was lost, as
+// when PostgreSQL crashes between commit and reply): the next attempt finds the record no
+// longer in flight, and the record is completed under this very token. That is a completion
+// stored once, not a fenced one.
+TEST_F(CompletionRetryTest, ACompletionWhoseReplyWasLostIsLoggedAndCountedOnceAsStored) {
+  const StoredResponse response = Write(StoreWrite::kComplete, seconds(5)).response;
+  faults_->LoseRepliesFrom(1, UnavailableError("server closed the connection"), /*count=*/1);
+  auto first = faults_->Complete(scope_, token_, response, seconds(60));  // before the response
+  ASSERT_EQ(first.status().code(), StatusCode::kUnavailable);
+  ::testing::internal::CaptureStdout();
+  RetryAfterResponse(io_.get_executor(), Services(), Write(StoreWrite::kComplete, seconds(5)));
+  RunUntilIdle();
+  const std::string logged = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(metrics_.fenced_completions(), 0u) << logged;
+  EXPECT_NE(metrics_.Render().find("idem_gateway_fenced_completions_total 0"), std::string::npos);
+  EXPECT_EQ(logged.find("fenced"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find("lost ownership"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("complete_retried"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("reply was lost"), std::string::npos) << logged;
+  EXPECT_EQ(metrics_.store_writes_retrying(), 0);
+  EXPECT_EQ(pending_.size(), 0u);
+  auto replay = memory_->Begin(scope_, fingerprint_, seconds(30));
+  ASSERT_TRUE(replay.ok() && std::holds_alternative<Replay>(*replay));
+  EXPECT_EQ(std::get<Replay>(*replay).response, response);
 }
 
 }  // namespace

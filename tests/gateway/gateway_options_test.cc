@@ -205,6 +205,16 @@ TEST_F(LoadGatewayConfigTest, ReadsWaitingLimits) {
   EXPECT_NE(bad.message().find("route[0].max_wait"), std::string::npos) << bad.message();
 }
 
+TEST_F(LoadGatewayConfigTest, ReadsTheBoundOnPendingCompletions) {
+  EXPECT_EQ(GatewayOptions{}.max_pending_completions, 1024u) << "the default";
+  ASSERT_TRUE(Load("[gateway]\nmax_pending_completions = 16\n").ok());
+  EXPECT_EQ(options_.max_pending_completions, 16u);
+  Status zero = Load("[gateway]\nmax_pending_completions = 0\n");
+  EXPECT_NE(zero.message().find("gateway.max_pending_completions: must be between 1 and"),
+            std::string::npos)
+      << zero.message();
+}
+
 TEST_F(LoadGatewayConfigTest, ErrorsNameTheFileTheFieldAndTheProblem) {
   struct Case {
     const char* toml;

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include "gateway/admin.h"
 #include "gateway/flow/wait.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
@@ -28,6 +29,7 @@ using testing::FakeUpstream;
 using Failure = UpstreamResult::Failure;
 
 constexpr Duration kLease = 10s;
+constexpr size_t kMaxPending = 2;  // the Flow's max_pending_completions
 // Well under flow::kSlowPoll: a waiter woken in time was woken by the settle, not the poll.
 constexpr auto kSlowPollForTests = std::chrono::milliseconds(flow::kSlowPoll) / 2;
 
@@ -56,11 +58,15 @@ class Flow {
     v7.key_format = KeyFormat::kUuidV7;
     v7.retention = 1h;
     v7.lease = kLease;
+    RoutePolicy operation;
+    operation.path_prefix = "/operation";
+    operation.long_running = true;
+    operation.lease = kLease;
     RoutePolicy rest;
     rest.method = "POST";
     rest.path_prefix = "/";
     rest.lease = kLease;
-    options.routes = {off, optional, open, v7, rest};
+    options.routes = {off, optional, open, v7, operation, rest};
 
     StoreOptions store_options;
     store_options.clock = gateway_clock;
@@ -70,11 +76,15 @@ class Flow {
     faults = std::make_unique<testing::FaultStore>(*memory);
     executor = std::make_unique<StoreExecutor>(*faults, StoreExecutor::Options{1, 4096});
     services =
-        std::make_unique<Services>(Services{options, *executor, upstream, metrics, log, waiters});
+        std::make_unique<Services>(
+            Services{options, *executor, upstream, metrics, log, waiters, pending});
   }
 
   ~Flow() {
     upstream.Release();
+    // The store comes back, so that completions retried until stored end.
+    faults->FailFrom(0, Status::Ok());
+    faults->FailCompletions(Status::Ok());
     io.run();  // let retries after responses end before the executor goes
   }
 
@@ -134,6 +144,7 @@ class Flow {
   Metrics metrics;
   Log log{false};
   KeyWaiters waiters{16};
+  PendingCompletions pending{kMaxPending};
   asio::io_context io;
   std::unique_ptr<Store> memory;
   std::unique_ptr<testing::FaultStore> faults;
@@ -499,15 +510,144 @@ TEST(ProxyFlowTest, FailedReleaseIsRetriedAfterTheResponse) {
   EXPECT_EQ(flow.upstream.calls(), 2);
 }
 
-TEST(ProxyFlowTest, CompletionRetriesGiveUpAsTheLeaseRunsOut) {
+// A 2xx whose completion the store would not take is never executed again while this gateway
+// lives: its retries are answered from memory, within the lease and long after it, until the
+// store is back and takes the completion; none reaches the upstream.
+TEST(ProxyFlowTest, ACompletionTheStoreRefusesIsNeverExecutedAgainWhileTheGatewayLives) {
   Flow flow;
-  flow.faults->FailFrom(2, UnavailableError("injected"));  // every call after the Begin
+  flow.upstream.Script(FakeUpstream::Answer(201, "created once"));
+  flow.faults->FailFrom(2, UnavailableError("injected: disk full"));  // every call after the Begin
   std::future<Response> first = flow.Start(Flow::Post("/pay", "k-1"));
   ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
-  EXPECT_EQ(first.get().result_int(), 201u);
-  flow.clock->Advance(kLease);
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.metrics.store_writes_retrying() == 0; }));
-  EXPECT_EQ(flow.metrics.writes_abandoned(StoreWrite::kComplete), 1u);
+  const Response answered = first.get();
+  EXPECT_EQ(answered.result_int(), 201u) << "the client is not kept waiting";
+  EXPECT_EQ(flow.pending.size(), 1u);
+  EXPECT_EQ(flow.metrics.pending_completions(), 1);
+
+  for (const Duration later : {Duration(0), kLease, 10 * kLease}) {
+    SCOPED_TRACE("a retry " + std::to_string(later.count()) + " ms later");
+    flow.clock->Advance(later);
+    std::future<Response> retry = flow.Start(Flow::Post("/pay", "k-1"));
+    ASSERT_TRUE(flow.RunUntil([&] { return Ready(retry); }));
+    const Response replay = retry.get();
+    EXPECT_EQ(replay.result_int(), 201u) << replay.body();
+    EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+    EXPECT_EQ(Header(replay, "Content-Type"), Header(answered, "Content-Type"));
+    EXPECT_EQ(replay.body(), "created once");
+  }
+  // Another request under the key is refused as the store would refuse it.
+  std::future<Response> other = flow.Start(Flow::Post("/pay", "k-1", R"({"amount":2})"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(other); }));
+  EXPECT_TRUE(IsProblem(other.get(), Problem::kKeyReused));
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  // Long after the lease, attempts go on (or, as before this was fixed, the write is given up).
+  const uint64_t failed = flow.metrics.write_attempts(StoreWrite::kComplete, false);
+  ASSERT_TRUE(flow.RunUntil([&] {
+    return flow.metrics.write_attempts(StoreWrite::kComplete, false) >= failed + 2 ||
+           flow.metrics.store_writes_retrying() == 0;
+  }));
+  EXPECT_EQ(flow.metrics.writes_abandoned(StoreWrite::kComplete), 0u) << "never given up";
+
+  // The store is back: the completion lands, and from then on the store replays it.
+  flow.faults->FailFrom(0, Status::Ok());
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.pending.size() == 0; }));
+  EXPECT_EQ(flow.metrics.pending_completions(), 0);
+  EXPECT_EQ(flow.metrics.store_writes_retrying(), 0);
+  EXPECT_EQ(flow.metrics.fenced_completions(), 0u);
+  const Response stored = flow.Send(Flow::Post("/pay", "k-1"));
+  EXPECT_EQ(stored.result_int(), 201u);
+  EXPECT_EQ(Header(stored, kReplayedHeader), "true");
+  EXPECT_EQ(stored.body(), "created once");
+  EXPECT_EQ(flow.upstream.calls(), 1) << "executed once";
+  EXPECT_EQ(flow.count(Outcome::kExecuted), 1u);
+  EXPECT_EQ(flow.count(Outcome::kReplayed), 4u);
+}
+
+// The same for a long-running operation's 202 whose accept the store would not take: its
+// retries get the 202 again from memory, never a second execution, until the store takes it.
+TEST(ProxyFlowTest, AnAcceptTheStoreRefusesIsAnsweredFromMemoryUntilStored) {
+  Flow flow;
+  flow.upstream.Script(FakeUpstream::Answer(202, "started"));
+  flow.faults->FailCompletions(UnavailableError("injected: disk full"));
+  std::future<Response> first = flow.Start(Flow::Post("/operation/report", "op-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first); }));
+  EXPECT_EQ(first.get().result_int(), 202u);
+  EXPECT_EQ(flow.pending.size(), 1u);
+  flow.clock->Advance(10 * kLease);
+  std::future<Response> retry = flow.Start(Flow::Post("/operation/report", "op-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(retry); }));
+  const Response again = retry.get();
+  EXPECT_EQ(again.result_int(), 202u) << again.body();
+  EXPECT_EQ(Header(again, kReplayedHeader), "true");
+  EXPECT_EQ(again.body(), "started");
+  EXPECT_EQ(flow.upstream.calls(), 1);
+
+  flow.faults->FailCompletions(Status::Ok());
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.pending.size() == 0; }));
+  auto record = flow.memory->Get(*Scope::Make("", "", "op-1"));
+  ASSERT_TRUE(record.ok() && record->has_value());
+  EXPECT_EQ((*record)->state, RecordState::kInFlight);
+  ASSERT_TRUE((*record)->accepted.has_value()) << "the accept is stored";
+  EXPECT_EQ((*record)->accepted->body, "started");
+  EXPECT_EQ(flow.upstream.calls(), 1);
+}
+
+// /readyz on the admin listener, run on the flow's event loop.
+Response Readyz(Flow& flow) {
+  Request req{http::verb::get, "/readyz", 11};
+  auto readyz = [](Services& s, Request r) -> Task<Response> {
+    Response res = co_await HandleAdminRequest(s, r);
+    co_return std::move(res);
+  };
+  std::future<Response> res =
+      asio::co_spawn(flow.io, readyz(*flow.services, std::move(req)), asio::use_future);
+  EXPECT_TRUE(flow.RunUntil([&] { return Ready(res); }));
+  return res.get();
+}
+
+// The store takes claims but not completions (a disk nearly full). Each completion refused is
+// held; at max_pending_completions the gateway forwards no new request (503, counted) rather
+// than hold more, while the held keys are still answered; /readyz says not ready while any is
+// held, so a load balancer moves traffic away, and ready again once the store took them.
+TEST(ProxyFlowTest, AtMaxPendingCompletionsNoNewRequestIsForwardedAndReadyzSaysNotReady) {
+  Flow flow;
+  EXPECT_EQ(Readyz(flow).result_int(), 200u);
+  flow.faults->FailCompletions(UnavailableError("injected: disk full"));
+  for (const char* key : {"k-1", "k-2"}) {
+    std::future<Response> res = flow.Start(Flow::Post("/pay", key));
+    ASSERT_TRUE(flow.RunUntil([&] { return Ready(res); }));
+    EXPECT_EQ(res.get().result_int(), 201u);
+  }
+  ASSERT_EQ(flow.pending.size(), kMaxPending);
+  const Response not_ready = Readyz(flow);
+  EXPECT_EQ(not_ready.result_int(), 503u);
+  EXPECT_NE(not_ready.body().find("2 completion(s) answered but not stored"), std::string::npos)
+      << not_ready.body();
+
+  std::future<Response> refused = flow.Start(Flow::Post("/pay", "k-3"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(refused); }));
+  const Response unavailable = refused.get();
+  EXPECT_TRUE(IsProblem(unavailable, Problem::kStoreUnavailable)) << unavailable.body();
+  EXPECT_EQ(Header(unavailable, "Retry-After"), "1");
+  EXPECT_EQ(flow.upstream.calls(), 2) << "k-3 never reached the upstream";
+  auto k3 = flow.memory->Get(*Scope::Make("", "", "k-3"));
+  ASSERT_TRUE(k3.ok());
+  EXPECT_FALSE(k3->has_value()) << "k-3 was not claimed either";
+  EXPECT_EQ(flow.metrics.pending_refusals(), 1u);
+  const std::string metrics = flow.metrics.Render();
+  EXPECT_NE(metrics.find("idem_gateway_pending_completions 2\n"), std::string::npos);
+  EXPECT_NE(metrics.find("idem_gateway_pending_completions_refused_total 1\n"),
+            std::string::npos);
+
+  std::future<Response> held = flow.Start(Flow::Post("/pay", "k-1"));
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(held); }));
+  EXPECT_EQ(Header(held.get(), kReplayedHeader), "true") << "a held key is still answered";
+
+  flow.faults->FailCompletions(Status::Ok());
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.pending.size() == 0; }));
+  EXPECT_EQ(Readyz(flow).result_int(), 200u);
+  EXPECT_EQ(flow.Send(Flow::Post("/pay", "k-3")).result_int(), 201u);
+  EXPECT_EQ(flow.upstream.calls(), 3);
 }
 
 // Every store call of a client's exchange fails in turn (N = 1, 2, ...): whichever it is, the
@@ -597,6 +737,25 @@ TEST(ProxyFlowTest, DuplicatePreferringToWaitGetsTheFirstAttemptsResponseWhenItC
   EXPECT_EQ(flow.faults->calls(), 4)
       << "Begin and Complete for the first; Begin, and Begin again on entering, for the waiter, "
          "which then replays what the completion handed it without asking the store again";
+}
+
+// A duplicate waiting for the key (Prefer: wait) gets the answer as soon as the first attempt
+// answers, even though its completion could not be stored.
+TEST(ProxyFlowTest, AWaiterGetsTheAnswerWhoseCompletionTheStoreRefused) {
+  Flow flow;
+  std::future<Response> first =
+      flow.StartHeld("/pay", "k-1", FakeUpstream::Answer(201, "created once"));
+  std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=5"));
+  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
+  flow.faults->FailFrom(flow.faults->calls() + 1, UnavailableError("injected"));
+  flow.upstream.Release();
+  ASSERT_TRUE(flow.RunUntil([&] { return Ready(first) && Ready(waiting); }));
+  const Response replay = waiting.get();
+  EXPECT_EQ(replay.result_int(), 201u) << replay.body();
+  EXPECT_EQ(Header(replay, kReplayedHeader), "true");
+  EXPECT_EQ(replay.body(), "created once");
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  EXPECT_EQ(flow.pending.size(), 1u);
 }
 
 TEST(ProxyFlowTest, DuplicatePreferringToWaitExecutesWhenTheFirstAttemptIsReleased) {

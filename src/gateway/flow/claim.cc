@@ -62,6 +62,19 @@ Response NotStoredProblem(const Answer& answer, const StoredResponse& stored,
 
 Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerprint& fingerprint,
                                  Duration lease) {
+  if (std::optional<BeginOutcome> held = s.pending.Answer(scope, fingerprint)) {
+    Result<BeginOutcome> answered = std::move(*held);
+    co_return answered;
+  }
+  if (s.pending.full()) {
+    s.metrics.CountPendingRefusal();
+    Result<BeginOutcome> refused = UnavailableError(
+        std::to_string(s.pending.size()) +
+        " completions this gateway answered are not stored yet (max_pending_completions " +
+        std::to_string(s.pending.max_entries()) +
+        "); it forwards no new request until the store takes them");
+    co_return refused;
+  }
   // g++ 12: keep co_await arguments in named locals (see docs/architecture.md).
   Scope begin_scope = scope;
   const Fingerprint fp = fingerprint;

@@ -15,7 +15,11 @@
 
 namespace idem::gateway::flow {
 
-// Begin(scope, fingerprint, lease) on the store executor, timed into the store histogram.
+// Begin(scope, fingerprint, lease) on the store executor, timed into the store histogram;
+// except that a key whose completion this gateway holds unstored (PendingCompletions) is
+// answered from it, as Begin will answer once it is stored, without a store call; and that
+// while max_pending_completions are held, any other key gets kUnavailable without a store call
+// (so it is never forwarded, and cannot add one more: counted as a pending refusal).
 Task<Result<BeginOutcome>> Claim(Services& services, const Scope& scope,
                                  const Fingerprint& fingerprint, Duration lease);
 

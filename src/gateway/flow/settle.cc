@@ -7,7 +7,7 @@ namespace idem::gateway::flow {
 namespace {
 
 RetryServices RetryServicesOf(Services& s) {
-  return RetryServices{s.store, s.metrics, s.log, s.clock(), RetryPolicy{}};
+  return RetryServices{s.store, s.metrics, s.log, s.pending, s.clock(), RetryPolicy{}};
 }
 
 // A transient failure: give the key back so the retry runs again instead of waiting for the
@@ -28,7 +28,7 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
                        {StoreWrite::kRelease, scope, token, {}, Duration(0), trace.key_digest,
-                        trace.arrival(), route.lease, released.status()});
+                        Fingerprint{}, trace.arrival(), route.lease, released.status()});
   }
 }
 
@@ -52,11 +52,14 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
   }
   if (!completed.ok()) {
     // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
-    // lease execute again, so it is tried again after the response, while the lease lasts.
+    // lease execute again, so it is held in memory, and answers this key's retries, while it
+    // is tried again after the response until it is stored.
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
                        {StoreWrite::kComplete, scope, token, stored, retention,
-                        trace.key_digest, trace.arrival(), route.lease, completed.status()});
+                        trace.key_digest, fingerprint, trace.arrival(), route.lease,
+                        completed.status()});
+    s.waiters.NotifyCompleted(trace.key_digest, stored, fingerprint);  // they replay it now
   } else if (*completed == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
     s.log.Warn("fenced", "key " + trace.key_digest + ": token " + std::to_string(token) +
@@ -66,7 +69,8 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
 
 // A long-running operation was accepted: keep the key claimed under the same token for the
 // operation's lease, with the 202 for duplicates, until its job completes or releases it.
-Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope, FencingToken token,
+Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope,
+                     const Fingerprint& fingerprint, FencingToken token,
                      const StoredResponse& accepted, const Trace& trace) {
   const Duration operation_lease = route.operation_lease;
   const FencingToken accept_token = token;
@@ -81,11 +85,12 @@ Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope, 
   }
   if (!recorded.ok()) {
     // Until it lands the key holds only the request's lease, after which a retry would run the
-    // operation again: keep trying while that lease lasts, as a completion does.
+    // operation again: held in memory and tried until stored, as a completion is.
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
                        {StoreWrite::kAccept, scope, token, accepted, operation_lease,
-                        trace.key_digest, trace.arrival(), route.lease, recorded.status()});
+                        trace.key_digest, fingerprint, trace.arrival(), route.lease,
+                        recorded.status()});
   } else if (*recorded == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
     s.log.Warn("fenced", "key " + trace.key_digest + ": token " + std::to_string(token) +
@@ -114,7 +119,7 @@ Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
   if (!too_large && IsAccepted(forwarded.response, route)) {
     const StoredResponse accepted =
         ToStoredAccepted(forwarded.response, route, s.options.max_stored_response);
-    co_await AcceptKey(s, route, scope, token, accepted, trace);
+    co_await AcceptKey(s, route, scope, fingerprint, token, accepted, trace);
     forwarded.response.set(kReplayedHeader, "false");
     Outcome accepted_outcome = Outcome::kAccepted;
     co_return accepted_outcome;

@@ -2,8 +2,10 @@
 // is finished: Release after a transient failure (5xx, 408, 429, or a transport failure other
 // than a too-large answer), so a retry runs again at once; Accept after a 202 on a
 // long_running route (the record stays claimed for the operation's job, with the 202 for
-// duplicates); Complete otherwise, storing the response for replays. A write that fails is retried after the response while the lease lasts
-// (completion_retry.h); the client gets its response either way.
+// duplicates); Complete otherwise, storing the response for replays. A write that fails is
+// retried after the response (completion_retry.h): a release while the lease lasts, a
+// completion or an accept until stored, held meanwhile in PendingCompletions, which answers the
+// key's retries. The client gets its response either way.
 #pragma once
 
 #include "gateway/flow/forward.h"
