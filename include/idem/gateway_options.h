@@ -68,6 +68,11 @@ int DefaultStoreThreads(std::string_view store_url);
 // listener (each client connection may hold one upstream connection too); at least 16.
 size_t DefaultMaxConnections();
 
+// The per-client-address limit when none is configured: a quarter of `max_connections`, at
+// least 4 (and never more than max_connections), so that it takes several addresses, not one,
+// to fill the gateway.
+size_t DefaultMaxConnectionsPerClient(size_t max_connections);
+
 struct GatewayOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks a free port
   std::string upstream;                   // http://HOST:PORT (required)
@@ -102,6 +107,11 @@ struct GatewayOptions {
   // Client connections open at once; beyond it a new connection gets 503 too-many-connections
   // and is closed. 0 (the default) picks DefaultMaxConnections().
   size_t max_connections = 0;
+  // Client connections one client address (the TCP peer's IP) may hold at once; beyond it a new
+  // connection from that address gets 503 too-many-connections and is closed, while other
+  // addresses still get in. 0 (the default) picks DefaultMaxConnectionsPerClient(); a value at
+  // or above max_connections turns the per-address limit off (a gateway behind one proxy).
+  size_t max_connections_per_client = 0;
   // Requests waiting at once for a key in flight (`Prefer: wait`); beyond it, 409 at once.
   size_t max_waiters = 1024;
   // Completions (and accepts) answered to their client but not stored yet, held in memory and

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "chaos/driver.h"
+#include "chaos/exit_code.h"
 #include "chaos/oracle.h"
 #include "chaos/pg_connect.h"
 #include "chaos/pipeline.h"
@@ -95,7 +96,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   const auto started = Clock::now();
   if (options.ops < 1) {
     err << "idem chaos: --ops must be at least 1\n";
-    return 2;
+    return kExitNoVerdict;
   }
   const bool layer1 = !options.disabled_layers.count(1);
   const bool layer2 = !options.disabled_layers.count(2);
@@ -126,7 +127,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     err << "idem chaos: no fault mode can run with these settings:";
     for (const auto& s : facts.skipped) err << " " << s << ";";
     err << "\n";
-    return 2;
+    return kExitNoVerdict;
   }
   options.faults = runnable;
   ExpectPostgresRestarts(std::find(runnable.begin(), runnable.end(),
@@ -149,7 +150,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   Pipeline pipeline(std::move(pc));
   if (auto e = pipeline.StartServers(); !e.empty()) {
     err << "idem chaos: " << e << "\n";
-    return 2;
+    return kExitNoVerdict;
   }
   Services::Config sc;
   sc.conninfo = pipeline.conninfo();
@@ -164,11 +165,11 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   Services services(std::move(sc));
   if (auto e = services.Start(); !e.empty()) {
     err << "idem chaos: " << e << "\n";
-    return 2;
+    return kExitNoVerdict;
   }
   if (auto e = pipeline.StartProcesses(services.port()); !e.empty()) {
     err << "idem chaos: " << e << "\n";
-    return 2;
+    return kExitNoVerdict;
   }
 
   Driver driver(plan, pipeline, options);
@@ -210,7 +211,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     pipeline.Stop();
     services.Stop();
     KeepLogs(options, pipeline, /*failed=*/true, err);
-    return 2;
+    return ExitCode({.verdict = false});
   }
   plan.resize(driver.sent());  // with --duration, the operations that were sent
   if (options.progress) {
@@ -235,7 +236,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
     pipeline.Stop();
     services.Stop();
     KeepLogs(options, pipeline, /*failed=*/true, err);
-    return 2;
+    return ExitCode({.verdict = false});
   }
   facts.relay_crashes = pipeline.relay_crashes();
   facts.gateway_kills = pipeline.gateway_kills();
@@ -245,20 +246,32 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   facts.redis_restarts = pipeline.redis_restarts();
   facts.consumer_replays = pipeline.replays();
   facts.problems = driver.problems();
-  if (auto e = pipeline.error(); !e.empty()) facts.problems.push_back("pipeline: " + e);
+  const std::vector<HarnessFailure> failures = driver.harness_failures();
+  for (const HarnessFailure& f : failures) {
+    facts.harness_errors.push_back(f.op + " " + std::string(FaultModeName(f.mode)) + ": " + f.why);
+  }
+  // The pipeline's last error, unless a failed injection above already said it.
+  if (auto e = pipeline.error(); !e.empty() &&
+      std::none_of(failures.begin(), failures.end(),
+                   [&](const HarnessFailure& f) { return f.why.find(e) != std::string::npos; })) {
+    facts.harness_errors.push_back("pipeline: " + e);
+  }
+  facts.nats_admin_replaced = pipeline.nats_admin_replaced();
   pipeline.Stop();
   services.Stop();
   facts.fenced_completions = pipeline.FencedCompletions();
   facts.seconds = std::chrono::duration<double>(Clock::now() - started).count();
 
-  const Verdict verdict = Judge(plan, evidence, options.faults);
-  KeepLogs(options, pipeline, verdict.escaped + verdict.lost > 0, err);
+  const Verdict verdict = Judge(plan, evidence, options.faults, failures);
+  const int exit_code = ExitCode(
+      {.escaped = verdict.escaped, .lost = verdict.lost, .harness_failed = verdict.harness_failed});
+  KeepLogs(options, pipeline, exit_code != kExitExactlyOnce, err);
   if (options.json) {
     PrintJson(options, verdict, facts, out);
   } else {
     PrintTable(options, verdict, facts, out);
   }
-  return verdict.escaped + verdict.lost == 0 ? 0 : 1;
+  return exit_code;
 }
 
 }  // namespace idem::chaos

@@ -11,8 +11,10 @@
 namespace idem::chaos {
 
 // Runs one chaos run and prints its report to `out` (progress and errors to `err`).
-// Returns 0 when every operation took effect exactly once, 1 when anything escaped or was lost,
-// 2 when the run could not be set up (a server missing, bad options).
+// Returns the exit code (chaos/exit_code.h): 0 when every operation took effect exactly once,
+// 1 when anything escaped or was lost, 2 when the run could not be set up (a server missing,
+// bad options) or broke off with no verdict, 3 when it was exactly once but the harness failed
+// to inject a fault it had planned.
 int RunChaos(const ChaosOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace idem::chaos

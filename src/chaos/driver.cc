@@ -10,6 +10,11 @@ namespace idem::chaos {
 
 using namespace std::chrono_literals;
 
+namespace {
+constexpr char kRelayDidNotCrash[] =
+    "the relay armed to crash after its next published batch did not crash within 10 s";
+}  // namespace
+
 Driver::Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const ChaosOptions& options)
     : plan_(plan), pipeline_(pipeline), options_(options) {}
 
@@ -40,6 +45,11 @@ Driver::Answer Driver::SendUntilDone(const Operation& op, int64_t amount) {
 void Driver::Problem(std::string what) {
   MutexLock lock(mu_);
   if (problems_.size() < 100) problems_.push_back(std::move(what));
+}
+
+void Driver::HarnessFailed(const Operation& op, std::string why) {
+  MutexLock lock(mu_);
+  harness_failures_.push_back({op.id, *op.fault, std::move(why)});
 }
 
 void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
@@ -85,7 +95,9 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       std::lock_guard lock(gateway_mu_);
       std::thread first([&] { Send(op, op.amount, 3s); });
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-      if (!pipeline_.KillAndRestartGateway()) Problem("gateway restart: " + pipeline_.error());
+      if (!pipeline_.KillAndRestartGateway()) {
+        HarnessFailed(op, "the gateway was not killed and restarted: " + pipeline_.error());
+      }
       first.join();
       expect_success(SendUntilDone(op, op.amount), "retry after gateway kill");
       break;
@@ -94,7 +106,7 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       std::lock_guard lock(relay_mu_);
       const int before = pipeline_.ArmRelayCrash();
       expect_success(SendUntilDone(op, op.amount), "send");
-      if (!pipeline_.WaitForRelayCrash(before)) Problem(op.id + ": the armed relay did not crash");
+      if (!pipeline_.WaitForRelayCrash(before)) HarnessFailed(op, kRelayDidNotCrash);
       break;
     }
     case FaultMode::kRelayOutage: {
@@ -108,17 +120,15 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       expect_success(SendUntilDone(op, op.amount), "send");
       const int before = pipeline_.ArmRelayCrash(/*hold_after_crash=*/true);
       const bool crashed = pipeline_.WaitForRelayCrash(before);
-      if (!crashed) Problem(op.id + ": the armed relay did not crash");
-      if (crashed && !pipeline_.RecordOutageBatch()) Problem(op.id + ": " + pipeline_.error());
+      if (!crashed) HarnessFailed(op, kRelayDidNotCrash);
+      if (crashed && !pipeline_.RecordOutageBatch()) HarnessFailed(op, pipeline_.error());
       const bool shortened = crashed && pipeline_.SetDuplicateWindow(kOutageWindow);
-      if (crashed && !shortened) Problem(op.id + ": " + pipeline_.error());
+      if (crashed && !shortened) HarnessFailed(op, pipeline_.error());
       std::this_thread::sleep_for(kOutageDown);
       pipeline_.ReleaseRelay();
-      if (crashed && !pipeline_.WaitForOutageRepublished()) {
-        Problem(op.id + ": " + pipeline_.error());
-      }
+      if (crashed && !pipeline_.WaitForOutageRepublished()) HarnessFailed(op, pipeline_.error());
       if (shortened && !pipeline_.SetDuplicateWindow(pipeline_.duplicate_window())) {
-        Problem(op.id + ": " + pipeline_.error());
+        HarnessFailed(op, "setting the stream's window back: " + pipeline_.error());
       }
       break;
     }
@@ -139,7 +149,7 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       expect_success(SendUntilDone(op, op.amount), "send");
       const bool nats = *op.fault == FaultMode::kNatsRestart;
       if (!(nats ? pipeline_.RestartNats() : pipeline_.RestartPostgres())) {
-        Problem(op.id + ": " + pipeline_.error());
+        HarnessFailed(op, pipeline_.error());
       }
       break;
     }
@@ -152,9 +162,9 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       std::lock_guard lock(server_mu_);
       std::thread first([&] { Send(op, op.amount, 3s); });
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-      if (!pipeline_.KillRedis()) Problem(op.id + ": no Redis to kill");
+      if (!pipeline_.KillRedis()) HarnessFailed(op, "no Redis to kill");
       std::this_thread::sleep_for(kRedisDown);
-      if (!pipeline_.RestartRedis()) Problem(op.id + ": " + pipeline_.error());
+      if (!pipeline_.RestartRedis()) HarnessFailed(op, pipeline_.error());
       first.join();
       expect_success(SendUntilDone(op, op.amount), "retry after the Redis restart");
       break;
@@ -162,7 +172,7 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
     case FaultMode::kConsumerReplay:
       // Once the event was applied, a consumer re-reads the stream from its sequence.
       expect_success(SendUntilDone(op, op.amount), "send");
-      if (!pipeline_.ReplayFrom(op.id)) Problem(op.id + ": " + pipeline_.error());
+      if (!pipeline_.ReplayFrom(op.id)) HarnessFailed(op, pipeline_.error());
       break;
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
@@ -204,12 +214,14 @@ void Driver::Run() {
                               {FaultMode::kRetryHours, kHoursLater},
                               {FaultMode::kRetryExpired, kPastRetention}}) {
     bool moved = offset == Duration(0);
+    std::string clock_error;  // each retry sent on the unmoved clock is a fault not injected
     for (const Operation* op : later) {
       if (op->fault != mode) continue;
       if (!moved) {
         moved = true;
-        if (!pipeline_.SetClockOffset(offset)) Problem("moving the clock: " + pipeline_.error());
+        if (!pipeline_.SetClockOffset(offset)) clock_error = "moving the clock: " + pipeline_.error();
       }
+      if (!clock_error.empty()) HarnessFailed(*op, clock_error);
       const Answer a = SendUntilDone(*op, op->amount);
       if (a.status < 200 || a.status > 299) {
         Problem(op->id + " (late retry): " + std::to_string(a.status) + " " +
@@ -222,6 +234,11 @@ void Driver::Run() {
 std::set<std::string> Driver::gateway_replays() const {
   MutexLock lock(mu_);
   return replayed_;
+}
+
+std::vector<HarnessFailure> Driver::harness_failures() const {
+  MutexLock lock(mu_);
+  return harness_failures_;
 }
 
 std::vector<std::string> Driver::problems() const {

@@ -39,8 +39,11 @@ class Driver {
   // How many operations of the plan were sent: the first sent() of it. REQUIRES: Run returned.
   size_t sent() const { return std::min(next_.load(), plan_.size()); }
   // Operations that got no success answer within their deadline, and unexpected answers
-  // ("op-1-7: 500 ..."), for the report.
+  // ("op-1-7: 500 ..."), for the report: what the clients saw.
   std::vector<std::string> problems() const;
+  // Planned faults the harness could not inject or finish injecting, each with the reason:
+  // errors of the harness itself, kept apart from problems().
+  std::vector<HarnessFailure> harness_failures() const;
   // Operations the gateway answered at least once with a stored response
   // (`Idempotent-Replayed: true`): layer 1's evidence on the client side.
   std::set<std::string> gateway_replays() const;
@@ -55,6 +58,8 @@ class Driver {
   Answer SendUntilDone(const Operation& op, int64_t amount);
   void RunOne(const Operation& op, std::mt19937_64& rng);
   void Problem(std::string what);
+  // Records that the harness could not inject (or finish injecting) `op`'s fault.
+  void HarnessFailed(const Operation& op, std::string why);
 
   const std::vector<Operation>& plan_;
   Pipeline& pipeline_;
@@ -67,6 +72,7 @@ class Driver {
   mutable Mutex mu_;
   std::vector<const Operation*> later_ IDEM_GUARDED_BY(mu_);  // retry_later, _hours, _expired
   std::vector<std::string> problems_ IDEM_GUARDED_BY(mu_);
+  std::vector<HarnessFailure> harness_failures_ IDEM_GUARDED_BY(mu_);
   std::set<std::string> replayed_ IDEM_GUARDED_BY(mu_);
 };
 

@@ -3,6 +3,8 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 namespace idem::chaos {
 namespace {
@@ -175,9 +177,16 @@ std::optional<Outcome> OwnBadOutcome(FaultMode mode, const Operation& op, const 
 }
 
 Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Evidence>& evidence,
-              const std::vector<FaultMode>& modes_run) {
+              const std::vector<FaultMode>& modes_run,
+              const std::vector<HarnessFailure>& harness_failures) {
   Verdict v;
   v.ops = static_cast<int>(plan.size());
+  std::set<std::pair<std::string, FaultMode>> not_injected;
+  for (const HarnessFailure& f : harness_failures) {
+    if (!not_injected.emplace(f.op, f.mode).second) continue;
+    ++v.modes[f.mode].harness_failed;
+    ++v.harness_failed;
+  }
   const bool relay_kills =
       std::find(modes_run.begin(), modes_run.end(), FaultMode::kRelayKill) != modes_run.end();
   const bool outages =
@@ -197,11 +206,15 @@ Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Ev
     bool explained = false;  // the bad outcome is counted in the row of a fault that caused it
     auto judge = [&](FaultMode mode) {
       ModeResult& row = v.modes[mode];
-      ++row.injected;
-      ++v.injected;
       const auto own = OwnBadOutcome(mode, op, ev);
       explained = explained || own.has_value();
-      Count(row, own ? *own : Attribute(mode, ev));
+      const Outcome outcome = own ? *own : Attribute(mode, ev);
+      // A fault the harness failed to inject that left no trace was not injected at all: it is
+      // in harness_failed, not passed off as injected and unexercised.
+      if (outcome == Outcome::kUnexercised && not_injected.count({op.id, mode})) return;
+      ++row.injected;
+      ++v.injected;
+      Count(row, outcome);
     };
     if (op.fault && *op.fault != FaultMode::kRelayKill && *op.fault != FaultMode::kRelayOutage) {
       judge(*op.fault);

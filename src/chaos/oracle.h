@@ -45,13 +45,26 @@ struct Evidence {
 // Reads the evidence of every operation. Empty map and `error` set on a database failure.
 std::map<std::string, Evidence> ReadEvidence(PGconn* conn, std::string* error);
 
-// One fault mode's line of the report.
+// A planned fault the harness could not inject, or could not finish injecting (a relay armed
+// to crash that did not, a replaying consumer that could not be created, a server that did not
+// come back): an error of the harness, not a finding about the pipeline under test.
+struct HarnessFailure {
+  std::string op;  // the operation that carried the fault
+  FaultMode mode;
+  std::string why;
+};
+
+// One fault mode's line of the report. injected = caught + unexercised + escaped + lost.
 struct ModeResult {
   int injected = 0;
   int caught[4] = {0, 0, 0, 0};  // by layer 1..3
   int unexercised = 0;           // injected, but no duplicate attempt reached any layer
   int escaped = 0;               // a duplicate (or wrong) effect
   int lost = 0;                  // the intended effect missing
+  // Planned faults of this mode the harness failed to inject (or to finish injecting). One
+  // that had no visible effect is counted here only, not as injected and unexercised; one that
+  // still had an effect (caught, escaped, lost) is counted there too.
+  int harness_failed = 0;
 };
 
 struct Verdict {
@@ -61,11 +74,15 @@ struct Verdict {
   int escaped = 0;               // distinct operations with a duplicate or wrong effect
   int lost = 0;                  // distinct operations with no effect
   int injected = 0;
+  int harness_failed = 0;        // distinct planned faults the harness failed to inject
 };
 
 // Judges every operation of `plan` against `evidence`. A relay kill is attributed to each
 // operation whose event the relay published twice, whatever fault the operation carried.
+// `harness_failures` are the planned faults the harness could not inject (several failures of
+// one operation's fault count once).
 Verdict Judge(const std::vector<Operation>& plan, const std::map<std::string, Evidence>& evidence,
-              const std::vector<FaultMode>& modes_run);
+              const std::vector<FaultMode>& modes_run,
+              const std::vector<HarnessFailure>& harness_failures = {});
 
 }  // namespace idem::chaos

@@ -14,6 +14,7 @@
 
 #include "idem/mutex.h"
 #include "idem/store.h"
+#include "chaos/nats_admin.h"
 #include "chaos/pg_connect.h"
 #include "chaos/services.h"
 #include "servers/free_port.h"
@@ -63,8 +64,8 @@ struct Pipeline::Impl {
   std::chrono::steady_clock::time_point gateway_last_start IDEM_GUARDED_BY(mu);
   std::atomic<bool> broken{false};  // a process the run needs cannot be brought back
   std::map<std::string, std::unique_ptr<Process>> replayers IDEM_GUARDED_BY(mu);  // by consumer
-  std::mutex admin_mu;                         // guards making nats_admin
-  std::unique_ptr<worker::NatsConnection> nats_admin;  // set once, then thread-safe (nats.c)
+  // The harness's own NATS connection; set by StartServers, then thread-safe.
+  std::unique_ptr<NatsAdmin> nats_admin;
 
   std::atomic<bool> stopping{false};
   std::thread supervisor;
@@ -132,14 +133,11 @@ struct Pipeline::Impl {
     return "";
   }
 
-  // Connects nats_admin on first use. Empty on success, else why not.
-  std::string EnsureAdmin() {
-    std::lock_guard admin_lock(admin_mu);
-    if (nats_admin) return "";
-    auto connected = worker::NatsConnection::Connect(nats_url, "idem-chaos");
-    if (!connected.ok()) return connected.status().ToString();
-    nats_admin = std::move(*connected);
-    return "";
+  // The harness's NATS connection (a new one in place of one nats.c has closed). Taken anew
+  // for every attempt of a retried call, so a closed connection costs one attempt.
+  Result<std::shared_ptr<worker::NatsConnection>> Admin() {
+    if (!nats_admin) return FailedPreconditionError("the servers were not started");
+    return nats_admin->Get();
   }
 
   std::vector<std::string> ConsumeArgv(const std::string& name) const {
@@ -283,6 +281,7 @@ std::string Pipeline::StartServers() {
     p.stream = "CHAOS_" + run;
     p.subject = "chaos_" + run + ".charged";
   }
+  p.nats_admin = std::make_unique<NatsAdmin>(p.nats_url, "idem-chaos");
   if (auto e = new_database(&p.db_url); !e.empty()) return e;
   p.db_conninfo = p.db_url;  // libpq takes URLs
   {
@@ -468,20 +467,20 @@ void Pipeline::ReleaseRelay() {
 
 bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
   Impl& p = *impl_;
-  if (auto e = p.EnsureAdmin(); !e.empty()) {
-    MutexLock lock(p.mu);
-    p.error = e;
-    return false;
-  }
   Status done;
   Poll(kNatsComeback, [&] {  // nats-server may be restarting (nats_restart)
+    auto admin = p.Admin();
+    if (!admin.ok()) {
+      done = admin.status();
+      return false;
+    }
     jsStreamInfo* info = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = js_GetStreamInfo(&info, p.nats_admin->js(), p.stream.c_str(), nullptr, &jerr);
+    natsStatus s = js_GetStreamInfo(&info, (*admin)->js(), p.stream.c_str(), nullptr, &jerr);
     if (s == NATS_OK) {
       info->Config->Duplicates = std::chrono::nanoseconds(window).count();
       jsStreamInfo* updated = nullptr;
-      s = js_UpdateStream(&updated, p.nats_admin->js(), info->Config, nullptr, &jerr);
+      s = js_UpdateStream(&updated, (*admin)->js(), info->Config, nullptr, &jerr);
       if (updated != nullptr) jsStreamInfo_Destroy(updated);
     }
     if (info != nullptr) jsStreamInfo_Destroy(info);
@@ -610,10 +609,6 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   // The replaying consumer, created here so that it starts at the event's sequence (idem
   // consume creates a missing consumer from the stream's start and binds to an existing one).
   const std::string name = "chaos-replay-" + std::to_string(++replays_);  // unique per replay
-  if (auto e = p.EnsureAdmin(); !e.empty()) {
-    PQfinish(conn);
-    return fail(e);
-  }
   jsConsumerConfig cc;
   jsConsumerConfig_Init(&cc);
   cc.Durable = name.c_str();
@@ -625,9 +620,14 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   cc.MaxDeliver = -1;
   Status created;
   Poll(kNatsComeback, [&] {  // nats-server may be restarting (nats_restart)
+    auto admin = p.Admin();
+    if (!admin.ok()) {
+      created = admin.status();
+      return false;
+    }
     jsConsumerInfo* info = nullptr;
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = js_AddConsumer(&info, p.nats_admin->js(), p.stream.c_str(), &cc, nullptr, &jerr);
+    natsStatus s = js_AddConsumer(&info, (*admin)->js(), p.stream.c_str(), &cc, nullptr, &jerr);
     if (info != nullptr) jsConsumerInfo_Destroy(info);
     created = s == NATS_OK ? Status() : worker::FromNats(s, "create consumer " + name, jerr);
     return created.ok();
@@ -658,8 +658,13 @@ bool Pipeline::ReplayFrom(const std::string& op) {
   });
   Status deleted;
   Poll(10s, [&] {
+    auto admin = p.Admin();
+    if (!admin.ok()) {
+      deleted = admin.status();
+      return false;
+    }
     jsErrCode jerr = static_cast<jsErrCode>(0);
-    natsStatus s = js_DeleteConsumer(p.nats_admin->js(), p.stream.c_str(), name.c_str(), nullptr,
+    natsStatus s = js_DeleteConsumer((*admin)->js(), p.stream.c_str(), name.c_str(), nullptr,
                                      &jerr);
     // Not found: an earlier attempt that timed out on our side did delete it.
     if (s != NATS_OK && jerr == JSConsumerNotFoundErr) s = NATS_OK;
@@ -739,6 +744,14 @@ std::string Pipeline::CopyLogs(const std::filesystem::path& to) const {
   return "";
 }
 
+int Pipeline::nats_admin_replaced() const {
+  return impl_->nats_admin ? impl_->nats_admin->replaced() : 0;
+}
+
+void Pipeline::TEST_CloseNatsAdmin() {
+  if (auto admin = impl_->Admin(); admin.ok()) natsConnection_Close((*admin)->get());
+}
+
 std::string Pipeline::error() const {
   MutexLock lock(impl_->mu);
   return impl_->error;
@@ -759,10 +772,12 @@ void Pipeline::Stop() {
   p.gateway.reset();
   p.consumer.reset();
   p.relay.reset();
-  if (!p.config.nats_url.empty() && p.EnsureAdmin().empty()) {
+  if (!p.config.nats_url.empty()) {
     // The run's stream on the user's server (with its consumers) goes.
-    jsErrCode jerr = static_cast<jsErrCode>(0);
-    js_DeleteStream(p.nats_admin->js(), p.stream.c_str(), nullptr, &jerr);
+    if (auto admin = p.Admin(); admin.ok()) {
+      jsErrCode jerr = static_cast<jsErrCode>(0);
+      js_DeleteStream((*admin)->js(), p.stream.c_str(), nullptr, &jerr);
+    }
   }
   for (const auto& db : p.created_databases) {
     ExecOn(p.config.postgres_url, "DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");

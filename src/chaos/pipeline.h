@@ -147,6 +147,12 @@ class Pipeline {
   int relay_crashes() const { return relay_crashes_.load(); }
   int replays() const { return replays_.load(); }
   int gateway_kills() const { return gateway_kills_.load(); }
+  // How often the harness's own NATS connection (the one it changes the stream and creates
+  // replaying consumers with) was found closed by nats.c and replaced by a new one.
+  int nats_admin_replaced() const;
+  // Closes the harness's NATS connection for good, as nats.c does on an -ERR it does not know;
+  // the next call that needs it connects a new one. For tests.
+  void TEST_CloseNatsAdmin();
   std::string error() const;
   void Stop();
 

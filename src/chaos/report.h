@@ -1,6 +1,8 @@
 // The report of an `idem chaos` run: a table (one row per fault mode: injected, caught by
-// layer 1/2/3, unexercised, escaped, lost) or one JSON object with the same rows and the
-// totals `injected`, `escaped` and `lost` at the top level (docs/chaos.md shows both).
+// layer 1/2/3, unexercised, escaped, lost, and the planned faults the harness failed to inject)
+// or one JSON object with the same rows and the totals `injected`, `escaped`, `lost` and
+// `harness_failed` at the top level (docs/chaos.md shows both). Errors of the harness itself are
+// listed apart from what the clients saw.
 #pragma once
 
 #include <ostream>
@@ -23,6 +25,10 @@ struct RunFacts {
   int redis_restarts = 0;
   int consumer_replays = 0;  // replaying consumers run (consumer_replay)
   std::vector<std::string> problems;  // client-side surprises (ops never answered, ...)
+  // Errors of the harness itself: each planned fault it could not inject and why ("op-1-3
+  // consumer_replay: ..."), and the pipeline's last error if no such line says it already.
+  std::vector<std::string> harness_errors;
+  int nats_admin_replaced = 0;  // the harness's NATS connection found closed and replaced
   std::vector<std::string> skipped;   // "mode: why" for modes this run could not inject
 };
 

@@ -271,8 +271,9 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   static const std::vector<std::string_view> kKnown = {
       "listen", "upstream", "store", "durable_store", "admin_listen", "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
-      "max_upstream_response", "upstream_pool_size", "max_connections", "max_waiters",
-      "max_pending_completions", "client_read_timeout",
+      "max_upstream_response", "upstream_pool_size", "max_connections",
+      "max_connections_per_client", "max_waiters", "max_pending_completions",
+      "client_read_timeout",
       "client_idle_timeout", "upstream_connect_timeout", "upstream_response_timeout",
       "upstream_idle_timeout", "shutdown_grace", "sweep_interval"};
   // clang-format on
@@ -309,6 +310,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
       read_count("max_upstream_response", options.max_upstream_response, kMaxBytes));
   IDEM_RETURN_IF_ERROR(read_count("upstream_pool_size", options.upstream_pool_size, 1 << 20));
   IDEM_RETURN_IF_ERROR(read_count("max_connections", options.max_connections, 1 << 20, 0));
+  IDEM_RETURN_IF_ERROR(read_count("max_connections_per_client",
+                                  options.max_connections_per_client, 1 << 20, 0));
   IDEM_RETURN_IF_ERROR(read_count("max_waiters", options.max_waiters, 1 << 20, 0));
   IDEM_RETURN_IF_ERROR(
       read_count("max_pending_completions", options.max_pending_completions, 1 << 20));
@@ -374,6 +377,10 @@ size_t DefaultMaxConnections() {
   const rlim_t files = std::min(limit.rlim_cur, kCap);
   const rlim_t half = files > kReserved ? (files - kReserved) / 2 : 0;
   return static_cast<size_t>(std::max<rlim_t>(16, half));
+}
+
+size_t DefaultMaxConnectionsPerClient(size_t max_connections) {
+  return std::min(max_connections, std::max<size_t>(4, max_connections / 4));
 }
 
 int DefaultStoreThreads(std::string_view store_url) {

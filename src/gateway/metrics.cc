@@ -133,6 +133,20 @@ std::string Metrics::Render() const {
          "max_connections.\n";
   out += "# TYPE idem_gateway_connections_refused_total counter\n";
   out += fmt::format("idem_gateway_connections_refused_total {}\n", connections_refused_.load());
+  out += "# HELP idem_gateway_connections_refused_per_client_total Client connections refused "
+         "because their address held max_connections_per_client already.\n";
+  out += "# TYPE idem_gateway_connections_refused_per_client_total counter\n";
+  out += fmt::format("idem_gateway_connections_refused_per_client_total {}\n",
+                     client_connections_refused_.load());
+  out += "# HELP idem_gateway_max_connections_per_client Client connections one address may "
+         "hold at once.\n";
+  out += "# TYPE idem_gateway_max_connections_per_client gauge\n";
+  out += fmt::format("idem_gateway_max_connections_per_client {}\n",
+                     connections_per_client_limit_.load());
+  out += "# HELP idem_gateway_client_addresses Client addresses holding connections now.\n";
+  out += "# TYPE idem_gateway_client_addresses gauge\n";
+  out += fmt::format("idem_gateway_client_addresses {}\n",
+                     client_addresses_ ? client_addresses_() : 0);
   out += "# HELP idem_gateway_accept_errors_total Accepts that failed for lack of file "
          "descriptors (EMFILE, ENFILE) or memory.\n";
   out += "# TYPE idem_gateway_accept_errors_total counter\n";

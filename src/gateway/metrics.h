@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -93,6 +94,18 @@ class Metrics {
   void ConnectionClosed() { connections_open_.fetch_sub(1, std::memory_order_relaxed); }
   int64_t connections_open() const { return connections_open_.load(std::memory_order_relaxed); }
   void CountRefusedConnection() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
+  // A connection refused because its address held max_connections_per_client already.
+  void CountRefusedClientConnection() {
+    client_connections_refused_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // The per-address limit in force, and how many addresses hold connections now (set by the
+  // server, read by Render).
+  void SetConnectionsPerClientLimit(size_t limit) {
+    connections_per_client_limit_.store(limit, std::memory_order_relaxed);
+  }
+  void SetClientAddresses(std::function<size_t()> addresses) {
+    client_addresses_ = std::move(addresses);
+  }
   void CountAcceptError() { accept_errors_.fetch_add(1, std::memory_order_relaxed); }
 
   // Each attempt at a Complete or Release after the response was sent, and its result.
@@ -143,6 +156,9 @@ class Metrics {
   std::atomic<uint64_t> pending_refusals_{0};
   std::atomic<int64_t> connections_open_{0};
   std::atomic<uint64_t> connections_refused_{0};
+  std::atomic<uint64_t> client_connections_refused_{0};
+  std::atomic<size_t> connections_per_client_limit_{0};
+  std::function<size_t()> client_addresses_;  // set once, before the listener opens
   std::atomic<uint64_t> accept_errors_{0};
   Histogram request_seconds_;
   Histogram store_seconds_;

@@ -143,6 +143,8 @@ constexpr CauseRow kCauses[] = {
     {"`several_keys`", {Problem::kInvalidKey, Outcome::kInvalidKey}},
     {"`too_many_connections`",
      {Problem::kTooManyConnections, std::nullopt, LogLevel::kNone, "", RetryAfter::kOneSecond}},
+    {"`too_many_client_connections`",
+     {Problem::kTooManyConnections, std::nullopt, LogLevel::kNone, "", RetryAfter::kOneSecond}},
     {"`admin_not_found`", {Problem::kNotFound, std::nullopt}},
     {"`shutting_down`",
      {Problem::kShuttingDown, Outcome::kConflict, LogLevel::kNone, "", RetryAfter::kOneSecond}},

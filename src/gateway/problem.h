@@ -35,7 +35,7 @@ enum class Problem {
   kKeyInFuture,         // 422: the key's time is too far ahead of the gateway's clock
   kUnsupportedCoding,   // 501: a transfer coding the gateway does not implement
   kExpectationFailed,   // 417: an Expect other than 100-continue
-  kTooManyConnections,  // 503 + Retry-After: max_connections reached
+  kTooManyConnections,  // 503 + Retry-After: max_connections (or the client's share) reached
   kNotFound,            // 404 (admin)
   kInternalError,       // 500: the gateway itself failed (SHA-256, a store's own bug)
   kShuttingDown,        // 503 + Retry-After: a request waiting for a key when SIGTERM came
@@ -111,6 +111,7 @@ enum class Cause {
   kExpectationFailed,    // an Expect other than 100-continue
   kSeveralKeys,          // more than one Idempotency-Key header
   kTooManyConnections,   // a connection beyond max_connections
+  kTooManyClientConnections,  // a connection beyond max_connections_per_client from one address
   kAdminNotFound,        // no such admin endpoint, or no live record for the key
   kShuttingDown,         // the gateway began shutting down while the request waited (Prefer)
   kAdminBadRequest,      // an admin request whose body or parameters are not what it needs

@@ -146,6 +146,68 @@ std::optional<Refusal> CheckTarget(const http::request_header<>& header) {
                 "the request target must be a path (/...) or an absolute http URL", header);
 }
 
+// RFC 3986 3.2.2 and 3.2.3: uri-host [ ":" port ], where uri-host is an IP literal in brackets,
+// or a reg-name (unreserved, sub-delims and %XX escapes; IPv4 addresses are reg-names too).
+bool IsValidHostValue(std::string_view value) {
+  auto unreserved_or_sub_delim = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("-._~!$&'()*+,;=").find(c) != std::string_view::npos;
+  };
+  std::string_view port;
+  if (!value.empty() && value.front() == '[') {
+    const size_t close = value.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (char c : value.substr(1, close - 1)) {
+      if (!unreserved_or_sub_delim(c) && c != ':') return false;
+    }
+    const std::string_view rest = value.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return false;
+      port = rest.substr(1);
+    }
+  } else {
+    const size_t colon = value.find(':');
+    std::string_view name = value.substr(0, colon);
+    if (colon != std::string_view::npos) port = value.substr(colon + 1);
+    for (size_t i = 0; i < name.size(); ++i) {
+      if (name[i] == '%') {
+        if (i + 2 >= name.size() || internal::HexValue(name[i + 1]) < 0 ||
+            internal::HexValue(name[i + 2]) < 0) {
+          return false;
+        }
+        i += 2;
+      } else if (!unreserved_or_sub_delim(name[i])) {
+        return false;
+      }
+    }
+  }
+  for (char c : port) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+// RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host field, and any request at most one,
+// with a valid value (empty is allowed: a target without an authority).
+std::optional<Refusal> CheckHost(const http::request_header<>& header) {
+  const size_t hosts = CountFields(header, "Host");
+  if (hosts == 0 && header.version() >= 11) {
+    return Refuse(Cause::kMalformedRequest,
+                  "an HTTP/1.1 request must carry a Host header (RFC 9112 3.2)", header);
+  }
+  if (hosts > 1) {
+    return Refuse(Cause::kMalformedRequest,
+                  "the request has " + std::to_string(hosts) +
+                      " Host headers; send exactly one (RFC 9112 3.2)",
+                  header);
+  }
+  if (hosts == 1 && !IsValidHostValue(header[http::field::host])) {
+    return Refuse(Cause::kMalformedRequest,
+                  "the Host header is not a valid host[:port] (RFC 9112 3.2)", header);
+  }
+  return std::nullopt;
+}
+
 std::optional<Refusal> CheckExpect(const http::request_header<>& header) {
   for (const auto& field : header) {
     if (field.name() != http::field::expect) continue;
@@ -196,6 +258,20 @@ std::optional<Refusal> CheckHeaderBytes(std::string_view raw) {
   return std::nullopt;
 }
 
+std::optional<Refusal> CheckChunkFramingBytes(std::string_view pending) {
+  for (size_t at = pending.find('\n'); at != std::string_view::npos;
+       at = pending.find('\n', at + 1)) {
+    if (at == 0 || pending[at - 1] != '\r') {
+      Refusal r;
+      r.detail =
+          "a chunk line or trailer field ends in a bare LF; chunked framing ends lines in CRLF "
+          "(RFC 9112 7.1)";
+      return r;
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
                                           std::string_view tenant_header) {
   if (auto r = CheckLookalikeNames(header)) return r;
@@ -203,6 +279,7 @@ std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
     if (auto r = CheckTransferEncoding(header)) return r;
   }
   if (auto r = CheckTarget(header)) return r;
+  if (auto r = CheckHost(header)) return r;
   if (header.version() >= 11) {
     if (auto r = CheckExpect(header)) return r;
   }

@@ -14,7 +14,10 @@
 // the body as the next request: the desync), codings before chunked (Beast drops them),
 // Transfer-Encoding on HTTP/1.0, parameters on chunked, header names that other servers read as
 // Transfer-Encoding or Content-Length (Transfer_Encoding), a fragment or an unusable form of
-// the request target, Expect values other than 100-continue, and duplicate identity headers.
+// the request target, a bare LF ending a chunk line or trailer field (Beast waits for a CRLF
+// that never comes), a missing Host (HTTP/1.1), several Host fields or a Host that is not
+// host[:port] (RFC 9112 3.2), Expect values other than 100-continue, and duplicate identity
+// headers.
 #pragma once
 
 #include <optional>
@@ -41,8 +44,14 @@ struct Refusal {
 // header block that starts with SP or HTAB, RFC 9112 5.2).
 std::optional<Refusal> CheckHeaderBytes(std::string_view raw);
 
+// Checks the bytes of a chunked body that the parser holds back because they do not yet end a
+// chunk line or the trailer section (so never chunk data). Refuses a bare LF in them: chunk
+// lines and trailer fields end in CRLF (RFC 9112 7.1), and Beast's parser, waiting for one,
+// would otherwise wait until the read timeout.
+std::optional<Refusal> CheckChunkFramingBytes(std::string_view pending);
+
 // Checks a parsed request header. `tenant_header` empty skips the identity checks (the admin
-// listener). Refusals: 400 malformed-request (framing, target, duplicate tenant header),
+// listener). Refusals: 400 malformed-request (framing, target, Host, duplicate tenant header),
 // 501 unsupported-transfer-coding, 417 expectation-failed, 400 invalid-key (several keys).
 std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
                                           std::string_view tenant_header);

@@ -1,6 +1,7 @@
 #include "gateway/request_reader.h"
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -38,6 +39,10 @@ std::optional<Refusal> RefusalFor(const boost::system::error_code& ec, bool exte
   return r;
 }
 
+size_t FieldCount(const http::fields& fields) {
+  return static_cast<size_t>(std::distance(fields.begin(), fields.end()));
+}
+
 ReadResult Refused(Refusal refusal) {
   ReadResult result;
   result.kind = ReadResult::Kind::kRefused;
@@ -56,13 +61,16 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
       std::min<size_t>(limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
   parser.body_limit(limits.max_request_body);
   bool extension_too_long = false;
-  auto on_chunk_header = [&extension_too_long](std::uint64_t, std::string_view extensions,
-                                               boost::system::error_code& ec) {
-    if (extensions.size() > kMaxChunkExtensionBytes) {
-      extension_too_long = true;
-      ec = http::error::bad_chunk_extension;
-    }
-  };
+  // A std::function, not a bare lambda: a coroutine frame holding a member of a type without
+  // linkage draws g++'s -Wsubobject-linkage in a unity build.
+  std::function<void(std::uint64_t, std::string_view, boost::system::error_code&)>
+      on_chunk_header = [&extension_too_long](std::uint64_t, std::string_view extensions,
+                                              boost::system::error_code& ec) {
+        if (extensions.size() > kMaxChunkExtensionBytes) {
+          extension_too_long = true;
+          ec = http::error::bad_chunk_extension;
+        }
+      };
   parser.on_chunk_header(on_chunk_header);
   boost::system::error_code ec;
   stream.expires_after(limits.read_timeout);
@@ -125,18 +133,40 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
   // 4. The body.
   // Beast adds trailer fields (after a chunked body) to the header, each beside any field of the
   // same name; the header as it was before the body is kept to put back.
-  auto field_count = [](const http::fields& f) {
-    return static_cast<size_t>(std::distance(f.begin(), f.end()));
-  };
   std::optional<http::fields> header_fields;
   if (parser.chunked()) header_fields.emplace(static_cast<const http::fields&>(parser.get()));
-  if (!parser.is_done()) {
-    co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      auto refusal = RefusalFor(ec, extension_too_long, parser.get());
-      if (!refusal) co_return ReadResult{};
+  // The parser is fed by hand, not by http::async_read, so that the bytes it holds back can be
+  // checked: it ends a chunk line only at a CRLF and, given bare LFs, would wait for more bytes
+  // until the read timeout.
+  parser.eager(true);  // each put() takes every chunk it can, leaving only an incomplete line
+  while (!parser.is_done()) {
+    if (buffer.size() > 0) {
+      const size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec == http::error::need_more) ec = {};
+      if (ec) {
+        auto refusal = RefusalFor(ec, extension_too_long, parser.get());
+        if (!refusal) co_return ReadResult{};
+        co_return Refused(std::move(*refusal));
+      }
+      if (parser.is_done()) break;
+      if (parser.chunked()) {
+        if (auto refusal = CheckChunkFramingBytes(Bytes(buffer))) {
+          refusal->method = std::string(parser.get().method_string());
+          refusal->path = std::string(TargetPath(parser.get().target()));
+          co_return Refused(std::move(*refusal));
+        }
+      }
+    }
+    const size_t room = std::min<size_t>(65536, buffer.max_size() - buffer.size());
+    if (room == 0) {
+      auto refusal = RefusalFor(http::error::buffer_overflow, false, parser.get());
       co_return Refused(std::move(*refusal));
     }
+    const size_t n = co_await stream.async_read_some(buffer.prepare(room),
+                                                     asio::redirect_error(asio::use_awaitable, ec));
+    buffer.commit(n);
+    if (ec) co_return ReadResult{};  // gone, idle or slow mid-body: close quietly
   }
 
   // 5. The request as the gateway fingerprints and forwards it.
@@ -146,7 +176,7 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
   Request& request = result.request;
   // Beast appends trailer fields to the header; they are dropped (RFC 9110 6.5.1 lets a
   // recipient discard them), so a trailer can neither add an identity header nor be forwarded.
-  if (header_fields && field_count(request) != field_count(*header_fields)) {
+  if (header_fields && FieldCount(request) != FieldCount(*header_fields)) {
     static_cast<http::fields&>(request) = std::move(*header_fields);
   }
   request.erase(http::field::expect);

@@ -18,6 +18,7 @@
 #include "core/text.h"
 #include "gateway/accept_throttle.h"
 #include "gateway/admin.h"
+#include "gateway/client_connections.h"
 #include "gateway/clock_offset_file.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
@@ -35,18 +36,27 @@ using namespace idem::gateway;
 class Server {
  public:
   Server(const GatewayOptions& options, asio::io_context& io, Services& services)
-      : options_(options), io_(io), services_(services) {
+      : options_(options),
+        max_connections_(options.max_connections > 0 ? options.max_connections
+                                                     : DefaultMaxConnections()),
+        client_connections_(PerClientLimit(options, max_connections_)),
+        io_(io),
+        services_(services) {
     client_limits_.max_header_bytes = options.max_header_bytes;
     client_limits_.max_request_body = options.max_request_body;
     client_limits_.read_timeout = options.client_read_timeout;
     client_limits_.tenant_header = options.tenant_header;
     admin_limits_ = client_limits_;
     admin_limits_.tenant_header.clear();
-    max_connections_ =
-        options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
+    services_.metrics.SetConnectionsPerClientLimit(
+        client_connections_.limit() > 0 ? client_connections_.limit() : max_connections_);
+    services_.metrics.SetClientAddresses([this] { return client_connections_.addresses(); });
   }
+  ~Server() { services_.metrics.SetClientAddresses(nullptr); }
 
   size_t max_connections() const { return max_connections_; }
+  // 0: no per-address limit (it was set at or above max_connections).
+  size_t max_connections_per_client() const { return client_connections_.limit(); }
 
   Status Listen(const std::string& address, bool admin, tcp::endpoint* bound) {
     auto endpoint = ParseListenAddress(address);
@@ -85,8 +95,18 @@ class Server {
   }
 
  private:
+  static size_t PerClientLimit(const GatewayOptions& options, size_t max_connections) {
+    const size_t limit = options.max_connections_per_client > 0
+                             ? options.max_connections_per_client
+                             : DefaultMaxConnectionsPerClient(max_connections);
+    return limit >= max_connections ? 0 : limit;
+  }
+
   Task<void> Accept(tcp::acceptor& acceptor, bool admin) {
     AcceptThrottle throttle;
+    // Connections refused at the per-address limit: one log line at most per 10 s, with a count.
+    uint64_t client_refusals_unlogged = 0;
+    std::optional<AcceptThrottle::Clock::time_point> client_refusal_logged;
     asio::steady_timer pause(acceptor.get_executor());
     for (;;) {
       boost::system::error_code ec;
@@ -125,20 +145,54 @@ class Server {
         }  // else: the socket closes here; a flood must not hold descriptors
         continue;
       }
+      std::optional<ClientConnections::Hold> hold;
+      if (!admin) {
+        const tcp::endpoint peer = socket.remote_endpoint(ec);
+        if (ec) continue;  // already gone: the socket closes here
+        hold = client_connections_.Open(peer.address());
+        if (!hold) {
+          services_.metrics.CountRefusedClientConnection();
+          ++client_refusals_unlogged;
+          const auto now = AcceptThrottle::Clock::now();
+          if (!client_refusal_logged || now - *client_refusal_logged >= AcceptThrottle::kLogInterval) {
+            services_.log.Warn(
+                "client_connection_limit",
+                peer.address().to_string() + " holds " +
+                    std::to_string(client_connections_.limit()) +
+                    " connections, the most one client address may hold "
+                    "(max_connections_per_client); " +
+                    std::to_string(client_refusals_unlogged) +
+                    " connection(s) refused with 503 since the last report");
+            client_refusal_logged = now;
+            client_refusals_unlogged = 0;
+          }
+          if (refusing_.load() < kMaxRefusing) {
+            asio::co_spawn(executor,
+                           RefuseConnection(std::move(socket), Cause::kTooManyClientConnections),
+                           asio::detached);
+          }
+          continue;
+        }
+      }
       // Counted here, not when the session starts, so a burst of accepts cannot overshoot.
       if (!admin) services_.metrics.ConnectionOpened();
-      asio::co_spawn(executor, Session(std::move(socket), admin), asio::detached);
+      asio::co_spawn(executor, Session(std::move(socket), admin, std::move(hold)), asio::detached);
     }
   }
 
-  // A connection beyond max_connections: a 503 it can act on, then closed.
-  Task<void> RefuseConnection(tcp::socket socket) {
+  // A connection beyond max_connections, or beyond its address's share: a 503 it can act on,
+  // then closed.
+  Task<void> RefuseConnection(tcp::socket socket, Cause cause = Cause::kTooManyConnections) {
     ++refusing_;
     beast::tcp_stream stream(std::move(socket));
-    Response res = MakeProblem(AnswerFor(Cause::kTooManyConnections),
-                               "the gateway has " + std::to_string(max_connections_) +
-                                   " client connections open; retry shortly",
-                               11, false);
+    const std::string detail =
+        cause == Cause::kTooManyClientConnections
+            ? "this client address has " + std::to_string(client_connections_.limit()) +
+                  " connections open, the most one address may hold; retry shortly or reuse "
+                  "an open connection"
+            : "the gateway has " + std::to_string(max_connections_) +
+                  " client connections open; retry shortly";
+    Response res = MakeProblem(AnswerFor(cause), detail, 11, false);
     boost::system::error_code ec;
     stream.expires_after(std::chrono::seconds(1));
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
@@ -161,7 +215,8 @@ class Server {
     }
   }
 
-  Task<void> Session(tcp::socket socket, bool admin) {
+  // `hold` counts a client connection against its address until the session ends.
+  Task<void> Session(tcp::socket socket, bool admin, std::optional<ClientConnections::Hold> hold) {
     // A client connection, counted open by Accept, is counted closed when its session ends.
     struct Uncount {
       Metrics* metrics;
@@ -319,7 +374,8 @@ class Server {
   const GatewayOptions& options_;
   ReaderLimits client_limits_;
   ReaderLimits admin_limits_;
-  size_t max_connections_;
+  const size_t max_connections_;
+  ClientConnections client_connections_;
   static constexpr int kMaxRefusing = 64;  // refusals being answered at once
   std::atomic<int> refusing_{0};
   DescriptorReserve reserve_;
@@ -467,7 +523,11 @@ int RunGateway(const GatewayOptions& given) {
     log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
                               std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
                               (*upstream)->authority() + ", store " + (**store).Describe() +
-                              ", max_connections " + std::to_string(server.max_connections()));
+                              ", max_connections " + std::to_string(server.max_connections()) +
+                              (server.max_connections_per_client() > 0
+                                   ? " (" + std::to_string(server.max_connections_per_client()) +
+                                         " per client address)"
+                                   : " (no per-address limit)"));
     std::vector<std::thread> threads;
     for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { io.run(); });
     io.run();

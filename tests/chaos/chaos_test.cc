@@ -111,19 +111,26 @@ TEST(ChaosTest, ShortMixedRunIsExactlyOnce) {
        "retry_soon,retry_later,concurrent,other_body,gateway_kill,consumer_kill,relay_kill,"
        "redelivery_storm,zombie,nats_restart,postgres_restart,retry_hours"});
   ASSERT_TRUE(run.report.is_object()) << run.output;
-  EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.report["escaped"], 0) << run.output;
   EXPECT_EQ(run.report["lost"], 0) << run.output << run.log_tails;
   EXPECT_EQ(run.report["ops"], 1000);
-  EXPECT_TRUE(run.logs_dir.empty()) << "an exactly-once run keeps no logs unless asked";
   ASSERT_EQ(run.report["modes"].size(), 12u) << run.output;
-  // Every late retry (retry_hours' after the clock jump too) got its answer. Other problems
-  // are not asserted here: on a loaded machine an armed relay may, rarely, not crash within
-  // its 10 s (a restart holding up its next batch), which costs a fault, not exactly-once.
+  // Every late retry (retry_hours' after the clock jump too) got its answer.
   for (const json& problem : run.report["problems"]) {
     const std::string text = problem;
     EXPECT_EQ(text.find("late retry"), std::string::npos) << text;
-    EXPECT_EQ(text.find("moving the clock"), std::string::npos) << text;
+  }
+  // Every planned fault was injected (exit 0), but for one known, rare harness failure: on a
+  // loaded machine an armed relay may not crash within its 10 s (a restart holding up its next
+  // batch). That costs a fault, not exactly-once, and the run says so: exit 3, and the reason
+  // under harness_errors.
+  for (const json& error : run.report["harness_errors"]) {
+    const std::string text = error;
+    EXPECT_NE(text.find("relay_kill: the relay armed to crash"), std::string::npos) << text;
+  }
+  EXPECT_EQ(run.exit_code, run.report["harness_failed"] == 0 ? 0 : 3) << run.output;
+  if (run.exit_code == 0) {
+    EXPECT_TRUE(run.logs_dir.empty()) << "an exactly-once run keeps no logs unless asked";
   }
   for (const json& m : run.report["modes"]) {
     SCOPED_TRACE(m.dump());
@@ -177,6 +184,8 @@ TEST(ChaosTest, ReplaysAndRelayOutagesAreCaughtByTheInbox) {
   ASSERT_TRUE(run.report.is_object()) << run.output;
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_TRUE(run.report["problems"].empty()) << run.output;
+  EXPECT_TRUE(run.report["harness_errors"].empty()) << run.output;
+  EXPECT_EQ(run.report["harness_failed"], 0) << run.output;
   const json* replay = Mode(run.report, "consumer_replay");
   ASSERT_NE(replay, nullptr) << run.output;
   EXPECT_GT((*replay)["injected"].get<int>(), 0) << replay->dump();

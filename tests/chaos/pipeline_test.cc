@@ -77,5 +77,31 @@ TEST(ChaosPipelineTest, AGatewayThatCannotComeBackBreaksTheRun) {
   EXPECT_NE(pipeline.error().find("redis"), std::string::npos) << pipeline.error();
 }
 
+// The harness's own NATS connection (it shortens the stream's duplicate window for
+// relay_outage and creates the replaying consumers for consumer_replay) never stays dead. nats.c
+// reconnects a connection after a disconnect, but never one it has closed for good (on an -ERR
+// from the server it does not know, say): every call on it fails at once with "Connection
+// Closed", which once left faults uninjected after 60 s of retries each. The harness connects a
+// new one, and the next injection succeeds at once.
+TEST(ChaosPipelineTest, AClosedHarnessNatsConnectionIsReplaced) {
+  Pipeline::Config c;
+  c.idem_binary = IDEM_BINARY;
+  c.store = "memory";
+  Pipeline pipeline(c);
+  ASSERT_EQ(pipeline.StartServers(), "");
+  ASSERT_EQ(pipeline.StartProcesses(servers::FreeLoopbackPort()), "");
+  ASSERT_TRUE(pipeline.SetDuplicateWindow(kOutageWindow)) << pipeline.error();
+  EXPECT_EQ(pipeline.nats_admin_replaced(), 0);
+
+  for (int closed = 1; closed <= 2; ++closed) {
+    pipeline.TEST_CloseNatsAdmin();
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(pipeline.SetDuplicateWindow(closed == 1 ? kDuplicateWindow : kOutageWindow))
+        << pipeline.error();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+    EXPECT_EQ(pipeline.nats_admin_replaced(), closed);
+  }
+}
+
 }  // namespace
 }  // namespace idem::chaos

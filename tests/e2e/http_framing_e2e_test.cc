@@ -5,6 +5,7 @@
 // request smuggled in its body.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -121,6 +122,11 @@ std::vector<Case> Cases() {
       {"trailers_beyond_buffer", te, "5\r\nhello\r\n0\r\nX-T: " + Repeat('t', 40000) + "\r\n\r\n",
        400},
       {"trailer_content_length", te, "5\r\nhello\r\n0\r\nContent-Length: 5\r\n\r\n", 400},
+      // Chunk lines and the trailer section end in CRLF, never a bare LF (RFC 9112 7.1).
+      {"chunk_lines_bare_lf", te, "2\nhi\n0\n\n", 400},
+      {"last_chunk_bare_lf", te, "2\r\nhi\r\n0\n\n", 400},
+      {"trailer_end_bare_lf", te, "2\r\nhi\r\n0\r\n\n", 400},
+      {"trailer_field_bare_lf", te, "2\r\nhi\r\n0\r\nX-T: 1\n\r\n", 400},
 
       // The request target and identity headers.
       {"fragment", "Content-Length: 5\r\n", "hello", 400, "", "POST /v1/frame#x HTTP/1.1"},
@@ -211,6 +217,59 @@ TEST_F(FramingTest, EveryCaseIsForwardedExactlyOnceAsFingerprintedOrNotAtAll) {
   }
   EXPECT_EQ(upstream_->parse_errors(), 0) << "the upstream never saw bytes it could not frame";
   EXPECT_TRUE(gateway_->Running());
+}
+
+// RFC 9112 3.2: an HTTP/1.1 request without Host, and any request with two, is refused and
+// never forwarded; HTTP/1.0 may omit it.
+TEST_F(FramingTest, HostIsRequiredOnceOnHttp11) {
+  struct HostCase {
+    std::string name;
+    std::string head;  // the request line and the headers before Idempotency-Key
+    int status;
+  };
+  const std::vector<HostCase> cases = {
+      {"no_host", "POST /v1/frame HTTP/1.1\r\n", 400},
+      {"two_hosts", "POST /v1/frame HTTP/1.1\r\nHost: x\r\nHost: y\r\n", 400},
+      {"two_hosts_same", "POST /v1/frame HTTP/1.1\r\nHost: x\r\nhost: x\r\n", 400},
+      {"bad_host", "POST /v1/frame HTTP/1.1\r\nHost: x/y\r\n", 400},
+      {"absolute_form_no_host", "POST http://gw/v1/frame HTTP/1.1\r\n", 400},
+      {"http10_two_hosts", "POST /v1/frame HTTP/1.0\r\nHost: x\r\nHost: y\r\n", 400},
+      {"http10_no_host", "POST /v1/frame HTTP/1.0\r\n", kAccepted},
+      {"empty_host", "POST /v1/frame HTTP/1.1\r\nHost:\r\n", kAccepted},
+  };
+  int index = 0;
+  for (const HostCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string key = "host-" + std::to_string(++index);
+    const size_t before = upstream_->requests().size();
+    RawSocket client(address_);
+    ASSERT_TRUE(client.Send(c.head + "Idempotency-Key: " + key + "\r\nContent-Length: 5\r\n\r\nhello"));
+    client.ShutdownWrite();
+    const std::string answer = client.ReadAll(5000);
+    EXPECT_EQ(FinalStatus(answer), c.status) << answer;
+    if (c.status == 400) {
+      EXPECT_NE(answer.find("urn:idem:problem:malformed-request"), std::string::npos) << answer;
+      EXPECT_NE(answer.find("Host"), std::string::npos) << "the detail names the header";
+    }
+    EXPECT_EQ(upstream_->requests().size() - before, c.status == kAccepted ? 1u : 0u);
+  }
+}
+
+// A chunk line that ends in a bare LF is refused at once, not after the read timeout (30 s):
+// the client keeps its side open, as a client waiting for the answer does.
+TEST_F(FramingTest, BareLfInChunkFramingIsRefusedAtOnce) {
+  for (const std::string body : {"2\nhi\n0\n\n", "2\nhi\n", "2\r\nhi\r\n0\r\n\n"}) {
+    SCOPED_TRACE(body);
+    RawSocket client(address_);
+    const auto started = std::chrono::steady_clock::now();
+    ASSERT_TRUE(client.Send(
+        "POST /a HTTP/1.1\r\nHost: x\r\nIdempotency-Key: lf1\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n" + body));
+    const std::string answer = client.ReadUntil("\r\n\r\n", 5000);
+    EXPECT_EQ(FinalStatus(answer), 400) << answer;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(3));
+  }
+  EXPECT_TRUE(upstream_->requests().empty());
 }
 
 TEST_F(FramingTest, PipelinedRequestsEachReachTheUpstreamOnce) {

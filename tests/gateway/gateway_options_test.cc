@@ -215,6 +215,22 @@ TEST_F(LoadGatewayConfigTest, ReadsTheBoundOnPendingCompletions) {
       << zero.message();
 }
 
+TEST_F(LoadGatewayConfigTest, ReadsThePerClientConnectionLimit) {
+  EXPECT_EQ(GatewayOptions{}.max_connections_per_client, 0u) << "the default: automatic";
+  ASSERT_TRUE(Load("[gateway]\nmax_connections = 100\nmax_connections_per_client = 7\n").ok());
+  EXPECT_EQ(options_.max_connections, 100u);
+  EXPECT_EQ(options_.max_connections_per_client, 7u);
+  Status bad = Load("[gateway]\nmax_connections_per_client = -1\n");
+  EXPECT_NE(bad.message().find("gateway.max_connections_per_client: must be between 0 and"),
+            std::string::npos)
+      << bad.message();
+  // Automatic: a quarter of max_connections, at least 4, never above max_connections.
+  EXPECT_EQ(DefaultMaxConnectionsPerClient(1000), 250u);
+  EXPECT_EQ(DefaultMaxConnectionsPerClient(64), 16u);
+  EXPECT_EQ(DefaultMaxConnectionsPerClient(16), 4u);
+  EXPECT_EQ(DefaultMaxConnectionsPerClient(3), 3u);
+}
+
 TEST_F(LoadGatewayConfigTest, ErrorsNameTheFileTheFieldAndTheProblem) {
   struct Case {
     const char* toml;

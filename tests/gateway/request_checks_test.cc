@@ -5,12 +5,14 @@
 namespace idem::gateway {
 namespace {
 
+// A request header with `fields`, and "Host: gw" first unless `with_host` is false.
 http::request_header<> Header(std::string_view target, std::initializer_list<std::pair<const char*, const char*>> fields,
-                              unsigned version = 11) {
+                              unsigned version = 11, bool with_host = true) {
   http::request_header<> h;
   h.method(http::verb::post);
   h.target(target);
   h.version(version);
+  if (with_host) h.insert("Host", "gw");
   for (const auto& [name, value] : fields) h.insert(name, value);
   return h;
 }
@@ -66,11 +68,42 @@ TEST(RequestChecksTest, LookalikeFramingNamesTargetsExpectAndIdentityHeaders) {
   EXPECT_FALSE(CheckRequestHeader(Header("/p", {{"Authorization", "a"}, {"Authorization", "b"}}), ""));
 }
 
+TEST(RequestChecksTest, OneValidHostIsRequiredOnHttp11AndAtMostOneOnHttp10) {
+  EXPECT_EQ(Verdict(Header("/p", {}, 11, false)), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("/p", {}, 10, false)), std::nullopt) << "HTTP/1.0 may omit Host";
+  EXPECT_EQ(Verdict(Header("/p", {{"Host", "other"}})), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("/p", {{"host", "gw"}}, 10)), http::status::bad_request);
+  EXPECT_EQ(Verdict(Header("http://h/p", {}, 11, false)), http::status::bad_request)
+      << "an absolute-form target does not stand in for Host";
+  for (const char* good : {"gw", "gw:8080", "", "127.0.0.1:80", "[::1]", "[::1]:8080",
+                           "a-b.example.com", "x%41y", "gw:"}) {
+    EXPECT_EQ(Verdict(Header("/p", {{"Host", good}}, 11, false)), std::nullopt) << good;
+  }
+  for (const char* bad : {"a b", "gw:80x", "gw/p", "user@gw", "[::1", "[::1]x", "[]", "gw:8:9",
+                          "x%4", "x%zz", "a\\b"}) {
+    EXPECT_EQ(Verdict(Header("/p", {{"Host", bad}}, 11, false)), http::status::bad_request) << bad;
+  }
+  // The admin listener checks Host too.
+  EXPECT_TRUE(CheckRequestHeader(Header("/p", {}, 11, false), ""));
+}
+
 TEST(RequestChecksTest, ObsoleteLineFoldingIsFoundInTheRawBytes) {
   EXPECT_FALSE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n\r\n body\r\n starts"));
   EXPECT_TRUE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n c\r\n\r\n"));
   EXPECT_TRUE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n\tc"));  // not yet complete
   EXPECT_FALSE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n"));
+}
+
+TEST(RequestChecksTest, BareLfInChunkFramingIsRefused) {
+  EXPECT_FALSE(CheckChunkFramingBytes(""));
+  EXPECT_FALSE(CheckChunkFramingBytes("5;a=b"));
+  EXPECT_FALSE(CheckChunkFramingBytes("\r\n5\r"));
+  EXPECT_FALSE(CheckChunkFramingBytes("0\r\nX-T: 1\r\n"));
+  EXPECT_TRUE(CheckChunkFramingBytes("2\nhi\n0\n\n"));
+  EXPECT_TRUE(CheckChunkFramingBytes("\n"));
+  EXPECT_TRUE(CheckChunkFramingBytes("\r\n0\n"));
+  EXPECT_TRUE(CheckChunkFramingBytes("0\r\n\n"));
+  EXPECT_TRUE(CheckChunkFramingBytes("0\r\nX-T: 1\n"));
 }
 
 TEST(RequestChecksTest, AbsoluteFormBecomesOriginForm) {

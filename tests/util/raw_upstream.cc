@@ -34,7 +34,8 @@ bool SendAll(int fd, const std::string& bytes) {
   return true;
 }
 
-int ConnectTo(const std::string& address) {
+// Connects to the IPv4 "HOST:PORT"; from `source_ip` when it is not empty.
+int ConnectTo(const std::string& address, const std::string& source_ip = "") {
   const size_t colon = address.rfind(':');
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -42,6 +43,15 @@ int ConnectTo(const std::string& address) {
   if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr) != 1) return -1;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  if (!source_ip.empty()) {
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    if (inet_pton(AF_INET, source_ip.c_str(), &source.sin_addr) != 1 ||
+        ::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
   if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
     ::close(fd);
     return -1;
@@ -170,7 +180,8 @@ void RawUpstream::Serve(int fd, int connection) {
   ::close(fd);
 }
 
-RawSocket::RawSocket(const std::string& address) : fd_(ConnectTo(address)) {}
+RawSocket::RawSocket(const std::string& address, const std::string& source_ip)
+    : fd_(ConnectTo(address, source_ip)) {}
 
 RawSocket::~RawSocket() {
   if (fd_ >= 0) ::close(fd_);

@@ -76,7 +76,9 @@ class RawUpstream {
 // A blocking client connection for tests that need to control every byte and every pause.
 class RawSocket {
  public:
-  explicit RawSocket(const std::string& address);  // connects; ok() says if it worked
+  // Connects to the IPv4 "HOST:PORT", from `source_ip` if given (any 127.x.y.z reaches a
+  // loopback listener, so one machine can play several clients); ok() says if it worked.
+  explicit RawSocket(const std::string& address, const std::string& source_ip = "");
   ~RawSocket();
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;

@@ -57,6 +57,11 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
   cmd->add_option("--max-connections", o.max_connections,
                   "Client connections open at once; more get 503 and are closed (default: half\n"
                   "of what the open-file limit leaves after 128 reserved, at least 16)");
+  cmd->add_option("--max-connections-per-client", o.max_connections_per_client,
+                  "Client connections one client address may hold at once; more from that\n"
+                  "address get 503 and are closed, while other addresses still get in (default:\n"
+                  "a quarter of --max-connections, at least 4; --max-connections or more turns\n"
+                  "it off, as behind a proxy, where every connection has the proxy's address)");
   cmd->add_option("--tenant-header", o.tenant_header,
                   "Header identifying the tenant (stored as a SHA-256 digest)")
       ->capture_default_str();
@@ -90,6 +95,9 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       if (given("--store-threads")) from_file.store_threads = options.store_threads;
       if (given("--tenant-header")) from_file.tenant_header = options.tenant_header;
       if (given("--max-connections")) from_file.max_connections = options.max_connections;
+      if (given("--max-connections-per-client")) {
+        from_file.max_connections_per_client = options.max_connections_per_client;
+      }
       from_file.unsafe_clock_offset_file = options.unsafe_clock_offset_file;  // flag only
       options = std::move(from_file);
     }
