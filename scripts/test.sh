@@ -65,8 +65,13 @@ slowest() {
 
 for stage in ${IDEM_TEST_STAGES:-thread-safety release asan tsan}; do
   echo "=== idem tests: $stage build ==="
-  scripts/build.sh "$stage"
+  build_log=$(mktemp)
+  scripts/build.sh "$stage" 2>&1 | tee "$build_log"
+  warnings=$(grep -c "warning:" "$build_log" || true)
+  rm -f "$build_log"
   took "$stage-build"
+  # The build is kept free of warnings; a new one shows in the summary of the change that made it.
+  ((warnings == 0)) || summary+=("$(printf '%-22s %5d compiler warnings: the build should have none' "$stage-build" "$warnings")")
   # clang -Wthread-safety -Werror=thread-safety over the libraries, the tool and the examples:
   # the build is the check (docs/architecture.md, "Locks and the thread-safety analysis").
   [[ $stage == thread-safety ]] && continue
