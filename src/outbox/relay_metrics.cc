@@ -13,7 +13,7 @@ void Write(std::string& out, std::string_view name, std::string_view type, std::
 }  // namespace
 
 std::string_view ParkReasonLabel(ParkReason reason) {
-  static constexpr std::string_view kLabels[] = {"too_large", "subject_not_covered", "rejected"};
+  static constexpr std::string_view kLabels[] = {"too_large", "rejected"};
   return kLabels[static_cast<size_t>(reason)];
 }
 
@@ -27,12 +27,22 @@ void RelayMetrics::ObserveBatch(size_t rows) {
 
 std::string RelayMetrics::Render() const {
   std::string out;
-  Write(out, "idem_relay_lag_seconds", "gauge", "Age of the oldest unpublished outbox row.",
-        lag_seconds.load());
-  Write(out, "idem_relay_pending_rows", "gauge", "Outbox rows waiting to be published.",
+  Write(out, "idem_relay_lag_seconds", "gauge",
+        "Age of the oldest unpublished outbox row on the relay's subjects.", lag_seconds.load());
+  Write(out, "idem_relay_pending_rows", "gauge",
+        "Outbox rows on the relay's subjects waiting to be published.",
         static_cast<double>(pending_rows.load()));
+  Write(out, "idem_relay_uncovered_pending_rows", "gauge",
+        "Unpublished outbox rows on subjects this relay does not take (another relay's, or "
+        "no running relay's).",
+        static_cast<double>(uncovered_pending_rows.load()));
+  Write(out, "idem_relay_uncovered_lag_seconds", "gauge",
+        "Age of the oldest unpublished outbox row on a subject this relay does not take; "
+        "growing, no running relay takes it.",
+        uncovered_lag_seconds.load());
   Write(out, "idem_relay_pending_floor", "gauge",
-        "Lowest id an unpublished outbox row can have; the relay's scans start there.",
+        "Lowest id an unpublished outbox row on the relay's subjects can have; the relay's "
+        "scans start there.",
         static_cast<double>(pending_floor.load()));
   Write(out, "idem_relay_parked_rows", "gauge", "Outbox rows parked (not publishable as they are).",
         static_cast<double>(parked_rows.load()));

@@ -41,9 +41,13 @@ namespace idem::internal::pg {
 //   16 a floor below which no outbox row can be pending, so the relay's scans skip the
 //      pending-rows index's entries of published rows: idem.outbox_last_id,
 //      idem.outbox_floor_xid, idem.outbox_floor, idem.outbox_stats(from); tables unchanged
+//   17 a relay locks only the rows on its subjects (idem.outbox_subjects_regex), and its own
+//      earlier batches do not hold back their keys' later rows: idem.outbox_lock(limit, after,
+//      subjects, held, floor), idem.outbox_floors, idem.outbox_lag, idem.outbox_stats(from,
+//      subjects, any_from); tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 16;
+inline constexpr int kSchemaVersion = 17;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
