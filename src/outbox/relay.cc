@@ -395,6 +395,7 @@ Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id,
   Result<LockedBatch> locked = LockedBatch{};
   for (;;) {
     locked = held.db->LockBatch(options_.batch, after, subjects, held_keyed, any_floor_.load());
+    if (locked.ok()) metrics_.held_back.fetch_add(locked->held_back);
     if (!locked.ok() || !locked->rows.empty() || stop_.load()) break;
     if (locked->full) {
       after = locked->highest_id;
@@ -776,9 +777,10 @@ Status Relay::Run() {
   if (conn_->nats != nullptr) SettleInFlight();
   GiveBackPrefetched("relay stopped");
   FinishMarking();
-  spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {})",
+  spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {}, held back "
+               "for their keys {})",
                options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),
-               metrics_.beyond_window.load());
+               metrics_.beyond_window.load(), metrics_.held_back.load());
   return Status::Ok();
 }
 

@@ -64,6 +64,10 @@ std::string RelayMetrics::Render() const {
   Write(out, "idem_relay_reclaimed_total", "counter",
         "Rows taken again after an earlier publish attempt (failed, or its relay died or hung).",
         static_cast<double>(reclaimed.load()));
+  Write(out, "idem_relay_held_back_total", "counter",
+        "Rows a lock took and left for a later batch, an earlier row of their ordering key "
+        "being held by another relay (or left out itself).",
+        static_cast<double>(held_back.load()));
   out += "# HELP idem_relay_parked_total Rows parked, by reason.\n";
   out += "# TYPE idem_relay_parked_total counter\n";
   for (size_t i = 0; i < parked_.size(); ++i) {

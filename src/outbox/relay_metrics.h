@@ -24,6 +24,8 @@ class RelayMetrics {
   std::atomic<uint64_t> publish_errors{0};   // publishes that failed for a transient reason
   std::atomic<uint64_t> postgres_errors{0};  // failed outbox calls (claim, mark, ...)
   std::atomic<uint64_t> reclaimed{0};        // rows claimed again (an earlier claim lapsed)
+  std::atomic<uint64_t> held_back{0};        // rows a lock left out: their key's earlier row
+                                             // was held elsewhere
   std::atomic<double> lag_seconds{0};        // age of the oldest pending row it takes
   std::atomic<int64_t> pending_rows{0};      // pending rows it takes
   std::atomic<int64_t> parked_rows{0};
