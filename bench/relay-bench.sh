@@ -12,6 +12,12 @@
 #                                           round runs every case once; the best rate and the
 #                                           least CPU per event of each case are printed
 #   BENCH_RELAY_LOG=FILE                    keeps the last relay's log (it is deleted otherwise)
+#   BENCH_MIXES="unkeyed keys7 keys1000"    the outboxes each relay drains, one case each per
+#                                           round (default all three): unkeyed, no ordering key;
+#                                           keys7, one row in ten over 7 ordering keys; keys1000,
+#                                           every row over 1,000 keys. Each keyed mix's rate is
+#                                           printed as a ratio to the same relay's rate on
+#                                           unkeyed rows (the issue's aim: >= 0.8x)
 #   BENCH_DAYS=K                            day partitions before today's in each outbox
 #                                           (default 30: what --retention-days 30 keeps in
 #                                           steady state; 0: today's only)
@@ -76,6 +82,12 @@ for variant in $bare_variants; do
 done
 [[ " $bare_variants " == *" plain "* ]] || bare_variants="plain $bare_variants"
 latency_seconds=${BENCH_LATENCY_SECONDS:-10}
+mixes=${BENCH_MIXES:-unkeyed keys7 keys1000}
+for mix in $mixes; do
+  [[ $mix =~ ^(unkeyed|keys7|keys1000)$ ]] ||
+    { echo "BENCH_MIXES: '$mix' is not unkeyed, keys7 or keys1000" >&2; exit 2; }
+done
+[[ " $mixes " == *" unkeyed "* ]] || mixes="unkeyed $mixes"
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   scripts/install-deps.sh
@@ -205,12 +217,32 @@ run_raw() {  # round
     "publisher $(python3 -c "print(f'{$pub_us / $events:.1f}')"), nats-server $(per_event "$nats_t")"
 }
 
-run_relay() {  # variant round
-  local v=$1 name=${names[$1]} stream="R${names[$1]^^}$2" subject="r${names[$1]}$2.created"
-  local db="bench_$name" n0 p0 r relay_t nats_t pg_t marked
-  $bench stream "$nats" "$stream" "r$name$2.>"
-  psql -c "BEGIN; SELECT count(idem.outbox_enqueue('evt-$2-' || g, '$subject',
-    convert_to(repeat('p', 128), 'UTF8'))) FROM generate_series(1, $events) g; COMMIT;" "$db" >/dev/null
+# The ordering key of row g in each mix (SQL).
+mix_key() {
+  case $1 in
+    unkeyed) echo "NULL" ;;
+    keys7) echo "CASE WHEN g % 10 = 0 THEN 'ok-' || (g % 7) END" ;;  # 10% of rows over 7 keys
+    keys1000) echo "'k-' || (g % 1000)" ;;                              # every row, 1,000 keys
+  esac
+}
+mix_label() {
+  case $1 in
+    unkeyed) echo "" ;;
+    keys7) echo ", 10% over 7 keys" ;;
+    keys1000) echo ", 100% over 1000 keys" ;;
+  esac
+}
+
+run_relay() {  # variant round mix
+  local v=$1 name=${names[$1]} mix=${3:-unkeyed} tag=""
+  [[ $mix != unkeyed ]] && tag="${mix#keys}k"
+  local stream="R${names[$1]^^}$2${tag^^}" subject="r${names[$1]}$2$tag.created"
+  local db="bench_$name" n0 p0 r relay_t nats_t pg_t marked c="relay_$name"
+  [[ $mix != unkeyed ]] && c="relay_${name}_$mix"
+  $bench stream "$nats" "$stream" "r$name$2$tag.>"
+  psql -c "BEGIN; SELECT count(idem.outbox_enqueue('evt-$2$tag-' || g, '$subject',
+    convert_to(repeat('p', 128), 'UTF8'), '{}', $(mix_key "$mix"))) FROM generate_series(1, $events) g;
+    COMMIT;" "$db" >/dev/null
   psql -c "VACUUM ANALYZE idem.outbox" "$db" >/dev/null
   if (( pg_statements > 0 )); then psql -c "SELECT pg_stat_statements_reset()" "$db" >/dev/null; fi
   n0=$(nats_ticks) p0=$(pg_ticks)
@@ -226,21 +258,21 @@ run_relay() {  # variant round
   fi
   r=$($bench drain "$nats" "$stream" "$events" 300 | awk '/^drain/ {print $2}')
   if ! kill -0 "$relay_pid" 2>/dev/null || [[ -z $r ]]; then
-    echo "relay $name round $2 failed; its log:" >&2
+    echo "relay $name round $2 ($mix) failed; its log:" >&2
     cat "$dir/relay.log" >&2
     exit 1
   fi
   relay_t=$(proc_ticks "$relay_pid") nats_t=$(( $(nats_ticks) - n0 )) pg_t=$(( $(pg_ticks) - p0 ))
   for p in "${perfs[@]}"; do kill -INT "$p"; wait "$p" || true; done
   stop_relay
-  if (( pg_statements > 0 )); then print_statements "$db" "relay $name round $2"; fi
+  if (( pg_statements > 0 )); then print_statements "$db" "relay $name round $2 $mix"; fi
   marked=$(psql -c "SELECT count(*) FROM idem.outbox WHERE state = 1 AND subject = '$subject'" "$db")
-  [[ $marked == "$events" ]] || echo "warning: relay $name round $2 marked $marked of $events rows" >&2
+  [[ $marked == "$events" ]] || echo "warning: relay $name round $2 ($mix) marked $marked of $events rows" >&2
   # The run's aftermath (vacuum of the rows it updated, a checkpoint) happens here, outside every
   # measured window, rather than in the next case's.
   psql -c "VACUUM idem.outbox" "$db" >/dev/null
   psql -c "CHECKPOINT" "$db" >/dev/null
-  keep "relay_$name" "$r" "$(per_event $((relay_t + nats_t + pg_t)))" \
+  keep "$c" "$r" "$(per_event $((relay_t + nats_t + pg_t)))" \
     "relay $(per_event "$relay_t"), nats-server $(per_event "$nats_t"), postgresql $(per_event "$pg_t")"
 }
 
@@ -288,7 +320,9 @@ for round in $(seq "$rounds"); do
   # Alternate which build goes first, so neither always follows the other.
   order=("${!idems[@]}")
   (( round % 2 == 0 )) && order=($(printf '%s\n' "${order[@]}" | tac))
-  for v in "${order[@]}"; do run_relay "$v" "$round"; done
+  for v in "${order[@]}"; do
+    for mix in $mixes; do run_relay "$v" "$round" "$mix"; done
+  done
   for variant in $bare_variants; do run_bare "$round" "$variant"; done
 done
 printf '%-34s %10s %13s  %s\n' case events/s 'cpu us/event' 'of which (us/event)'
@@ -302,6 +336,12 @@ for v in "${!idems[@]}"; do
   label="idem relay (outbox -> stream)"
   (( ${#idems[@]} > 1 )) && label="idem relay ${names[$v]}: $(basename "$(dirname "${idems[$v]}")")/$(basename "${idems[$v]}")"
   printf '%-34s %10s %13s  %s\n' "${label:0:34}" "${rate[$c]}" "${cpu[$c]}" "${detail[$c]}"
+  for mix in $mixes; do
+    [[ $mix == unkeyed ]] && continue
+    l="${label:0:34}"
+    l="${l:0:$((34 - ${#mix} - 3))} ($mix)"
+    printf '%-34s %10s %13s  %s\n' "$l" "${rate[${c}_$mix]}" "${cpu[${c}_$mix]}" "${detail[${c}_$mix]}"
+  done
 done
 for variant in $bare_variants; do
   label="bare relay (ceiling)"
@@ -312,6 +352,14 @@ done
 for v in "${!idems[@]}"; do
   c="relay_${names[$v]}"
   python3 -c "print(f'ratio relay ${names[$v]}/raw: {${rate[$c]}/${rate[raw]}:.2f}x (CPU per event {${cpu[$c]}/${cpu[raw]}:.2f}x the reference); relay ${names[$v]}/bare: {${rate[$c]}/${rate[bare_plain]}:.2f}x')"
+done
+# The keyed mixes against the same relay's unkeyed rows (the aim: >= 0.8x), best rates.
+for v in "${!idems[@]}"; do
+  c="relay_${names[$v]}"
+  for mix in $mixes; do
+    [[ $mix == unkeyed ]] && continue
+    python3 -c "print(f'ratio relay ${names[$v]} keyed/unkeyed$(mix_label "$mix"): {${rate[${c}_$mix]}/${rate[$c]}:.2f}x (CPU per event {${cpu[${c}_$mix]}/${cpu[$c]}:.2f}x)')"
+  done
 done
 python3 -c "print(f'ceiling: bare/raw {${rate[bare_plain]}/${rate[raw]}:.2f}x (CPU per event {${cpu[bare_plain]}/${cpu[raw]}:.2f}x the reference)')"
 if [[ -n ${rate[bare_hot]:-} ]]; then
@@ -332,6 +380,18 @@ raw = [float(x) for x in '${by_round[raw]}'.split()]
 case = [float(x) for x in '${by_round[$c]}'.split()]
 ratios = [c / r for c, r in zip(case, raw)]
 print('per round ${c}/raw: ' + ' '.join(f'{x:.2f}x' for x in ratios) + f', median {statistics.median(ratios):.2f}x')"
+  done
+  for v in "${!idems[@]}"; do
+    c="relay_${names[$v]}"
+    for mix in $mixes; do
+      [[ $mix == unkeyed ]] && continue
+      python3 -c "
+import statistics
+unkeyed = [float(x) for x in '${by_round[$c]}'.split()]
+keyed = [float(x) for x in '${by_round[${c}_$mix]}'.split()]
+ratios = [k / u for k, u in zip(keyed, unkeyed)]
+print('per round ${c} $mix/unkeyed: ' + ' '.join(f'{x:.2f}x' for x in ratios) + f', median {statistics.median(ratios):.2f}x')"
+    done
   done
 fi
 

@@ -54,6 +54,27 @@ Result<std::vector<std::pair<std::string, std::string>>> DecodeHeaders(std::stri
   return headers;
 }
 
+// A text[] literal: every element double-quoted, its backslashes and quotes escaped, so any
+// text stays one element.
+std::string TextArray(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (const auto& value : values) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    for (char c : value) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+bool ColumnBool(const PGresult* result, int row, int column) {
+  const std::string_view bytes = ColumnBytes(result, row, column);
+  return bytes.size() == 1 && bytes[0] != 0;
+}
+
 // Server notices (a FATAL as the server goes away, ...) go to the log, not to stderr raw.
 void LogNotice(void*, const char* message) {
   std::string text = message;
@@ -79,8 +100,9 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   auto& c = *db->conn_;
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare lock", kLock,
                                  "SELECT id, day, event_id, subject, payload, headers, "
-                                 "first_attempt_age_ms, attempts "
-                                 "FROM idem.outbox_lock($1::integer, $2::bigint)"));
+                                 "first_attempt_age_ms, attempts, keyed, held_back "
+                                 "FROM idem.outbox_lock($1::integer, $2::bigint, $3::text[], "
+                                 "$4::bigint[], $5::bigint)"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare attempt", kAttempt,
                                  "SELECT idem.outbox_attempt($1, $2::bigint[])"));
   IDEM_RETURN_IF_ERROR(c.Prepare(
@@ -89,16 +111,15 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
       "$6::bigint[], $7::integer[], $8)::bigint"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare park", kPark,
                                  "SELECT idem.outbox_park($1::bigint, $2::integer, $3)"));
-  IDEM_RETURN_IF_ERROR(c.Prepare(
-      "prepare lag", kLag,
-      "SELECT coalesce((SELECT extract(epoch FROM clock_timestamp() - o.enqueued_at) "
-      "FROM idem.outbox o WHERE o.state = 0 AND o.id >= $1::bigint ORDER BY o.id LIMIT 1), "
-      "0)::float8"));
+  IDEM_RETURN_IF_ERROR(c.Prepare("prepare lag", kLag,
+                                 "SELECT idem.outbox_lag($1::bigint, $2::text[])"));
   IDEM_RETURN_IF_ERROR(c.Prepare(
       "prepare stats", kStats,
-      "SELECT lag_seconds, pending, parked FROM idem.outbox_stats($1::bigint)"));
+      "SELECT lag_seconds, pending, parked, other_pending, other_lag_seconds, other_event_id, "
+      "other_subject FROM idem.outbox_stats($1::bigint, $2::text[], $3::bigint)"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare floor", kFloor,
-                                 "SELECT idem.outbox_floor($1::bigint, $2::xid8, $3::bigint)"));
+                                 "SELECT any_floor, covered_floor FROM idem.outbox_floors("
+                                 "$1::bigint, $2::xid8, $3::bigint, $4::bigint, $5::text[])"));
   if (listen) {
     auto listened = c.Exec("listen", "LISTEN idem_outbox");
     if (!listened.ok()) return listened.status();
@@ -106,20 +127,28 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   return db;
 }
 
-Result<std::vector<ClaimedRow>> OutboxDb::LockBatch(int limit, int64_t after_id) {
+Result<LockedBatch> OutboxDb::LockBatch(int limit, int64_t after_id,
+                                        const std::vector<std::string>& subjects,
+                                        const std::vector<int64_t>& held, int64_t floor) {
   auto begun = conn_->Exec("outbox lock: begin", "BEGIN");
   if (!begun.ok()) return begun.status();
   PgParams params;
-  params.Int(limit).Int(after_id);
+  params.Int(limit)
+      .Int(after_id)
+      .Text(TextArray(subjects))
+      .Bytes(BinaryArray(PgArrayElement::kInt8, held.size(), [&](size_t i) { return held[i]; }))
+      .Int(floor);
   auto result = conn_->ExecPrepared("outbox lock", kLock, params);
   if (!result.ok()) {
     AbandonBatch();
     return result.status();
   }
   const PGresult* r = result->get();
-  std::vector<ClaimedRow> rows(PQntuples(r));
-  for (int i = 0; i < PQntuples(r); ++i) {
-    ClaimedRow& row = rows[i];
+  LockedBatch batch;
+  const int locked = PQntuples(r);
+  batch.full = locked >= limit;
+  batch.rows.reserve(locked);
+  for (int i = 0; i < locked; ++i) {
     auto id = ColumnInt(r, i, 0);
     auto day = ColumnInt(r, i, 1);
     auto age = ColumnInt(r, i, 6);
@@ -128,6 +157,12 @@ Result<std::vector<ClaimedRow>> OutboxDb::LockBatch(int limit, int64_t after_id)
       AbandonBatch();
       return DataLossError("outbox lock: a row's id, day or attempt columns are unreadable");
     }
+    batch.highest_id = std::max(batch.highest_id, *id);
+    if (ColumnBool(r, i, 9)) {
+      ++batch.held_back;
+      continue;
+    }
+    ClaimedRow& row = batch.rows.emplace_back();
     row.id = *id;
     row.day = static_cast<int32_t>(*day);
     row.event_id = ColumnBytes(r, i, 2);
@@ -141,9 +176,10 @@ Result<std::vector<ClaimedRow>> OutboxDb::LockBatch(int limit, int64_t after_id)
     row.headers = std::move(*headers);
     row.first_attempt_age_ms = *age;
     row.attempts = static_cast<int32_t>(*attempts);
+    row.keyed = ColumnBool(r, i, 8);
   }
-  if (rows.empty()) AbandonBatch();
-  return rows;
+  if (batch.rows.empty()) AbandonBatch();
+  return batch;
 }
 
 Status OutboxDb::RecordAttempt(const std::string& batch, const std::vector<int64_t>& ids) {
@@ -213,18 +249,19 @@ Status OutboxDb::Park(const ClaimedRow& row, const std::string& reason) {
   return result.ok() ? Status::Ok() : result.status().WithContext("event " + row.event_id);
 }
 
-Result<double> OutboxDb::LagSeconds(int64_t from) {
+Result<double> OutboxDb::LagSeconds(int64_t from, const std::vector<std::string>& subjects) {
   PgParams params;
-  params.Int(from);
+  params.Int(from).Text(TextArray(subjects));
   auto result = conn_->ExecPrepared("outbox lag", kLag, params);
   if (!result.ok()) return result.status();
   if (PQntuples(result->get()) != 1) return DataLossError("outbox lag: no row");
   return ColumnDouble(result->get(), 0, 0);
 }
 
-Result<OutboxStats> OutboxDb::Stats(int64_t from) {
+Result<OutboxStats> OutboxDb::Stats(int64_t from, const std::vector<std::string>& subjects,
+                                    int64_t any_from) {
   PgParams params;
-  params.Int(from);
+  params.Int(from).Text(TextArray(subjects)).Int(any_from);
   auto result = conn_->ExecPrepared("outbox stats", kStats, params);
   if (!result.ok()) return result.status();
   const PGresult* r = result->get();
@@ -233,9 +270,16 @@ Result<OutboxStats> OutboxDb::Stats(int64_t from) {
   stats.lag_seconds = ColumnDouble(r, 0, 0);
   auto pending = ColumnInt(r, 0, 1);
   auto parked = ColumnInt(r, 0, 2);
-  if (!pending.ok() || !parked.ok()) return DataLossError("outbox stats: unreadable counts");
+  auto other = ColumnInt(r, 0, 3);
+  if (!pending.ok() || !parked.ok() || !other.ok()) {
+    return DataLossError("outbox stats: unreadable counts");
+  }
   stats.pending = *pending;
   stats.parked = *parked;
+  stats.other_pending = *other;
+  stats.other_lag_seconds = ColumnDouble(r, 0, 4);
+  stats.other_event_id = ColumnBytes(r, 0, 5);
+  stats.other_subject = ColumnBytes(r, 0, 6);
   return stats;
 }
 
@@ -263,16 +307,24 @@ Result<OutboxDb::FloorMark> OutboxDb::MarkFloor() {
   return mark;
 }
 
-Result<std::optional<int64_t>> OutboxDb::Floor(const FloorMark& mark, int64_t from) {
+Result<std::optional<OutboxDb::FloorPair>> OutboxDb::Floors(
+    const FloorMark& mark, int64_t from, int64_t covered_from,
+    const std::vector<std::string>& subjects) {
   PgParams params;
-  params.Int(mark.last_id).Text(mark.xid_bound).Int(from);
+  params.Int(mark.last_id).Text(mark.xid_bound).Int(from).Int(covered_from).Text(
+      TextArray(subjects));
   auto result = conn_->ExecPrepared("outbox floor", kFloor, params);
   if (!result.ok()) return result.status();
-  if (PQntuples(result->get()) != 1) return DataLossError("outbox floor: no row");
-  if (internal::pg::ColumnIsNull(result->get(), 0, 0)) return std::optional<int64_t>();
-  auto floor = ColumnInt(result->get(), 0, 0);
-  if (!floor.ok()) return floor.status();
-  return std::optional<int64_t>(*floor);
+  const PGresult* r = result->get();
+  if (PQntuples(r) != 1) return DataLossError("outbox floor: no row");
+  if (internal::pg::ColumnIsNull(r, 0, 0) || internal::pg::ColumnIsNull(r, 0, 1)) {
+    return std::optional<FloorPair>();
+  }
+  auto any = ColumnInt(r, 0, 0);
+  auto covered = ColumnInt(r, 0, 1);
+  if (!any.ok()) return any.status();
+  if (!covered.ok()) return covered.status();
+  return std::optional<FloorPair>(FloorPair{*any, *covered});
 }
 
 Result<int64_t> OutboxDb::Sweep(int keep_days) {

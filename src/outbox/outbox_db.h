@@ -30,6 +30,19 @@ struct ClaimedRow {
   // database's clock.
   int64_t first_attempt_age_ms = 0;
   int32_t attempts = 0;  // including this one
+  bool keyed = false;    // it has an ordering key
+};
+
+// What one lock took: the rows to publish, and what its scan saw besides.
+struct LockedBatch {
+  std::vector<ClaimedRow> rows;  // to publish, in id order
+  // Rows the lock took but left out, an earlier pending row of their key being held elsewhere
+  // (another relay's batch, ...). Locked until the batch's transaction ends; not to publish.
+  int held_back = 0;
+  int64_t highest_id = 0;  // the highest id the lock took, held back or not (0: none)
+  // The scan reached its limit (rows plus held-back rows): more rows may be waiting past
+  // highest_id. A short batch with this false means the outbox had no more for this relay.
+  bool full = false;
 };
 
 // A row by its primary key.
@@ -46,9 +59,15 @@ struct PublishedRow {
 };
 
 struct OutboxStats {
-  double lag_seconds = 0;
-  int64_t pending = 0;
-  int64_t parked = 0;
+  double lag_seconds = 0;  // of the oldest pending row on the relay's subjects
+  int64_t pending = 0;     // pending rows on the relay's subjects
+  int64_t parked = 0;      // every parked row
+  // Pending rows on other subjects (another relay's, or no running relay's), and the oldest
+  // of them: its age, event id and subject (empty when none).
+  int64_t other_pending = 0;
+  double other_lag_seconds = 0;
+  std::string other_event_id;
+  std::string other_subject;
 };
 
 class OutboxDb {
@@ -60,12 +79,19 @@ class OutboxDb {
   // build.
   static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
 
-  // The relay's batch, held as row locks (schema version 12, idem.outbox_lock): BEGINs and
-  // locks up to `limit` pending rows with ids above `after_id` that other transactions do not
-  // hold, in id order. With no row
-  // to take the transaction is ended at once and the result is empty; otherwise it stays open
-  // until SettleBatch or AbandonBatch, and the rows are this connection's until then.
-  Result<std::vector<ClaimedRow>> LockBatch(int limit, int64_t after_id = 0);
+  // The relay's batch, held as row locks (schema versions 12 and 17, idem.outbox_lock): BEGINs
+  // and locks up to `limit` pending rows with ids above `after_id` whose subject one of
+  // `subjects` (NATS patterns) matches and that other transactions do not hold, in id order.
+  // A keyed row is to be published only if every earlier pending row of its key is in the
+  // batch or in `held` (the keyed rows this relay's own earlier batches hold and publish
+  // first, on the same broker connection); else it is counted in held_back. `floor`: no row
+  // below it is pending, whatever its subject (0 if unknown). With no row to publish the
+  // transaction is ended at once (held-back rows are free again) and `rows` is empty;
+  // otherwise it stays open until SettleBatch or AbandonBatch, and the rows are this
+  // connection's until then. kInvalidArgument for a subject pattern that is not one.
+  Result<LockedBatch> LockBatch(int limit, int64_t after_id,
+                                const std::vector<std::string>& subjects,
+                                const std::vector<int64_t>& held = {}, int64_t floor = 0);
   // On a connection other than the one holding the batch, committed at once: notes that the
   // rows `ids` (ascending) of batch `batch` are about to be published, so that a relay that
   // takes them after this one died knows when they were first published.
@@ -87,25 +113,34 @@ class OutboxDb {
   bool InTransaction() const;
   // In the batch's transaction (or on its own): parks the row (kept with `reason`, not retried).
   Status Park(const ClaimedRow& row, const std::string& reason);
-  // Lag, pending and parked rows, counting pending rows from id `from` (a floor: no row
-  // below it is pending). Counting reads every pending row (about 0.4 us each): see LagSeconds
-  // for the cheap part.
-  Result<OutboxStats> Stats(int64_t from = 0);
-  // Seconds since the oldest pending row (from id `from`) was enqueued (0 when none): one
-  // index probe.
-  Result<double> LagSeconds(int64_t from = 0);
-  // The floor (schema version 16, outbox_floor_sql.h): the lowest id a pending row can have,
-  // below which scans need not look. It takes two steps, a while apart. MarkFloor reads the
-  // highest id drawn and then takes a transaction id, each in a transaction of its own (so
-  // on a connection with no transaction open). Floor, later, gives the floor from that mark
-  // and the floor known before it (`from`), or nullopt while a transaction that had begun at
-  // the mark still runs (take the same mark again later).
+  // The gauges of a relay taking `subjects` (see OutboxStats): its pending rows counted from
+  // id `from` (its covered floor), the other subjects' from `any_from` (the floor of all
+  // rows). Counting reads every pending row from the lower of the two (about 0.4 us each):
+  // see LagSeconds for the cheap part.
+  Result<OutboxStats> Stats(int64_t from, const std::vector<std::string>& subjects,
+                            int64_t any_from);
+  // Seconds since the oldest pending row on `subjects` (from id `from`) was enqueued (0 when
+  // none): one index scan up to that row.
+  Result<double> LagSeconds(int64_t from, const std::vector<std::string>& subjects);
+  // The floors (schema versions 16 and 17: outbox_floor_sql.h, outbox_subjects_keys_sql.h): the lowest id a pending row can
+  // have, below which scans need not look; any of them, and one on `subjects`. It takes two
+  // steps, a while apart. MarkFloor reads the highest id drawn and then takes a transaction
+  // id, each in a transaction of its own (so on a connection with no transaction open).
+  // Floors, later, gives both floors from that mark and the floors known before it (`from`,
+  // `covered_from`), or nullopt while a transaction that had begun at the mark still runs
+  // (take the same mark again later).
   struct FloorMark {
     int64_t last_id = 0;
     std::string xid_bound;  // an xid8, as text
   };
+  struct FloorPair {
+    int64_t any = 0;      // no pending row below it
+    int64_t covered = 0;  // no pending row on the subjects below it
+  };
   Result<FloorMark> MarkFloor();
-  Result<std::optional<int64_t>> Floor(const FloorMark& mark, int64_t from);
+  Result<std::optional<FloorPair>> Floors(const FloorMark& mark, int64_t from,
+                                          int64_t covered_from,
+                                          const std::vector<std::string>& subjects);
   // Drops day partitions older than `keep_days` that hold only published rows; returns how
   // many it dropped.
   Result<int64_t> Sweep(int keep_days);

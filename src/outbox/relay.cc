@@ -34,6 +34,11 @@ constexpr int kMaxLoggedPerBatch = 10;
 // one more transaction open and cost 3% to 11% more CPU per event, for a lower rate
 // (docs/emit.md, "One batch locked ahead").
 constexpr int kClaimsAhead = 1;
+// A lock ahead may take the next rows of the keys of the batches before it, since they are
+// published first on the same connection. Which rows those batches publish is known once they
+// are prepared, which is when the next lock starts: with one lock ahead, that is all of them.
+static_assert(kClaimsAhead == 1, "a second lock ahead would need the first's rows as held");
+constexpr auto kUncoveredWarnEvery = std::chrono::minutes(1);
 constexpr uint64_t kFromStartEvery = 8;  // of the batches locked ahead
 
 // Runs `task` on `pool` and returns its result's future.
@@ -86,6 +91,8 @@ struct Relay::Conn {
   std::optional<SteadyClock::time_point> swept;
   std::optional<SteadyClock::time_point> attempts_forgotten;
   bool logged_nats_down = false;
+  std::optional<SteadyClock::time_point> uncovered_warned;
+  std::optional<SteadyClock::time_point> not_taken_warned;  // rows locked the stream refuses
   std::optional<OutboxDb::FloorMark> floor_mark;  // taken, its floor not read yet
   bool pg_connected_before = false;
   // Connections for batches, idle (none in a transaction). A batch takes one for its life:
@@ -168,10 +175,16 @@ Status Relay::Connect() {
     c.facts = std::move(*facts);
     c.stream_read = SteadyClock::now();
     metrics_.duplicate_window_seconds.store(c.facts->duplicate_window.count() / 1000.0);
-    spdlog::info("relay: stream {} (subjects {}), duplicate window {} ms, max message {} bytes",
+    if (Status applied = ApplySubjects(/*at_start=*/true); !applied.ok()) {
+      c.facts.reset();
+      return applied;
+    }
+    spdlog::info("relay: stream {} (subjects {}), duplicate window {} ms, max message {} bytes; "
+                 "taking the outbox's rows on {}",
                  c.facts->name, Join(c.facts->subjects), c.facts->duplicate_window.count(),
                  c.facts->max_msg_size > 0 ? std::min(c.facts->max_msg_size, c.facts->max_payload)
-                                           : c.facts->max_payload);
+                                           : c.facts->max_payload,
+                 Join(subjects_));
     if (c.facts->duplicate_window.count() > 0 && options_.claim_lease >= c.facts->duplicate_window) {
       spdlog::warn("relay: the claim lease ({} ms) is not below stream {}'s duplicate window "
                    "({} ms): the rows of a relay that hangs will go out again after the broker "
@@ -186,6 +199,45 @@ Status Relay::Connect() {
   return Status::Ok();
 }
 
+Status Relay::ApplySubjects(bool at_start) {
+  const StreamFacts& facts = *conn_->facts;
+  if (options_.subjects.empty()) {
+    if (!at_start && facts.subjects != subjects_) {
+      spdlog::info("relay: stream {}'s subjects are now {}: taking the rows on them",
+                   facts.name, Join(facts.subjects));
+      ResetFloor();  // the old subjects' floor says nothing of the new ones' rows
+    }
+    subjects_ = facts.subjects;
+    return Status::Ok();
+  }
+  subjects_ = options_.subjects;
+  for (const auto& subject : options_.subjects) {
+    if (AnyPatternCovers(facts.subjects, subject)) continue;
+    const std::string what = "--subjects '" + subject + "' is not within stream " + facts.name +
+                             "'s subjects (" + Join(facts.subjects) + ")";
+    if (at_start) return InvalidArgumentError(what + ": the stream could not store its rows");
+    spdlog::warn("relay: {} any more: its rows are locked and left pending, not published",
+                 what);
+  }
+  return Status::Ok();
+}
+
+void Relay::WarnUncovered(const OutboxStats& stats) {
+  Conn& c = *conn_;
+  const auto now = SteadyClock::now();
+  if (stats.other_pending == 0 ||
+      stats.other_lag_seconds * 1000 < static_cast<double>(options_.warn_uncovered_after.count()) ||
+      (c.uncovered_warned && now - *c.uncovered_warned < kUncoveredWarnEvery)) {
+    return;
+  }
+  c.uncovered_warned = now;
+  spdlog::warn("relay: {} pending event(s) on subjects this relay does not take ({}); the oldest, "
+               "event {} on subject '{}', has waited {:.0f} s: if no relay takes it, run one "
+               "whose stream covers it (or park it)",
+               stats.other_pending, Join(subjects_), stats.other_event_id, stats.other_subject,
+               stats.other_lag_seconds);
+}
+
 void Relay::RefreshPeriodic() {
   Conn& c = *conn_;
   const auto now = SteadyClock::now();
@@ -196,15 +248,18 @@ void Relay::RefreshPeriodic() {
     c.stats_read = now;
     RaiseFloor();
     if (now >= c.counts_due) {
-      auto stats = c.db->Stats(metrics_.pending_floor.load());
+      auto stats = c.db->Stats(metrics_.pending_floor.load(), subjects_, any_floor_.load());
       const auto took = SteadyClock::now() - now;
       c.counts_due = now + std::max<SteadyClock::duration>(kStatsEvery, 20 * took);
       if (stats.ok()) {
         metrics_.lag_seconds.store(stats->lag_seconds);
         metrics_.pending_rows.store(stats->pending);
         metrics_.parked_rows.store(stats->parked);
+        metrics_.uncovered_pending_rows.store(stats->other_pending);
+        metrics_.uncovered_lag_seconds.store(stats->other_lag_seconds);
+        WarnUncovered(*stats);
       }
-    } else if (auto lag = c.db->LagSeconds(metrics_.pending_floor.load()); lag.ok()) {
+    } else if (auto lag = c.db->LagSeconds(metrics_.pending_floor.load(), subjects_); lag.ok()) {
       metrics_.lag_seconds.store(*lag);
     }
   }
@@ -218,6 +273,7 @@ void Relay::RefreshPeriodic() {
       }
       c.facts = std::move(*facts);
       metrics_.duplicate_window_seconds.store(c.facts->duplicate_window.count() / 1000.0);
+      (void)ApplySubjects(/*at_start=*/false);
     } else {
       spdlog::warn("relay: re-reading stream {}: {}", c.facts->name, facts.status().ToString());
     }
@@ -258,28 +314,32 @@ void Relay::RaiseFloor() {
     if (mark.ok()) c.floor_mark = std::move(*mark);
     return;
   }
-  auto floor = c.db->Floor(*c.floor_mark, metrics_.pending_floor.load());
-  if (!floor.ok()) {
-    spdlog::debug("relay: outbox floor: {}", OneLine(floor.status().ToString()));
+  auto floors = c.db->Floors(*c.floor_mark, any_floor_.load(), metrics_.pending_floor.load(),
+                             subjects_);
+  if (!floors.ok()) {
+    spdlog::debug("relay: outbox floor: {}", OneLine(floors.status().ToString()));
     c.floor_mark.reset();
     return;
   }
-  if (!floor->has_value()) return;  // a transaction from before the mark still runs
+  if (!floors->has_value()) return;  // a transaction from before the mark still runs
   c.floor_mark.reset();
-  if (**floor < metrics_.pending_floor.load()) {
-    // Only a sequence set back (setval, a restore) lowers it; rows below the old floor may be
-    // pending again, and the search for the lowest one started at the old floor.
+  const OutboxDb::FloorPair floor = **floors;
+  if (floor.any < any_floor_.load() || floor.covered < metrics_.pending_floor.load()) {
+    // Only a sequence set back (setval, a restore) lowers them; rows below the old floors may
+    // be pending again, and the search for the lowest one started at the old floors.
     spdlog::warn("relay: the outbox's id sequence went back below the floor ({} < {}); "
                  "scanning from the first pending row again",
-                 **floor, metrics_.pending_floor.load());
+                 floor.covered, metrics_.pending_floor.load());
     ResetFloor();
     return;
   }
-  metrics_.pending_floor.store(**floor);
+  any_floor_.store(floor.any);
+  metrics_.pending_floor.store(floor.covered);
 }
 
 void Relay::ResetFloor() {
   conn_->floor_mark.reset();
+  any_floor_.store(0);
   metrics_.pending_floor.store(0);
 }
 
@@ -319,28 +379,54 @@ void Relay::GiveBack(HeldBatch& held) {
   ReturnBatchDb(std::move(held.db));
 }
 
-Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id) {
+Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id,
+                                          const std::vector<std::string>& subjects,
+                                          const std::vector<int64_t>& held_keyed) {
   Status error;
   HeldBatch held;
   held.db = TakeBatchDb(error);
   if (held.db == nullptr) return error;
-  auto rows = held.db->LockBatch(options_.batch, after_id);
-  if (const int64_t start = FromStart(); rows.ok() && rows->empty() && after_id > start) {
-    rows = held.db->LockBatch(options_.batch, start);
+  // From after_id; past a scan whose rows were all held back for their keys (its lock is
+  // already given back); from the floor once if nothing lay past after_id. Each step starts
+  // past the one before, or is that one restart, so this ends.
+  const int64_t start = FromStart();
+  int64_t after = after_id;
+  bool restarted = after_id <= start;
+  Result<LockedBatch> locked = LockedBatch{};
+  for (;;) {
+    locked = held.db->LockBatch(options_.batch, after, subjects, held_keyed, any_floor_.load());
+    if (locked.ok()) metrics_.held_back.fetch_add(locked->held_back);
+    if (!locked.ok() || !locked->rows.empty() || stop_.load()) break;
+    if (locked->full) {
+      after = locked->highest_id;
+    } else if (!restarted) {
+      after = start;
+      restarted = true;
+    } else {
+      break;
+    }
   }
-  if (!rows.ok()) {
+  if (!locked.ok()) {
     ReturnBatchDb(std::move(held.db));
-    return rows.status();
+    return locked.status();
   }
-  held.rows = std::move(*rows);
+  held.rows = std::move(locked->rows);
+  held.full = locked->full;
   if (held.rows.empty()) {
     ReturnBatchDb(std::move(held.db));  // its transaction already ended
     return held;
   }
   int64_t highest = highest_locked_.load();
-  while (highest < held.rows.back().id &&
-         !highest_locked_.compare_exchange_weak(highest, held.rows.back().id)) {
+  while (highest < locked->highest_id &&
+         !highest_locked_.compare_exchange_weak(highest, locked->highest_id)) {
   }
+  return held;
+}
+
+std::vector<int64_t> Relay::HeldKeyed(const InFlightBatch* current) const {
+  std::vector<int64_t> held = settling_keyed_;
+  if (in_flight_) held.insert(held.end(), in_flight_->keyed.begin(), in_flight_->keyed.end());
+  if (current != nullptr) held.insert(held.end(), current->keyed.begin(), current->keyed.end());
   return held;
 }
 
@@ -349,25 +435,27 @@ Result<Relay::HeldBatch> Relay::LockBatch(int64_t after_id) {
 // kFromStartEvery-th, which starts from the floor (the lowest id a pending row can have): ids
 // are not committed in id order, and a row committed late below the others must not wait for
 // the pipeline to drain.
-void Relay::ClaimAhead() {
+void Relay::ClaimAhead(const std::vector<int64_t>& held) {
   while (ahead_.size() < static_cast<size_t>(kClaimsAhead) && !stop_.load()) {
     const bool from_start = ++locks_ahead_ % kFromStartEvery == 0;
     std::shared_future<void> before = ahead_.empty() ? std::shared_future<void>() : ahead_.back().locked;
     auto locked = std::make_shared<std::promise<void>>();
     Ahead next;
     next.locked = locked->get_future().share();
-    next.batch = PostForResult(conn_->locker, [this, from_start, before, locked] {
+    next.batch = PostForResult(conn_->locker, [this, from_start, before, locked,
+                                               subjects = subjects_, held] {
       if (before.valid()) before.wait();
-      Result<HeldBatch> held = LockBatch(from_start ? FromStart() : highest_locked_.load());
+      Result<HeldBatch> batch =
+          LockBatch(from_start ? FromStart() : highest_locked_.load(), subjects, held);
       locked->set_value();
-      return held;
+      return batch;
     });
     ahead_.push_back(std::move(next));
   }
 }
 
 Result<Relay::HeldBatch> Relay::NextClaimed() {
-  if (ahead_.empty()) return LockBatch(FromStart());
+  if (ahead_.empty()) return LockBatch(FromStart(), subjects_, HeldKeyed(nullptr));
   std::future<Result<HeldBatch>> next = std::move(ahead_.front().batch);
   ahead_.pop_front();
   return next.get();
@@ -406,7 +494,9 @@ bool Relay::PublishOneBatch() {
     SettleInFlight();
     return false;
   }
-  const bool full = rows.size() == static_cast<size_t>(options_.batch);
+  // Full: the lock's scan reached its limit (with the rows it held back for their keys), so
+  // more rows may be waiting; a short batch means the outbox had no more for this relay.
+  const bool full = held.full;
   metrics_.ObserveBatch(rows.size());
   const StreamFacts& facts = *c.facts;
   const int64_t limit =
@@ -415,25 +505,32 @@ bool Relay::PublishOneBatch() {
   std::vector<OutMessage> messages;
   InFlightBatch batch;
   std::vector<int64_t> ids;
+  size_t left = 0;  // rows on subjects the stream does not take
   messages.reserve(rows.size());
   ids.reserve(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     ClaimedRow& row = rows[i];
+    if (!AnySubjectMatches(facts.subjects, row.subject)) {
+      // The lock takes only rows on this relay's subjects, which lie within the stream's; a
+      // row outside them (the stream's subjects changed under --subjects) is left as it is,
+      // pending, without an attempt: the batch's settle does not touch it.
+      const auto now = SteadyClock::now();
+      if (!c.not_taken_warned || now - *c.not_taken_warned >= kUncoveredWarnEvery) {
+        c.not_taken_warned = now;
+        spdlog::warn("relay: event {} (outbox id {}) on subject '{}' is not covered by stream "
+                     "{} (subjects {}): left pending, not published",
+                     row.event_id, row.id, row.subject, facts.name, Join(facts.subjects));
+      }
+      ++left;
+      continue;
+    }
     if (row.attempts > 1) metrics_.reclaimed.fetch_add(1);
     OutMessage m{row.event_id, row.subject, std::move(row.payload), std::move(row.headers)};
-    std::string park;
-    ParkReason reason = ParkReason::kRejected;
-    if (!AnySubjectMatches(facts.subjects, row.subject)) {
-      reason = ParkReason::kSubjectNotCovered;
-      park = "subject '" + row.subject + "' is not covered by stream " + facts.name +
-             " (subjects " + Join(facts.subjects) + ")";
-    } else if (const int64_t size = EncodedSize(m); limit > 0 && size > limit) {
-      reason = ParkReason::kTooLarge;
-      park = "message of " + std::to_string(size) + " bytes exceeds the largest stream " +
-             facts.name + " accepts (" + std::to_string(limit) + " bytes)";
-    }
-    if (!park.empty()) {
-      metrics_.CountParked(reason);
+    if (const int64_t size = EncodedSize(m); limit > 0 && size > limit) {
+      const std::string park = "message of " + std::to_string(size) +
+                               " bytes exceeds the largest stream " + facts.name + " accepts (" +
+                               std::to_string(limit) + " bytes)";
+      metrics_.CountParked(ParkReason::kTooLarge);
       spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, park);
       auto parked = held.db->Park(row, park);
       if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
@@ -442,20 +539,24 @@ bool Relay::PublishOneBatch() {
     messages.push_back(std::move(m));
     ids.push_back(row.id);
     batch.sent.push_back(i);
+    if (row.keyed) batch.keyed.push_back(row.id);
   }
-  if (messages.empty()) {  // every row parked: commit that
+  if (messages.empty()) {  // every row parked (or left): commit that
     auto settled = held.db->SettleBatch("", {}, {}, "");
     if (!settled.ok()) spdlog::warn("relay: parking a batch: {}", OneLine(settled.status().ToString()));
     ReturnBatchDb(std::move(held.db));
-    if (!full) SettleInFlight();
-    return full;
+    // A batch of rows all left as they were would come back as it is: wait for a change.
+    const bool go_on = full && left < rows.size();
+    if (!go_on) SettleInFlight();
+    return go_on;
   }
 
   // A full batch suggests more are waiting: lock the next ones on connections of their own
-  // while this one is published, kClaimsAhead at a time. Locking ahead cannot break a key's
-  // order: a lock skips every later event of a key an earlier batch still holds (locked,
-  // published, or being marked), exactly as it does for another relay's.
-  if (full && !stop_.load()) ClaimAhead();
+  // while this one is published, kClaimsAhead at a time. Locking ahead keeps each key's order:
+  // the next lock may take the later rows of the keys of this batch and of the batches still
+  // in flight, which go out before it on the same connection, and holds back those of keys
+  // anyone else holds (another relay, or rows a lock of this one held back).
+  if (full && !stop_.load()) ClaimAhead(HeldKeyed(&batch));
   // The first attempt is on record (committed) before anything is published: if this relay
   // dies before the settle, the relay that takes the rows knows how old their first copy is.
   batch.token = NextBatchToken();
@@ -555,6 +656,15 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
     raise(fault);
   }
   const size_t failed_count = failed.size();
+  // Until the settle commits, the acknowledged rows stay pending, held by its transaction, and
+  // a lock may take their keys' next rows: they are in the stream already.
+  settling_keyed_.clear();
+  for (size_t i = 0; i < results.size() && i < batch.sent.size(); ++i) {
+    const ClaimedRow& row = batch.rows[batch.sent[i]];
+    if (row.keyed && results[i].kind == PublishResult::Kind::kAcked) {
+      settling_keyed_.push_back(row.id);
+    }
+  }
   SettleInBackground(std::move(batch.db), std::move(batch.token), std::move(acked),
                      std::move(failed), first_error, duplicates);
   if (failed_count == 0) return true;
@@ -667,9 +777,10 @@ Status Relay::Run() {
   if (conn_->nats != nullptr) SettleInFlight();
   GiveBackPrefetched("relay stopped");
   FinishMarking();
-  spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {})",
+  spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {}, held back "
+               "for their keys {})",
                options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),
-               metrics_.beyond_window.load());
+               metrics_.beyond_window.load(), metrics_.held_back.load());
   return Status::Ok();
 }
 

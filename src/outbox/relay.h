@@ -26,6 +26,13 @@ struct RelayOptions {
   std::string nats_url;                    // nats://HOST:PORT
   std::string stream;                      // the stream to check (or create)
   std::optional<StreamSpec> create_stream;  // create it when missing
+  // The subjects whose rows this relay takes (NATS patterns), each within the stream's
+  // subjects; empty: the stream's subjects. Rows on other subjects stay pending for the relay
+  // that takes them.
+  std::vector<std::string> subjects;
+  // How old the oldest pending row on a subject this relay does not take may get before the
+  // relay warns (at most once a minute) that no running relay seems to take it.
+  std::chrono::milliseconds warn_uncovered_after{std::chrono::minutes(1)};
   int batch = 256;                         // rows per claim
   int max_pending = 256;                   // unacknowledged publishes at a time
   // The longest a batch's transaction may sit idle holding its rows: a relay that hangs is cut
@@ -65,6 +72,9 @@ class Relay {
   struct HeldBatch {
     std::unique_ptr<OutboxDb> db;
     std::vector<ClaimedRow> rows;
+    // The lock's scan reached its limit (counting rows held back for their key): more rows
+    // may be waiting, even if `rows` is short.
+    bool full = false;
   };
   // A published batch whose PubAcks are still being collected.
   struct InFlightBatch {
@@ -73,6 +83,7 @@ class Relay {
     std::string token;             // its attempt record
     std::vector<ClaimedRow> rows;
     std::vector<size_t> sent;  // the rows published, by index into rows, in publish order
+    std::vector<int64_t> keyed;  // the ids of the rows published that have an ordering key
     size_t messages = 0;
   };
   bool PublishOneBatch();  // false when the outbox had nothing to claim or a call failed
@@ -99,15 +110,27 @@ class Relay {
                           std::string error, uint64_t duplicates);
   void MarkFailed(size_t rows, const Status& status);
   void FinishMarking();
-  // Locks the next batch on a connection of the pool (any thread): rows above `after_id`, or
-  // from the floor if there are none.
-  Result<HeldBatch> LockBatch(int64_t after_id);
+  // Locks the next batch on a connection of the pool (any thread): rows on `subjects` above
+  // `after_id`, or from the floor if there are none; `held`, the keyed rows this relay's
+  // earlier batches publish before it (see OutboxDb::LockBatch). A lock whose rows were all
+  // held back for their keys is given back at once and the scan goes on past them.
+  Result<HeldBatch> LockBatch(int64_t after_id, const std::vector<std::string>& subjects,
+                              const std::vector<int64_t>& held);
+  // The keyed rows of this relay's batches published and not yet settled, with `current`'s
+  // (the batch about to be published): a lock taken now may take their keys' next rows.
+  std::vector<int64_t> HeldKeyed(const InFlightBatch* current) const;
+  // The subjects this relay takes, from --subjects or the stream's (checked against the
+  // stream's: kInvalidArgument if --subjects reaches beyond them at start; a warning after).
+  Status ApplySubjects(bool at_start);
+  // Logs, at most once a minute, that pending rows on other subjects wait beyond
+  // options_.warn_uncovered_after.
+  void WarnUncovered(const OutboxStats& stats);
   std::unique_ptr<OutboxDb> TakeBatchDb(Status& error);
   void ReturnBatchDb(std::unique_ptr<OutboxDb> db);
   // Ends a batch's transaction without a change and returns its connection to the pool.
   void GiveBack(HeldBatch& held);
-  // Starts locking batches in the background until kClaimsAhead are running.
-  void ClaimAhead();
+  // Starts locking batches in the background until kClaimsAhead are running, each with `held`.
+  void ClaimAhead(const std::vector<int64_t>& held);
   // The oldest batch locked ahead (waiting for it), or one locked now if none runs.
   Result<HeldBatch> NextClaimed();
   // Waits for the batches locked ahead and gives their rows back at once.
@@ -132,6 +155,13 @@ class Relay {
   // The highest row id this relay has locked: batches locked ahead start past it (most of the
   // time; see ClaimAhead).
   std::atomic<int64_t> highest_locked_{0};
+  // The subjects this relay takes (main thread; each lock gets a copy).
+  std::vector<std::string> subjects_;
+  // No pending row, on any subject, below this id (0: unknown): where the lock's check of
+  // ordering keys starts. (metrics_.pending_floor is the floor of this relay's subjects.)
+  std::atomic<int64_t> any_floor_{0};
+  // The keyed rows of the batch being settled, as published (main thread).
+  std::vector<int64_t> settling_keyed_;
   std::string run_nonce_;  // makes attempt record names unique across restarts
   // The batch published last, its PubAcks not yet collected (kept only while more follow).
   std::optional<InFlightBatch> in_flight_;

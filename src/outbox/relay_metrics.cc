@@ -13,7 +13,7 @@ void Write(std::string& out, std::string_view name, std::string_view type, std::
 }  // namespace
 
 std::string_view ParkReasonLabel(ParkReason reason) {
-  static constexpr std::string_view kLabels[] = {"too_large", "subject_not_covered", "rejected"};
+  static constexpr std::string_view kLabels[] = {"too_large", "rejected"};
   return kLabels[static_cast<size_t>(reason)];
 }
 
@@ -27,12 +27,22 @@ void RelayMetrics::ObserveBatch(size_t rows) {
 
 std::string RelayMetrics::Render() const {
   std::string out;
-  Write(out, "idem_relay_lag_seconds", "gauge", "Age of the oldest unpublished outbox row.",
-        lag_seconds.load());
-  Write(out, "idem_relay_pending_rows", "gauge", "Outbox rows waiting to be published.",
+  Write(out, "idem_relay_lag_seconds", "gauge",
+        "Age of the oldest unpublished outbox row on the relay's subjects.", lag_seconds.load());
+  Write(out, "idem_relay_pending_rows", "gauge",
+        "Outbox rows on the relay's subjects waiting to be published.",
         static_cast<double>(pending_rows.load()));
+  Write(out, "idem_relay_uncovered_pending_rows", "gauge",
+        "Unpublished outbox rows on subjects this relay does not take (another relay's, or "
+        "no running relay's).",
+        static_cast<double>(uncovered_pending_rows.load()));
+  Write(out, "idem_relay_uncovered_lag_seconds", "gauge",
+        "Age of the oldest unpublished outbox row on a subject this relay does not take; "
+        "growing, no running relay takes it.",
+        uncovered_lag_seconds.load());
   Write(out, "idem_relay_pending_floor", "gauge",
-        "Lowest id an unpublished outbox row can have; the relay's scans start there.",
+        "Lowest id an unpublished outbox row on the relay's subjects can have; the relay's "
+        "scans start there.",
         static_cast<double>(pending_floor.load()));
   Write(out, "idem_relay_parked_rows", "gauge", "Outbox rows parked (not publishable as they are).",
         static_cast<double>(parked_rows.load()));
@@ -54,6 +64,10 @@ std::string RelayMetrics::Render() const {
   Write(out, "idem_relay_reclaimed_total", "counter",
         "Rows taken again after an earlier publish attempt (failed, or its relay died or hung).",
         static_cast<double>(reclaimed.load()));
+  Write(out, "idem_relay_held_back_total", "counter",
+        "Rows a lock took and left for a later batch, an earlier row of their ordering key "
+        "being held by another relay (or left out itself).",
+        static_cast<double>(held_back.load()));
   out += "# HELP idem_relay_parked_total Rows parked, by reason.\n";
   out += "# TYPE idem_relay_parked_total counter\n";
   for (size_t i = 0; i < parked_.size(); ++i) {

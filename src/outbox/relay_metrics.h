@@ -11,8 +11,9 @@
 
 namespace idem::outbox {
 
-// Why a row was parked; the `reason` label.
-enum class ParkReason { kTooLarge, kSubjectNotCovered, kRejected, kCount };
+// Why a row was parked; the `reason` label. (A row on a subject the relay does not take is
+// not parked: it stays pending for the relay that takes it, counted in uncovered_pending_rows.)
+enum class ParkReason { kTooLarge, kRejected, kCount };
 std::string_view ParkReasonLabel(ParkReason reason);
 
 class RelayMetrics {
@@ -23,9 +24,15 @@ class RelayMetrics {
   std::atomic<uint64_t> publish_errors{0};   // publishes that failed for a transient reason
   std::atomic<uint64_t> postgres_errors{0};  // failed outbox calls (claim, mark, ...)
   std::atomic<uint64_t> reclaimed{0};        // rows claimed again (an earlier claim lapsed)
-  std::atomic<double> lag_seconds{0};        // age of the oldest pending row
-  std::atomic<int64_t> pending_rows{0};
+  std::atomic<uint64_t> held_back{0};        // rows a lock left out: their key's earlier row
+                                             // was held elsewhere
+  std::atomic<double> lag_seconds{0};        // age of the oldest pending row it takes
+  std::atomic<int64_t> pending_rows{0};      // pending rows it takes
   std::atomic<int64_t> parked_rows{0};
+  // Pending rows on subjects this relay does not take (another relay's, or none's), and the
+  // age of the oldest of them.
+  std::atomic<int64_t> uncovered_pending_rows{0};
+  std::atomic<double> uncovered_lag_seconds{0};
   std::atomic<int64_t> pending_floor{0};     // no row below this id can be pending (the
                                              // relay's scans start here)
   std::atomic<double> duplicate_window_seconds{0};

@@ -41,4 +41,40 @@ bool AnySubjectMatches(const std::vector<std::string>& patterns, std::string_vie
   return false;
 }
 
+bool IsSubjectPattern(std::string_view pattern) {
+  if (pattern.empty()) return false;
+  bool done = false;
+  std::string_view token;
+  while (NextToken(pattern, token, done)) {
+    if (token.empty()) return false;
+    for (char c : token) {
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v') return false;
+    }
+    if (token == ">" && !done) return false;
+  }
+  return true;
+}
+
+bool PatternWithin(std::string_view inner, std::string_view outer) {
+  if (!IsSubjectPattern(inner) || !IsSubjectPattern(outer)) return false;
+  bool inner_done = false;
+  bool outer_done = false;
+  std::string_view i;
+  std::string_view o;
+  while (NextToken(outer, o, outer_done)) {
+    if (!NextToken(inner, i, inner_done)) return false;  // outer wants more tokens
+    if (o == ">") return true;                            // the rest: one or more, as inner
+    if (i == ">") return false;                           // inner takes more than one token
+    if (o != "*" && (i == "*" || i != o)) return false;
+  }
+  return inner_done;
+}
+
+bool AnyPatternCovers(const std::vector<std::string>& outers, std::string_view inner) {
+  for (const auto& outer : outers) {
+    if (PatternWithin(inner, outer)) return true;
+  }
+  return false;
+}
+
 }  // namespace idem::outbox

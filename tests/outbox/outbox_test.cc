@@ -290,6 +290,108 @@ TEST_F(OutboxTest, LockedBatchesAreDisjointKeepKeysInOrderAndFreeOnRollback) {
   ASSERT_EQ(Exec(c.get(), "ROLLBACK"), "");
 }
 
+// Schema version 18: a lock takes only the rows on its subjects (another relay's stay free
+// for it), and rows of a key whose earlier row the caller's own earlier batch holds (p_held)
+// are taken, where an earlier row held anywhere else, or on a subject the lock does not take,
+// holds them back (returned flagged, locked until the transaction ends). Unkeyed rows are
+// never held back.
+TEST_F(OutboxTest, LockTakesItsSubjectsAndKeysHeldByItsOwnBatchesOnly) {
+  PgConn producer = Connect();
+  ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+  struct Row {
+    const char* id;
+    const char* subject;
+    std::optional<std::string> key;
+  };
+  for (const Row& r : std::vector<Row>{{"k1-a", "orders.x", "k1"},
+                                       {"free-1", "orders.x", std::nullopt},
+                                       {"s-1", "short.x", std::nullopt},
+                                       {"k1-b", "orders.x", "k1"},
+                                       {"k2-a", "short.x", "k2"},
+                                       {"k2-b", "orders.x", "k2"},
+                                       {"free-2", "orders.x", std::nullopt}}) {
+    auto queued = outbox::Enqueue(producer.get(), {r.id, r.subject, "p", {}, r.key});
+    ASSERT_TRUE(queued.ok() && *queued) << queued.status().ToString();
+  }
+  ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+  auto id_of = [&](const std::string& event) {
+    return Query("SELECT id FROM idem.outbox WHERE event_id = '" + event + "'");
+  };
+  // event_id, with ":held" when held back, in id order.
+  auto lock = [](PGconn* conn, int limit, const std::string& subjects, const std::string& held,
+                 const std::string& floor = "0") {
+    return Exec(conn, "SELECT coalesce(string_agg(event_id || CASE WHEN held_back THEN ':held' "
+                      "ELSE '' END, ',' ORDER BY id), '') FROM idem.outbox_lock(" +
+                          std::to_string(limit) + ", 0, " + subjects + ", " + held + ", " +
+                          floor + ")");
+  };
+  PgConn a = Connect(), b = Connect(), c = Connect();
+  ASSERT_EQ(Exec(a.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(a.get(), 1, "'{orders.>}'", "'{}'"), "k1-a");
+  // b: k1-b waits for k1-a (a's), k2-b for k2-a (on a subject b does not take); the unkeyed
+  // rows go; the short.x rows are not b's to lock.
+  ASSERT_EQ(Exec(b.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(b.get(), 10, "'{orders.>}'", "'{}'"), "free-1,k1-b:held,k2-b:held,free-2");
+  ASSERT_EQ(Exec(c.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(c.get(), 10, "'{short.*}'", "'{}'"), "s-1,k2-a");
+  ASSERT_EQ(Exec(b.get(), "ROLLBACK"), "");
+  // The relay holding k1-a locks its next batch: with k1-a as held, k1-b is in line behind
+  // it. A NULL among the held ids or a NULL floor does not let anything through.
+  ASSERT_EQ(Exec(b.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(b.get(), 10, "'{orders.>}'", "ARRAY[NULL]::bigint[]", "NULL"),
+            "free-1,k1-b:held,k2-b:held,free-2");
+  ASSERT_EQ(Exec(b.get(), "ROLLBACK"), "");
+  ASSERT_EQ(Exec(b.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(b.get(), 10, "'{orders.>}'", "ARRAY[" + id_of("k1-a") + "]::bigint[]"),
+            "free-1,k1-b,k2-b:held,free-2");
+  ASSERT_EQ(Exec(b.get(), "ROLLBACK"), "");
+  // Once k2-a is published, k2-b goes too.
+  EXPECT_EQ(Exec(c.get(), "SELECT idem.outbox_settle('c-1', array_agg(id), array_agg(day), "
+                          "array_agg(id), array_agg(false), '{}', '{}', NULL) FROM idem.outbox "
+                          "WHERE subject = 'short.x'"),
+            "2");
+  ASSERT_EQ(Exec(c.get(), "COMMIT"), "");
+  ASSERT_EQ(Exec(b.get(), "BEGIN"), "");
+  EXPECT_EQ(lock(b.get(), 10, "'{orders.>}'", "ARRAY[" + id_of("k1-a") + "]::bigint[]"),
+            "free-1,k1-b,k2-b,free-2");
+  ASSERT_EQ(Exec(b.get(), "ROLLBACK"), "");
+  ASSERT_EQ(Exec(a.get(), "ROLLBACK"), "");
+  // Subject patterns that are not: a clear 22023, nothing locked.
+  for (const char* bad : {"'{}'", "NULL", "'{orders..x}'", "'{\">.orders\"}'", "'{\"a b\"}'"}) {
+    const std::string error = Exec(c.get(), "SELECT count(*) FROM idem.outbox_lock(10, 0, " +
+                                                std::string(bad) + ", '{}', 0)");
+    EXPECT_NE(error.find("ERROR:  idem.outbox_subjects_regex:"), std::string::npos)
+        << bad << ": " << error;
+  }
+}
+
+// idem.outbox_subjects_regex, which the lock filters with, matches exactly what the relay's
+// own NATS matching does, metacharacters in tokens included.
+TEST_F(OutboxTest, SubjectRegexMatchesAsNatsMatches) {
+  const std::vector<std::string> patterns = {
+      "orders.>", "orders.*", "*.created", ">", "*", "a.*.c", "orders.created", "a$b.>",
+      "x(1).y", "p+q.*", "a\\b", "r[1]", "t|u", "v^w", "n{2}", "caf\u00e9.*", "a?b"};
+  const std::vector<std::string> subjects = {
+      "orders.created", "orders.eu.created", "orders", "a.b.c", "a.b.b.c", "a$b.x", "ab.x",
+      "x(1).y", "x1.y", "p+q.r", "ppq.r", "a\\b", "ab", "r[1]", "r1", "t|u", "t", "v^w",
+      "n{2}", "nn", "caf\u00e9.x", "cafe.x", "a?b", "b", "x"};
+  PgConn conn = Connect();
+  for (const auto& pattern : patterns) {
+    for (const auto& subject : subjects) {
+      const char* values[] = {subject.c_str(), pattern.c_str()};
+      PGresult* r = PQexecParams(conn.get(),
+                                 "SELECT $1::text ~ idem.outbox_subjects_regex(ARRAY[$2::text])",
+                                 2, nullptr, values, nullptr, nullptr, 0);
+      ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQresultErrorMessage(r);
+      const bool matched = std::string(PQgetvalue(r, 0, 0)) == "t";
+      PQclear(r);
+      EXPECT_EQ(matched, outbox::SubjectMatches(pattern, subject))
+          << "pattern '" << pattern << "', subject '" << subject << "'";
+    }
+  }
+  EXPECT_EQ(Query("SELECT 'short.x' ~ idem.outbox_subjects_regex('{orders.>,short.*}')"), "t");
+}
+
 // The relay sends its settle's and attempt's arrays in PostgreSQL's binary format: what the
 // server reads back is what was meant, at the edges of each type, and an empty array is '{}'.
 TEST_F(OutboxTest, BinaryArraysReachTheServerAsWritten) {
@@ -508,28 +610,29 @@ TEST_F(OutboxTest, ABatchHeldIdleBeyondTheLeaseIsCutOffAndItsRowsTakenOver) {
   auto hung = outbox::OutboxDb::Open(server().Url(database_), /*listen=*/false);
   ASSERT_TRUE(hung.ok()) << hung.status().ToString();
   ASSERT_TRUE((*hung)->LimitIdleHold(std::chrono::milliseconds(300)).ok());
-  auto held = (*hung)->LockBatch(10);
+  const std::vector<std::string> all = {">"};
+  auto held = (*hung)->LockBatch(10, 0, all);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
-  ASSERT_EQ(held->size(), 2u);
+  ASSERT_EQ(held->rows.size(), 2u);
   EXPECT_TRUE((*hung)->InTransaction());
 
   auto next = outbox::OutboxDb::Open(server().Url(database_), /*listen=*/false);
   ASSERT_TRUE(next.ok());
-  auto none = (*next)->LockBatch(10);
+  auto none = (*next)->LockBatch(10, 0, all);
   ASSERT_TRUE(none.ok());
-  EXPECT_TRUE(none->empty()) << "held by the first, within its lease";
+  EXPECT_TRUE(none->rows.empty()) << "held by the first, within its lease";
   EXPECT_FALSE((*next)->InTransaction()) << "an empty lock ends its transaction";
   std::vector<outbox::ClaimedRow> taken;
   ASSERT_TRUE(testing::WaitUntil([&] {
-    auto rows = (*next)->LockBatch(10);
-    if (!rows.ok() || rows->empty()) return false;
-    taken = std::move(*rows);
+    auto locked = (*next)->LockBatch(10, 0, all);
+    if (!locked.ok() || locked->rows.empty()) return false;
+    taken = std::move(locked->rows);
     return true;
   }, std::chrono::seconds(10)));
   ASSERT_EQ(taken.size(), 2u);
   EXPECT_EQ(taken[0].event_id, "h1");
 
-  const outbox::PublishedRow late{(*held)[0].id, (*held)[0].day, 1, false};
+  const outbox::PublishedRow late{held->rows[0].id, held->rows[0].day, 1, false};
   auto settled = (*hung)->SettleBatch("hung/1", {late}, {}, "");
   EXPECT_FALSE(settled.ok());
   const outbox::PublishedRow first{taken[0].id, taken[0].day, 1, false};
@@ -645,6 +748,33 @@ TEST(SubjectMatchTest, WildcardsAsNatsDefinesThem) {
   EXPECT_TRUE(SubjectMatches(">", "a.b.c"));
   EXPECT_TRUE(outbox::AnySubjectMatches({"a.>", "b.*"}, "b.x"));
   EXPECT_FALSE(outbox::AnySubjectMatches({}, "b.x"));
+}
+
+TEST(SubjectMatchTest, PatternsAndWhetherOneLiesWithinAnother) {
+  using outbox::IsSubjectPattern;
+  using outbox::PatternWithin;
+  EXPECT_TRUE(IsSubjectPattern("orders.>"));
+  EXPECT_TRUE(IsSubjectPattern("*.created"));
+  EXPECT_TRUE(IsSubjectPattern("a*b.c"));  // a literal token, as NATS reads it
+  EXPECT_FALSE(IsSubjectPattern(""));
+  EXPECT_FALSE(IsSubjectPattern("orders..x"));
+  EXPECT_FALSE(IsSubjectPattern(".orders"));
+  EXPECT_FALSE(IsSubjectPattern("orders."));
+  EXPECT_FALSE(IsSubjectPattern(">.orders"));
+  EXPECT_FALSE(IsSubjectPattern("orders x"));
+  EXPECT_TRUE(PatternWithin("orders.eu.>", "orders.>"));
+  EXPECT_TRUE(PatternWithin("orders.*", "orders.>"));
+  EXPECT_TRUE(PatternWithin("orders.created", "orders.*"));
+  EXPECT_TRUE(PatternWithin("orders.>", "orders.>"));
+  EXPECT_TRUE(PatternWithin("a.b", ">"));
+  EXPECT_FALSE(PatternWithin("orders.>", "orders.*"));
+  EXPECT_FALSE(PatternWithin("orders", "orders.>"));
+  EXPECT_FALSE(PatternWithin("orders.*", "orders.created"));
+  EXPECT_FALSE(PatternWithin("short.>", "orders.>"));
+  EXPECT_FALSE(PatternWithin("a.b.c", "a.*"));
+  EXPECT_FALSE(PatternWithin("a.b", "a.b.c"));
+  EXPECT_TRUE(outbox::AnyPatternCovers({"orders.>", "short.*"}, "short.x"));
+  EXPECT_FALSE(outbox::AnyPatternCovers({"orders.>", "short.*"}, "short.>"));
 }
 
 }  // namespace

@@ -285,6 +285,59 @@ TEST_F(RelayTest, ThreeRelaysPublishEachEventOnceAndKeysInOrder) {
   for (auto& r : relays) EXPECT_EQ(r->process().Stop(SIGTERM), 0) << r->process().Output();
 }
 
+// A few busy ordering keys must not slow the rest down: rows without a key never wait behind
+// keyed ones, and the relay does not take a batch short of its held-back keyed rows for an
+// empty outbox. Here the poll interval is a minute, so a relay that stops for it (as one did
+// when one row in ten was over 7 keys, each batch losing its keyed rows to the one before it
+// and coming back short) misses the bound by far. Both of the mixes, the second
+// enqueued while the relay runs; per key, the stream keeps the outbox's order.
+TEST_F(RelayTest, KeyedRowsDrainWithoutWaitingForThePollInterval) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
+  ASSERT_EQ(Query("SELECT count(idem.outbox_enqueue('a' || g, 'orders.z', convert_to('p' || g, "
+                  "'UTF8'), '{}', CASE WHEN g % 10 = 0 THEN 'ok-' || (g % 7) END)) "
+                  "FROM generate_series(1, 3000) g"),
+            "3000");
+  RelayProcess relay({"--db", pg().Url(database_), "--nats", nats_.Url(), "--stream", "ORDERS",
+                      "--poll-interval", "60s", "--batch", "100"},
+                     Log("relay.log"));
+  ASSERT_EQ(relay.WaitReady(), "");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 3000; }, seconds(30)))
+      << Count("state = 1") << " of 3000 published (10% of rows over 7 keys)\n"
+      << relay.process().Output();
+  // Every row over 50 keys, enqueued in one transaction: its one notification wakes the relay.
+  ASSERT_EQ(Query("SELECT count(idem.outbox_enqueue('b' || g, 'orders.z', convert_to('p' || g, "
+                  "'UTF8'), '{}', 'k-' || (g % 50))) FROM generate_series(1, 2000) g"),
+            "2000");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 5000; }, seconds(30)))
+      << Count("state = 1") - 3000 << " of 2000 published (every row over 50 keys)\n"
+      << relay.process().Output();
+  const auto messages = ReadStream(js_.js(), "ORDERS");
+  ASSERT_EQ(messages.size(), 5000u);
+  std::set<std::string> ids;
+  for (const auto& m : messages) ids.insert(m.msg_id);
+  EXPECT_EQ(ids.size(), 5000u);
+  std::map<std::string, std::vector<int64_t>> stream_order;  // key -> outbox ids, stream order
+  std::map<std::string, std::pair<std::string, int64_t>> rows;  // event -> key, id
+  PgConn conn = ConnectPg(pg(), database_);
+  PGresult* r = PQexec(conn.get(), "SELECT event_id, ordering_key, id FROM idem.outbox "
+                                   "WHERE ordering_key IS NOT NULL");
+  ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK);
+  for (int i = 0; i < PQntuples(r); ++i) {
+    rows[PQgetvalue(r, i, 0)] = {PQgetvalue(r, i, 1), std::atoll(PQgetvalue(r, i, 2))};
+  }
+  PQclear(r);
+  ASSERT_EQ(rows.size(), 2300u);
+  for (const auto& m : messages) {
+    auto row = rows.find(m.msg_id);
+    if (row != rows.end()) stream_order[row->second.first].push_back(row->second.second);
+  }
+  ASSERT_EQ(stream_order.size(), 57u);
+  for (const auto& [key, order] : stream_order) {
+    EXPECT_TRUE(std::is_sorted(order.begin(), order.end())) << "key " << key;
+  }
+  EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
+}
+
 // Sequence order is not commit order: a row that commits late with a lower id than rows
 // already published is still published (the relay never tracks "the last id").
 TEST_F(RelayTest, LateCommittedLowerIdIsPublished) {
@@ -371,33 +424,39 @@ TEST_F(RelayTest, LateCommittedLowerIdIsPublishedWhileTheRelayIsBusy) {
 }
 
 // Bad rows are parked with a clear, counted error, kept, and not retried; the rows around
-// them go out.
+// them go out. A row on a subject the stream does not take is not bad: it is left pending
+// (untouched, no attempt) for a relay that takes it, and shows in the uncovered gauges.
 TEST_F(RelayTest, BadRowsAreParkedNotRetriedNotLost) {
   ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120), 1024), "");
   PgConn conn = ConnectPg(pg(), database_);
   ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
-  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"good-1", "orders.created", "ok"}));
-  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"too-big", "orders.created", std::string(4096, 'x')}));
-  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"wrong-subject", "payments.created", "x"}));
-  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"good-2", "orders.created", "ok"}));
+  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"good-1", "orders.created", "ok", {}, {}}));
+  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"too-big", "orders.created", std::string(4096, 'x'), {}, {}}));
+  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"wrong-subject", "payments.created", "x", {}, {}}));
+  ASSERT_TRUE(*outbox::Enqueue(conn.get(), {"good-2", "orders.created", "ok", {}, {}}));
   ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
   RelayProcess relay(RelayArgs(), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 2 && Count("state = 2") == 2; }, seconds(20)))
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 2 && Count("state = 2") == 1; }, seconds(20)))
       << relay.process().Output();
   EXPECT_EQ(Query("SELECT error FROM idem.outbox WHERE event_id = 'too-big'"),
             "message of 4130 bytes exceeds the largest stream ORDERS accepts (1024 bytes)");
-  EXPECT_EQ(Query("SELECT error FROM idem.outbox WHERE event_id = 'wrong-subject'"),
-            "subject 'payments.created' is not covered by stream ORDERS (subjects orders.>)");
   EXPECT_EQ(relay.Metric("idem_relay_parked_total{reason=\"too_large\"}"), 1);
-  EXPECT_EQ(relay.Metric("idem_relay_parked_total{reason=\"subject_not_covered\"}"), 1);
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_parked_rows") == 2; }, seconds(5)));
-  // Not retried: after several poll intervals they were attempted once.
+  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_parked_rows") == 1; }, seconds(5)));
+  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_uncovered_pending_rows") == 1; },
+                        seconds(5)));
+  // Not retried: after several poll intervals it was attempted once; the row on another
+  // subject was never touched.
   std::this_thread::sleep_for(milliseconds(800));
-  EXPECT_EQ(Query("SELECT string_agg(attempts::text, ',') FROM idem.outbox WHERE state = 2"), "1,1");
+  EXPECT_EQ(Query("SELECT string_agg(attempts::text, ',') FROM idem.outbox WHERE state = 2"), "1");
+  EXPECT_EQ(Query("SELECT state || ' ' || attempts || ' ' || coalesce(error, '-') FROM idem.outbox "
+                  "WHERE event_id = 'wrong-subject'"),
+            "0 0 -");
   EXPECT_NE(relay.process().Output().find("parked event too-big"), std::string::npos);
-  // An operator stops the relay, fixes the stream and un-parks: it goes out. (Un-parking while
-  // a relay that still sees the old stream runs would park the row again at once.)
+  EXPECT_EQ(relay.process().Output().find("wrong-subject"), std::string::npos)
+      << "no relay publishes it, but it has not waited --warn-uncovered-after (1 min) yet";
+  // An operator stops the relay, widens the stream's subjects and raises its size limit,
+  // and un-parks: both go out.
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
@@ -405,16 +464,109 @@ TEST_F(RelayTest, BadRowsAreParkedNotRetriedNotLost) {
   cfg.Name = "ORDERS";
   cfg.Subjects = subjects;
   cfg.SubjectsLen = 2;
-  cfg.MaxMsgSize = 1024;
+  cfg.MaxMsgSize = 8192;
   cfg.Duplicates = 120'000'000'000;
   jsStreamInfo* si = nullptr;
   ASSERT_EQ(js_UpdateStream(&si, js_.js(), &cfg, nullptr, nullptr), NATS_OK);
   jsStreamInfo_Destroy(si);
-  ASSERT_EQ(Query("SELECT idem.outbox_unpark('wrong-subject')"), "t");
+  ASSERT_EQ(Query("SELECT idem.outbox_unpark('too-big')"), "t");
   RelayProcess again(RelayArgs(), Log("relay2.log"));
   ASSERT_EQ(again.WaitReady(), "");
-  EXPECT_TRUE(WaitUntil([&] { return Count("state = 1") == 3; }, seconds(20))) << again.process().Output();
+  EXPECT_TRUE(WaitUntil([&] { return Count("state = 1") == 4; }, seconds(20))) << again.process().Output();
+  EXPECT_TRUE(WaitUntil([&] { return again.Metric("idem_relay_uncovered_pending_rows") == 0; },
+                        seconds(5)));
   EXPECT_EQ(again.process().Stop(SIGTERM), 0);
+}
+
+// Two streams on one outbox, a relay for each (as docs/emit.md recommends): each relay takes
+// only the rows its stream's subjects cover and leaves the others pending for the other, so
+// every event reaches exactly its stream, once, and nothing is parked. A row no running relay
+// covers stays pending, and both relays show it: the uncovered gauges, and a warning naming
+// it once it has waited --warn-uncovered-after.
+TEST_F(RelayTest, TwoStreamsOnOneOutboxEachRelayTakesItsOwnRows) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORD", {"orders.>"}, seconds(120)), "");
+  ASSERT_EQ(testing::AddStream(js_.js(), "SHORT", {"short.>"}, seconds(120)), "");
+  auto args = [&](const std::string& stream) {
+    return std::vector<std::string>{"--db", pg().Url(database_), "--nats", nats_.Url(),
+                                    "--stream", stream, "--poll-interval", "200ms",
+                                    "--batch", "40", "--warn-uncovered-after", "1s"};
+  };
+  RelayProcess ord(args("ORD"), Log("ord.log"));
+  RelayProcess short_relay(args("SHORT"), Log("short.log"));
+  ASSERT_EQ(ord.WaitReady(), "");
+  ASSERT_EQ(short_relay.WaitReady(), "");
+  constexpr int kEvents = 600;
+  ASSERT_EQ(Query("SELECT count(idem.outbox_enqueue('e' || g, CASE WHEN g % 3 = 0 THEN 'short.x' "
+                  "ELSE 'orders.z' END, convert_to('p' || g, 'UTF8'), '{}', "
+                  "CASE WHEN g % 5 = 0 THEN 'key-' || (g % 3) || '-' || (g % 4) END)) "
+                  "FROM generate_series(1, " + std::to_string(kEvents) + ") g; "
+                  "SELECT idem.outbox_enqueue('nobody-1', 'other.y', 'x')"),
+            "t");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == kEvents; }, seconds(30)))
+      << Count("state = 1") << " published\n" << ord.process().Output() << "\n"
+      << short_relay.process().Output();
+  EXPECT_EQ(Count("state = 2"), 0) << "parked:\n"
+                                   << Query("SELECT string_agg(event_id || ': ' || error, E'\\n') "
+                                            "FROM idem.outbox WHERE state = 2");
+  EXPECT_EQ(Query("SELECT state || ' ' || attempts FROM idem.outbox WHERE event_id = 'nobody-1'"),
+            "0 0");
+  for (const auto& [stream, subject] :
+       std::vector<std::pair<std::string, std::string>>{{"ORD", "orders.z"}, {"SHORT", "short.x"}}) {
+    std::set<std::string> expected;
+    for (int g = 1; g <= kEvents; ++g) {
+      if ((g % 3 == 0) == (subject == "short.x")) expected.insert("e" + std::to_string(g));
+    }
+    const auto messages = ReadStream(js_.js(), stream);
+    std::set<std::string> ids;
+    for (const auto& m : messages) {
+      ids.insert(m.msg_id);
+      EXPECT_EQ(m.subject, subject) << m.msg_id;
+    }
+    EXPECT_EQ(messages.size(), expected.size()) << stream << ": each event once";
+    EXPECT_EQ(ids, expected) << stream;
+  }
+  for (RelayProcess* relay : {&ord, &short_relay}) {
+    EXPECT_EQ(relay->Metric("idem_relay_parked_total{reason=\"too_large\"}"), 0);
+    EXPECT_TRUE(WaitUntil([&] { return relay->Metric("idem_relay_uncovered_pending_rows") == 1; },
+                          seconds(10)))
+        << relay->Metric("idem_relay_uncovered_pending_rows");
+    EXPECT_TRUE(WaitUntil([&] { return relay->Metric("idem_relay_uncovered_lag_seconds") >= 1; },
+                          seconds(10)));
+    EXPECT_TRUE(relay->process().WaitForLine("event nobody-1 on subject 'other.y'", seconds(10)))
+        << relay->process().Output();
+    EXPECT_EQ(relay->Metric("idem_relay_pending_rows"), 0);
+  }
+  EXPECT_EQ(ord.process().Stop(SIGTERM), 0);
+  EXPECT_EQ(short_relay.process().Stop(SIGTERM), 0);
+}
+
+// --subjects narrows what a relay takes to a part of its stream's subjects, and one outside
+// them is a clear error at start.
+TEST_F(RelayTest, SubjectsFlagNarrowsWhatARelayTakes) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORD", {"orders.>"}, seconds(120)), "");
+  for (const auto& [subjects, message] : std::vector<std::pair<std::string, std::string>>{
+           {"short.>", "--subjects 'short.>' is not within stream ORD's subjects (orders.>)"},
+           {"orders..x", "--subjects: 'orders..x' is not a NATS subject pattern"}}) {
+    testing::Process refused({IDEM_BINARY, "relay", "--db", pg().Url(database_), "--nats",
+                              nats_.Url(), "--stream", "ORD", "--subjects", subjects},
+                             Log("refused.log"));
+    const auto status = refused.WaitForExit(seconds(30));
+    EXPECT_TRUE(ExitedWith(status, 2)) << refused.Output();
+    EXPECT_NE(refused.Output().find(message), std::string::npos) << refused.Output();
+  }
+  Enqueue("eu-", 30, 30, "orders.eu.created");
+  Enqueue("us-", 30, 30, "orders.us.created");
+  RelayProcess relay({"--db", pg().Url(database_), "--nats", nats_.Url(), "--stream", "ORD",
+                      "--subjects", "orders.eu.>", "--poll-interval", "200ms"},
+                     Log("relay.log"));
+  ASSERT_EQ(relay.WaitReady(), "");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 30; }, seconds(20)))
+      << relay.process().Output();
+  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_uncovered_pending_rows") == 30; },
+                        seconds(10)));
+  EXPECT_EQ(Count("state = 1 AND subject = 'orders.eu.created'"), 30);
+  EXPECT_EQ(Count("state = 0 AND attempts = 0 AND subject = 'orders.us.created'"), 30);
+  EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
 }
 
 // nats-server gone for longer than the duplicate window, with rows published but not marked:

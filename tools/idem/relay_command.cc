@@ -12,6 +12,7 @@
 #include "idem/gateway_options.h"
 #include "outbox/admin_server.h"
 #include "outbox/relay.h"
+#include "outbox/subject_match.h"
 
 namespace idem::cli {
 namespace {
@@ -37,7 +38,7 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
   struct Flags {
     std::string db, nats, admin_listen, stream, create_stream, subjects;
     std::string duplicate_window = "2m", claim_lease = "30s", ack_timeout = "5s",
-                poll_interval = "2s";
+                poll_interval = "2s", warn_uncovered_after = "1m";
     int batch = 256, max_pending = 256, retention_days = 30;
     std::string relay_id;
   };
@@ -50,15 +51,18 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       "stream's PubAck; a crash in between republishes them, as duplicates the stream drops.\n"
       "Run as many relays as you like on one outbox: each holds its batch of rows locked (SKIP\n"
       "LOCKED) until it marks them; events sharing an ordering key go out in enqueue order, one\n"
-      "relay at a time.\n"
+      "relay at a time. A relay takes only the rows on its stream's subjects (or --subjects);\n"
+      "rows on other subjects stay pending for the relay of their stream.\n"
       "PostgreSQL or NATS down: retried with backoff, nothing lost. SIGTERM: finishes the\n"
-      "batch in flight and exits 0. Rows the stream cannot take (subject not covered, too\n"
-      "large) are parked with the reason, counted, and kept (SELECT idem.outbox_unpark(id)).\n\n"
+      "batch in flight and exits 0. Rows the stream cannot take (too large) are parked with\n"
+      "the reason, counted, and kept (SELECT idem.outbox_unpark(event_id)).\n\n"
       "Examples:\n"
       "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
       "             --stream ORDERS --admin-listen 127.0.0.1:9091\n"
       "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
-      "             --create-stream ORDERS --subjects 'orders.>' --duplicate-window 10m\n\n"
+      "             --create-stream ORDERS --subjects 'orders.>' --duplicate-window 10m\n"
+      "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
+      "             --stream ORDERS --subjects 'orders.eu.>'\n\n"
       "Exit codes: 0 after SIGTERM/SIGINT, 2 for bad flags, a missing stream or a schema\n"
       "from a newer idem.");
   cmd->add_option("--db", flags->db,
@@ -72,7 +76,9 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
   cmd->add_option("--create-stream", flags->create_stream,
                   "Like --stream, but create the stream (file storage) when it does not exist");
   cmd->add_option("--subjects", flags->subjects,
-                  "With --create-stream: the stream's subjects, comma-separated ('orders.>')");
+                  "The subjects whose outbox rows this relay takes, comma-separated NATS\n"
+                  "patterns ('orders.>'), each within the stream's subjects (default: the\n"
+                  "stream's). With --create-stream: also the subjects of the stream it creates");
   cmd->add_option("--duplicate-window", flags->duplicate_window,
                   "With --create-stream: how long the stream remembers a Nats-Msg-Id (a crashed\n"
                   "relay's republish within it is dropped; beyond it, consumers' inboxes must\n"
@@ -102,6 +108,10 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
                   "event (day partitions dropped hourly; 0: never)")
       ->capture_default_str();
   cmd->add_option("--relay-id", flags->relay_id, "Name in claims and logs (default HOST:PID)");
+  cmd->add_option("--warn-uncovered-after", flags->warn_uncovered_after,
+                  "Warn (at most once a minute) when a pending row on a subject this relay does\n"
+                  "not take has waited this long: no running relay may take it")
+      ->capture_default_str();
 
   return [flags]() -> int {
     auto fail = [](const std::string& message) {
@@ -128,12 +138,21 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       o.create_stream = std::move(spec);
     } else if (!flags->stream.empty()) {
       o.stream = flags->stream;
-      if (!flags->subjects.empty()) return fail("--subjects only goes with --create-stream");
     } else {
       return fail("name the stream: --stream NAME (existing) or --create-stream NAME --subjects ...");
     }
+    o.subjects = SplitSubjects(flags->subjects);
+    for (const auto& subject : o.subjects) {
+      if (!outbox::IsSubjectPattern(subject)) {
+        return fail("--subjects: '" + subject + "' is not a NATS subject pattern (dot-separated "
+                    "non-empty tokens, no spaces, '>' only last)");
+      }
+    }
+    if (!flags->subjects.empty() && o.subjects.empty()) return fail("--subjects names no subject");
     for (auto [name, text, out] :
          {std::tuple{"--claim-lease", &flags->claim_lease, &o.claim_lease},
+          std::tuple{"--warn-uncovered-after", &flags->warn_uncovered_after,
+                     &o.warn_uncovered_after},
           std::tuple{"--ack-timeout", &flags->ack_timeout, &o.ack_timeout},
           std::tuple{"--poll-interval", &flags->poll_interval, &o.poll_interval}}) {
       auto d = ParseDuration(*text);

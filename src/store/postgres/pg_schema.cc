@@ -7,6 +7,7 @@
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_settle_by_day_sql.h"
 #include "outbox/outbox_sql.h"
+#include "outbox/outbox_subjects_keys_sql.h"
 #include "store/postgres/pg_inbox_dispatch_sql.h"
 #include "store/postgres/pg_inbox_fast_sql.h"
 #include "store/postgres/pg_inbox_lean_sql.h"
@@ -59,7 +60,12 @@ constexpr Migration kMigrations[] = {
      outbox::internal::kOutboxFloorSql},
     {"worker layer: building blocks fail closed on NULLs and bound their inputs; the inbox "
      "sweep in steps (idem.inbox_sweep_step); balances derived by a ledger trigger",
-     kSchemaV17WorkerLimits},
+     kWorkerLimitsSql},
+    {"emit layer: a relay takes only the rows its subjects cover, and its own batches do not "
+     "hold back their keys' later rows (idem.outbox_subjects_regex, idem.outbox_lock with "
+     "subjects and held rows, idem.outbox_floors, idem.outbox_lag, idem.outbox_stats with "
+     "subjects)",
+     outbox::internal::kOutboxSubjectsKeysSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

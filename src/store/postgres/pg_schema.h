@@ -45,9 +45,13 @@ namespace idem::internal::pg {
 //      inbox_retention, intent_*, ...); the inbox sweep in bounded steps
 //      (idem.inbox_sweep_step, idem.inbox_sweep_all); balances kept by a trigger on idem.ledger;
 //      NULL fingerprints never match in idem_begin, idem_tier_begin, idem_tier_settle
+//   18 a relay locks only the rows on its subjects (idem.outbox_subjects_regex), and its own
+//      earlier batches do not hold back their keys' later rows: idem.outbox_lock(limit, after,
+//      subjects, held, floor), idem.outbox_floors, idem.outbox_lag, idem.outbox_stats(from,
+//      subjects, any_from); tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 17;
+inline constexpr int kSchemaVersion = 18;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now

@@ -41,7 +41,7 @@
 
 namespace idem::internal::pg {
 
-inline constexpr const char* kSchemaV17WorkerLimits = R"sql(
+inline constexpr const char* kWorkerLimitsSql = R"sql(
 -- ---- inbox ------------------------------------------------------------------------------------
 
 -- NULL in, NULL out (greatest(1, NULL) would answer 1).
