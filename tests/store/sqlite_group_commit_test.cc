@@ -1,5 +1,6 @@
 // SQLite group commit sized by concurrency: requests in flight through a StoreExecutor share
 // commits however few threads the executor has. Runs under TSan in CI.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -52,7 +53,7 @@ TEST(SqliteGroupCommitTest, EveryCompletionHeardBackIsCommitted) {
   auto reopened = OpenStore(url);
   ASSERT_TRUE(reopened.ok());
   for (int r = 0; r < kRequests; ++r) {
-    const std::string key = "k" + std::to_string(r) + "-0";
+    const std::string key = fmt::format("k{}-0", r);
     auto begun = (*reopened)->Begin(Scope{"t", "", key}, Fp(), seconds(30));
     ASSERT_TRUE(begun.ok());
     ASSERT_TRUE(std::holds_alternative<Replay>(*begun)) << key;

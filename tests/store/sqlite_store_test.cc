@@ -2,6 +2,7 @@
 // with another process's write lock, durability settings, large sweeps.
 #include <sqlite3.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -237,7 +238,7 @@ TEST_F(SqliteStoreTest, TheWalIsCheckpointedAndStaysBoundedWhileTheDatabaseGrows
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([&, t] {
       for (int i = 0; i < kPairsPerThread; ++i) {
-        const Scope scope{"t", "", "k" + std::to_string(t) + "-" + std::to_string(i)};
+        const Scope scope{"t", "", fmt::format("k{}-{}", t, i)};
         auto begun = (*store)->Begin(scope, Fp(), seconds(30));
         if (!begun.ok() || !OwnedToken(*begun)) {
           ++failures;
