@@ -662,7 +662,6 @@ TEST_F(RelayTest, PostgresRestartedUnderLoadLosesNothing) {
   });
   std::this_thread::sleep_for(milliseconds(500));
   pg().Kill();
-  std::this_thread::sleep_for(milliseconds(1000));
   EXPECT_TRUE(WaitUntil([&] { return relay.AdminStatus("/readyz") == 503; }, seconds(10)));
   ASSERT_TRUE(pg().Restart());
   producer.join();
