@@ -43,7 +43,7 @@ struct RelayOptions {
   // How long an idle relay waits for an enqueue notification before looking anyway (leases
   // of crashed relays run out without a notification).
   std::chrono::milliseconds poll_interval{std::chrono::seconds(2)};
-  int retention_days = 30;                 // published rows kept; 0: never swept
+  int retention_days = 30;                 // published rows kept, 0 to 366; 0: never swept
   std::chrono::milliseconds max_backoff{std::chrono::seconds(5)};
   std::string relay_id;                    // empty: host:pid
 };

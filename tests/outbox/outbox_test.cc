@@ -15,6 +15,7 @@
 #include "store/postgres/pg_binary_array.h"
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/postgres_store.h"
+#include "util/wait_for.h"
 
 namespace idem {
 namespace {
@@ -731,6 +732,216 @@ TEST_F(OutboxTest, SweepDropsOldPublishedDaysOnly) {
   EXPECT_EQ(Query("SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass "
                   "AND inhrelid::regclass::text >= 'idem.outbox_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')"),
             "3");
+}
+
+// ---- schema version 19: every building block fails closed ---------------------------------
+
+// The SQLSTATE `sql` ends with on `conn`, "" when it succeeds.
+std::string SqlState(PGconn* conn, const std::string& sql) {
+  PGresult* r = PQexec(conn, sql.c_str());
+  std::string state;
+  const ExecStatusType s = PQresultStatus(r);
+  if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+    const char* code = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    state = code != nullptr ? code : "?";
+  }
+  PQclear(r);
+  return state;
+}
+
+// A floor with half a mark used to skip its safety check (a NULL transaction id compares
+// neither way), and a NULL start scanned nothing and answered last id + 1: both above a row
+// that was about to commit. Now half a mark, or a last id never drawn, is 22023, and a NULL
+// start is "no floor known", a scan from the first pending row.
+TEST_F(OutboxTest, FloorRefusesHalfAMarkAndANullStartScansFromTheFirstRow) {
+  PgConn producer = Connect(), late = Connect(), relay = Connect();
+  auto commit_published = [&](const std::string& id) {
+    ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
+    ASSERT_TRUE(outbox::Enqueue(producer.get(), MakeEvent(id)).ok());
+    ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
+    ASSERT_EQ(Query("UPDATE idem.outbox SET state = 1 WHERE event_id = '" + id + "'"), "");
+  };
+  commit_published("e1");
+  ASSERT_EQ(Exec(late.get(), "BEGIN"), "");
+  ASSERT_TRUE(outbox::Enqueue(late.get(), MakeEvent("late")).ok());  // drawn, not committed
+  commit_published("e3");
+  const std::string last = Exec(relay.get(), "SELECT idem.outbox_last_id()");
+  const std::string xid = "'" + Exec(relay.get(), "SELECT idem.outbox_floor_xid()") + "'::xid8";
+  const std::string subjects = "'{orders.>}'";
+  for (const std::string& call :
+       {"idem.outbox_floor(" + last + ", NULL, 0)", "idem.outbox_floor(NULL, " + xid + ", 0)",
+        "idem.outbox_floor(" + last + " + 1000, " + xid + ", 0)",
+        "idem.outbox_floor(-1, " + xid + ", 0)",
+        "idem.outbox_floors(" + last + ", NULL, 0, 0, " + subjects + ")",
+        "idem.outbox_floors(NULL, " + xid + ", 0, 0, " + subjects + ")",
+        "idem.outbox_floors(" + last + " + 1000, " + xid + ", 0, 0, " + subjects + ")"}) {
+    EXPECT_EQ(SqlState(relay.get(), "SELECT * FROM " + call), "22023") << call;
+  }
+  // A whole mark taken while "late" may yet commit: no floor.
+  EXPECT_EQ(Exec(relay.get(), "SELECT coalesce(idem.outbox_floor(" + last + ", " + xid +
+                                  ", NULL)::text, 'wait')"),
+            "wait");
+  ASSERT_EQ(Exec(late.get(), "COMMIT"), "");
+  const std::string late_id = Query("SELECT id FROM idem.outbox WHERE event_id = 'late'");
+  EXPECT_EQ(Exec(relay.get(), "SELECT idem.outbox_floor(" + last + ", " + xid + ", NULL)"), late_id);
+  EXPECT_EQ(Exec(relay.get(), "SELECT any_floor || ' ' || covered_floor FROM idem.outbox_floors(" +
+                                  last + ", " + xid + ", NULL, NULL, " + subjects + ")"),
+            late_id + " " + late_id);
+}
+
+// LIMIT NULL is no limit: a NULL limit locked (or, with the legacy claim, leased) every
+// pending row, and a NULL start locked none, which a relay takes for an empty outbox. Every
+// overload still installed refuses them now, and the claim a NULL relay or lease.
+TEST_F(OutboxTest, LockAndClaimRefuseANullOrOutOfRangeLimitAndANullStart) {
+  EXPECT_EQ(Query("SELECT count(*) FILTER (WHERE idem.outbox_enqueue('e' || g, 'orders.created', "
+                  "'x')) FROM generate_series(1, 3) g"),
+            "3");
+  PgConn relay = Connect();
+  for (const char* call :
+       {"idem.outbox_lock(NULL, 0, '{orders.>}', '{}', 0)",
+        "idem.outbox_lock(0, 0, '{orders.>}', '{}', 0)",
+        "idem.outbox_lock(10001, 0, '{orders.>}', '{}', 0)",
+        "idem.outbox_lock(10, NULL, '{orders.>}', '{}', 0)", "idem.outbox_lock(NULL)",
+        "idem.outbox_lock(-1, 0)", "idem.outbox_lock(10, NULL)",
+        "idem.outbox_claim('r1', NULL, 60000)", "idem.outbox_claim('r1', 10, NULL)",
+        "idem.outbox_claim('r1', 10, 0)", "idem.outbox_claim(NULL, 10, 60000)"}) {
+    ASSERT_EQ(Exec(relay.get(), "BEGIN"), "");
+    EXPECT_EQ(SqlState(relay.get(), std::string("SELECT count(*) FROM ") + call), "22023") << call;
+    ASSERT_EQ(Exec(relay.get(), "ROLLBACK"), "");
+  }
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE claim_until IS NULL AND attempts = 0 "
+                  "AND claimed_by IS NULL"),
+            "3");
+  // A NULL held list and floor are "none" and "unknown", as before.
+  ASSERT_EQ(Exec(relay.get(), "BEGIN"), "");
+  EXPECT_EQ(Exec(relay.get(), "SELECT count(*) FROM idem.outbox_lock(10, 0, '{orders.>}', NULL, "
+                              "NULL)"),
+            "3");
+  ASSERT_EQ(Exec(relay.get(), "ROLLBACK"), "");
+}
+
+// A gauge read with a NULL floor (what idem.outbox_floor answers while none is known) counted
+// 0 pending rows and 0 s of lag; it counts from the first pending row now, the one answer that
+// cannot under-report.
+TEST_F(OutboxTest, GaugesCountFromTheStartForANullFloor) {
+  EXPECT_EQ(Query("SELECT count(*) FILTER (WHERE idem.outbox_enqueue('e' || g, "
+                  "CASE WHEN g = 1 THEN 'short.x' ELSE 'orders.created' END, 'x')) "
+                  "FROM generate_series(1, 3) g"),
+            "3");
+  ASSERT_EQ(Query("UPDATE idem.outbox SET enqueued_at = now() - interval '1 hour'"), "");
+  const std::string above = Query("SELECT max(id) + 1 FROM idem.outbox");
+  EXPECT_EQ(Query("SELECT pending || ' ' || (lag_seconds >= 3600) FROM idem.outbox_stats(NULL)"),
+            "3 true");
+  EXPECT_EQ(Query("SELECT idem.outbox_lag(NULL, '{orders.>}') >= 3600"), "t");
+  EXPECT_EQ(Query("SELECT pending || ' ' || (lag_seconds >= 3600) || ' ' || other_pending "
+                  "FROM idem.outbox_stats(NULL, '{orders.>}', 0)"),
+            "2 true 1");
+  EXPECT_EQ(Query("SELECT pending || ' ' || other_pending || ' ' || other_event_id "
+                  "FROM idem.outbox_stats(" + above + ", '{orders.>}', NULL)"),
+            "0 1 e1");
+}
+
+// The arrays of one batch line up, or nothing happens: unnest() pads a shorter array with
+// NULLs, which marked rows published without a stream sequence. An attempt record's span is
+// its ids' lowest and highest, whatever their order (reversed ids hid it from the next lock,
+// which then lost the attempt); a park needs a reason; forgetting needs an age.
+TEST_F(OutboxTest, SettleAttemptParkAndForgetRefuseWhatDoesNotLineUp) {
+  EXPECT_EQ(Query("SELECT count(*) FILTER (WHERE idem.outbox_enqueue('e' || g, 'orders.created', "
+                  "'x')) FROM generate_series(1, 3) g"),
+            "3");
+  const std::string ids = Query("SELECT array_agg(id ORDER BY id) FROM idem.outbox");
+  const std::string days = Query("SELECT array_agg(day ORDER BY id) FROM idem.outbox");
+  const std::string a = "'" + ids + "'::bigint[], '" + days + "'::integer[]";
+  PgConn relay = Connect();
+  for (const std::string& call : std::vector<std::string>{
+           "idem.outbox_settle('b', " + a + ", '{1,2}', '{f,f,f}', '{}', '{}', '')",
+           "idem.outbox_settle('b', " + a + ", '{1,2,3}', '{f,f}', '{}', '{}', '')",
+           "idem.outbox_settle('b', " + a + ", '{1,NULL,3}', '{f,f,f}', '{}', '{}', '')",
+           "idem.outbox_settle('b', " + a + ", NULL, '{f,f,f}', '{}', '{}', '')",
+           "idem.outbox_settle(NULL, " + a + ", '{1,2,3}', '{f,f,f}', '{}', '{}', '')",
+           "idem.outbox_settle('b', '{}', '{}', '{}', '{}', " + a + ", NULL)",
+           "idem.outbox_settle('b', '{}', '{}', '{}', '{}', '" + ids + "', '{1}', 'x')",
+           "idem.outbox_mark_published(" + a + ", '{1,2}', '{f,f,f}')",
+           "idem.outbox_attempt(NULL, '" + ids + "')", "idem.outbox_attempt('b', NULL)",
+           "idem.outbox_attempt('b', '{}')", "idem.outbox_attempt('b', '{1,NULL}')",
+           "idem.outbox_park(" + Query("SELECT min(id) FROM idem.outbox") + ", " +
+               Query("SELECT min(day) FROM idem.outbox") + ", NULL)",
+           "idem.outbox_forget_attempts(NULL)", "idem.outbox_forget_attempts(-1)"}) {
+    ASSERT_EQ(Exec(relay.get(), "BEGIN"), "");
+    EXPECT_EQ(SqlState(relay.get(), "SELECT * FROM " + call), "22023") << call;
+    ASSERT_EQ(Exec(relay.get(), "ROLLBACK"), "");
+  }
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE state = 0 AND attempts = 0"), "3");
+
+  // A record of the ids in descending order is found by a lock of the first row alone.
+  ASSERT_EQ(Query("SELECT idem.outbox_attempt('dead/1', (SELECT array_agg(id ORDER BY id DESC) "
+                  "FROM idem.outbox))"),
+            "");
+  ASSERT_EQ(Exec(relay.get(), "BEGIN"), "");
+  EXPECT_EQ(Exec(relay.get(), "SELECT attempts FROM idem.outbox_lock(1, 0, '{orders.>}', '{}', 0)"),
+            "2");
+  ASSERT_EQ(Exec(relay.get(), "ROLLBACK"), "");
+}
+
+// An ordering key goes into an index: at most 1,024 bytes, a clear 22023 beyond (a longer one
+// was stored when it compressed well, and failed with an index-size error when not).
+TEST_F(OutboxTest, EnqueueBoundsTheOrderingKey) {
+  PgConn conn = Connect();
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  auto at_bound = outbox::Enqueue(conn.get(), MakeEvent("at-bound", std::string(1024, 'k')));
+  ASSERT_TRUE(at_bound.ok()) << at_bound.status().ToString();
+  EXPECT_TRUE(*at_bound);
+  auto beyond = outbox::Enqueue(conn.get(), MakeEvent("beyond", std::string(1025, 'k')));
+  EXPECT_EQ(beyond.status().code(), StatusCode::kInvalidArgument) << beyond.status().ToString();
+  EXPECT_NE(beyond.status().message().find("ordering_key"), std::string::npos);
+  ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
+}
+
+// The sweep's days are 0 to 366 (every partition from today to today + ahead_days is created
+// in one transaction), a partition's day within 3,660 days before and 366 after today: a
+// clear 22023 beyond, and for NULLs, which did nothing or failed with another error.
+TEST_F(OutboxTest, SweepAndPartitionsRefuseDaysOutOfBounds) {
+  PgConn conn = Connect();
+  for (const char* call :
+       {"idem.outbox_sweep(30, 367)", "idem.outbox_sweep(30, -1)", "idem.outbox_sweep(30, NULL)",
+        "idem.outbox_sweep(367, 2)", "idem.outbox_sweep(-1, 2)", "idem.outbox_sweep(NULL, 2)",
+        "idem.outbox_ensure_partition(NULL)",
+        "idem.outbox_ensure_partition(idem.outbox_today() + 367)",
+        "idem.outbox_ensure_partition(idem.outbox_today() - 3661)"}) {
+    EXPECT_EQ(SqlState(conn.get(), std::string("SELECT ") + call), "22023") << call;
+  }
+  const std::string partitions =
+      "SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass";
+  EXPECT_EQ(Query(partitions), "3");
+  EXPECT_EQ(Query("SELECT idem.outbox_sweep(0, 5)"), "0");
+  EXPECT_EQ(Query(partitions), "6");
+  EXPECT_EQ(Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() - 3660)"), "t");
+}
+
+// A row committed into an old partition after the sweep checked it, while the sweep waits for
+// the partition's lock, keeps the partition (it used to be dropped with it).
+TEST_F(OutboxTest, SweepNeverDropsARowCommittedWhileItWaitsForTheLock) {
+  ASSERT_EQ(Query("SELECT idem.outbox_ensure_partition(idem.outbox_today() - 40)"), "t");
+  PgConn writer = Connect(), sweeper = Connect();
+  ASSERT_EQ(Exec(writer.get(), "BEGIN"), "");
+  ASSERT_EQ(Exec(writer.get(),
+                 "INSERT INTO idem.outbox (day, event_id, subject, payload, enqueued_at) VALUES "
+                 "(idem.outbox_today() - 40, 'late', 'a.b', 'x', now()); "
+                 "INSERT INTO idem.outbox_ids VALUES ('late', idem.outbox_today() - 40)"),
+            "");
+  const int sweeper_pid = PQbackendPID(sweeper.get());
+  auto swept = std::async(std::launch::async,
+                          [&] { return Exec(sweeper.get(), "SELECT idem.outbox_sweep(30, 2)"); });
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                     "AND pid = " + std::to_string(sweeper_pid)) == "1";
+      },
+      std::chrono::milliseconds(1500)));
+  ASSERT_EQ(Exec(writer.get(), "COMMIT"), "");
+  EXPECT_EQ(swept.get(), "0");
+  EXPECT_EQ(Query("SELECT event_id || ' ' || state FROM idem.outbox"), "late 0");
+  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox_ids WHERE event_id = 'late'"), "1");
 }
 
 TEST(SubjectMatchTest, WildcardsAsNatsDefinesThem) {

@@ -85,6 +85,18 @@ bool ExitedWith(const std::optional<int>& status, int code) {
   return status && WIFEXITED(*status) && WEXITSTATUS(*status) == code;
 }
 
+// The sweep keeps at most 366 days (idem.outbox_sweep refuses more): a longer retention is
+// refused at start, not by the first sweep an hour later.
+TEST_F(RelayTest, RetentionBeyondTheSweepsBoundIsRefusedAtStart) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
+  testing::Process relay({IDEM_BINARY, "relay", "--db", pg().Url(database_), "--nats", nats_.Url(),
+                          "--stream", "ORDERS", "--retention-days", "367"},
+                         Log("retention.log"));
+  EXPECT_TRUE(ExitedWith(relay.WaitForExit(seconds(10)), 2)) << relay.Output();
+  EXPECT_NE(relay.Output().find("--retention-days must be 0 to 366"), std::string::npos)
+      << relay.Output();
+}
+
 TEST_F(RelayTest, MissingStreamIsAClearErrorAndCreateStreamCreatesIt) {
   testing::Process missing({IDEM_BINARY, "relay", "--db", pg().Url(database_), "--nats",
                             nats_.Url(), "--stream", "NOPE"},

@@ -105,7 +105,7 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--retention-days", flags->retention_days,
                   "Days published rows are kept, so a late re-run of a producer still finds its\n"
-                  "event (day partitions dropped hourly; 0: never)")
+                  "event, 0 to 366 (day partitions dropped hourly; 0: never)")
       ->capture_default_str();
   cmd->add_option("--relay-id", flags->relay_id, "Name in claims and logs (default HOST:PID)");
   cmd->add_option("--warn-uncovered-after", flags->warn_uncovered_after,
@@ -164,7 +164,9 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
     if (flags->max_pending < 1 || flags->max_pending > 100000) {
       return fail("--max-pending must be 1 to 100000");
     }
-    if (flags->retention_days < 0) return fail("--retention-days must be 0 or more");
+    if (flags->retention_days < 0 || flags->retention_days > 366) {
+      return fail("--retention-days must be 0 to 366");
+    }
     o.batch = flags->batch;
     o.max_pending = flags->max_pending;
     o.retention_days = flags->retention_days;

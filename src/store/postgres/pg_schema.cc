@@ -1,6 +1,7 @@
 #include "store/postgres/pg_schema.h"
 
 #include "outbox/outbox_claim_room_sql.h"
+#include "outbox/outbox_fails_closed_sql.h"
 #include "outbox/outbox_floor_sql.h"
 #include "outbox/outbox_held_claim_sql.h"
 #include "outbox/outbox_lock_kept_plan_sql.h"
@@ -66,6 +67,9 @@ constexpr Migration kMigrations[] = {
      "subjects and held rows, idem.outbox_floors, idem.outbox_lag, idem.outbox_stats with "
      "subjects)",
      outbox::internal::kOutboxSubjectsKeysSql},
+    {"emit layer: building blocks fail closed on NULLs and bound their inputs (floors, locks, "
+     "gauges, settle, sweep: 0 to 366 days)",
+     outbox::internal::kOutboxFailsClosedSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -49,9 +49,13 @@ namespace idem::internal::pg {
 //      earlier batches do not hold back their keys' later rows: idem.outbox_lock(limit, after,
 //      subjects, held, floor), idem.outbox_floors, idem.outbox_lag, idem.outbox_stats(from,
 //      subjects, any_from); tables unchanged
+//   19 the emit layer fails closed on NULLs and bounds its inputs: a floor needs a whole mark,
+//      locks a limit of 1 to 10,000, the gauges count a NULL floor from the start, a batch's
+//      arrays are checked, idem.outbox_sweep takes 0 to 366 days and checks a partition again
+//      under its lock before dropping it; tables unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 18;
+inline constexpr int kSchemaVersion = 19;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now
