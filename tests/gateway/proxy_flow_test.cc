@@ -746,7 +746,11 @@ TEST(ProxyFlowTest, AWaiterGetsTheAnswerWhoseCompletionTheStoreRefused) {
   std::future<Response> first =
       flow.StartHeld("/pay", "k-1", FakeUpstream::Answer(201, "created once"));
   std::future<Response> waiting = flow.Start(PostPreferringWait("k-1", "wait=5"));
-  ASSERT_TRUE(flow.RunUntil([&] { return flow.waiters.waiting() == 1; }));
+  // The waiter has entered and made its store calls (the two Begins, then its look at the key):
+  // only the calls after those fail. Entering alone is not enough; a slow machine would fail
+  // the waiter's own look, which is a store error of its own (503), not what this test is about.
+  ASSERT_TRUE(flow.RunUntil(
+      [&] { return flow.waiters.waiting() == 1 && flow.faults->calls() >= 3; }));
   flow.faults->FailFrom(flow.faults->calls() + 1, UnavailableError("injected"));
   flow.upstream.Release();
   ASSERT_TRUE(flow.RunUntil([&] { return Ready(first) && Ready(waiting); }));
