@@ -59,7 +59,7 @@ took installing-dependencies
 
 # slowest LOG: the ten slowest tests of a ctest run, from its log.
 slowest() {
-  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [ .*]+(Passed|\*\*\*[A-Za-z]+|Failed) +([0-9.]+) sec.*/\3 \1/p' "$1" |
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+)( +# [^.]*)? [ .*]+(Passed|\*\*\*[A-Za-z]+|Failed) +([0-9.]+) sec.*/\4 \1/p' "$1" |
     sort -rn | head -10 | awk '{printf "  %8.1f s  %s\n", $1, $2}'
 }
 
