@@ -35,8 +35,8 @@ declare -A budget_cold=(
   [thread-safety-build]=150 [release-build]=420 [release-tests]=240 [release-demos]=60
   [asan-build]=600 [asan-tests]=330 [tsan-build]=420 [tsan-tests]=330)
 declare -A budget_warm=(
-  [thread-safety-build]=60 [release-build]=90 [release-tests]=240 [release-demos]=60
-  [asan-build]=90 [asan-tests]=330 [tsan-build]=90 [tsan-tests]=330)
+  [thread-safety-build]=60 [release-build]=180 [release-tests]=240 [release-demos]=60
+  [asan-build]=300 [asan-tests]=330 [tsan-build]=180 [tsan-tests]=330)
 
 # Tests at twice the cores: most of a test's time is spent waiting on servers, sockets and
 # timers, so two per core keep the cores busy (on two cores: the release tests in 160 s instead
