@@ -61,6 +61,12 @@ took() {
   echo "=== idem tests: $line ==="
 }
 took installing-dependencies
+# The summary, also when a stage fails and the run stops there.
+print_summary() {
+  echo "=== idem tests: summary ($warmth compiler cache; $SECONDS s in all) ==="
+  printf '%s\n' "${summary[@]}"
+}
+trap print_summary EXIT
 
 # slowest LOG: the ten slowest tests of a ctest run, from its log.
 slowest() {
@@ -99,5 +105,3 @@ for stage in ${IDEM_TEST_STAGES:-thread-safety release asan tsan}; do
   fi
 done
 
-echo "=== idem tests: summary ($warmth compiler cache; $SECONDS s in all) ==="
-printf '%s\n' "${summary[@]}"
