@@ -71,7 +71,9 @@ trap print_summary EXIT
 # slowest LOG: the ten slowest tests of a ctest run, from its log.
 slowest() {
   sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+)( +# [^.]*)? [ .*]+(Passed|\*\*\*[A-Za-z]+|Failed) +([0-9.]+) sec.*/\4 \1/p' "$1" |
-    sort -rn | head -10 | awk '{printf "  %8.1f s  %s\n", $1, $2}'
+    sort -rn | awk 'NR <= 10 {printf "  %8.1f s  %s\n", $1, $2}'
+  # (awk reads to the end: `head` would close the pipe early, and pipefail would take sort's
+  # SIGPIPE for a failure of the run)
 }
 
 for stage in ${IDEM_TEST_STAGES:-thread-safety release asan tsan}; do
