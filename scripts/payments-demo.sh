@@ -67,7 +67,8 @@ cleanup() {
   stop_pid "$nats_pid"
   stop_postgres
   if $failed || ((status != 0 && status != 130 && status != 143)); then  # not Ctrl-C/SIGTERM
-    for log in "$work"/*.log; do
+    shopt -s nullglob
+    for log in "$work"/*.log "$work"/pg/*.log; do
       echo "--- $(basename "$log") (last 20 lines)" >&2
       tail -n 20 "$log" >&2
     done

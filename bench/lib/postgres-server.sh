@@ -33,18 +33,32 @@ start_postgres() {
     chown postgres: "$dir/data" "$dir/sock"
     as_pg=(setpriv --reuid=postgres --regid=postgres --init-groups --)  # exec, no fork
   fi
-  pg_port=$(free_port)
   "${as_pg[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C \
     --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
-  "${as_pg[@]}" "$pg_bin/postgres" -D "$dir/data" -p "$pg_port" -k "$dir/sock" \
-    -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 \
-    ${pg_server_options[@]+"${pg_server_options[@]}"} >"$dir/postgres.log" 2>&1 &
-  pg_pid=$!
-  for _ in $(seq 100); do
-    "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && break
-    sleep 0.1
+  # A port found free can be taken before the server binds it (the tests' own servers and
+  # their clients pick ports too): a server that exits while starting is started again on
+  # another port, up to three times. Each start may take 60 s on a loaded machine.
+  local attempt
+  for attempt in 1 2 3; do
+    pg_port=$(free_port)
+    "${as_pg[@]}" "$pg_bin/postgres" -D "$dir/data" -p "$pg_port" -k "$dir/sock" \
+      -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100 \
+      ${pg_server_options[@]+"${pg_server_options[@]}"} >"$dir/postgres.log" 2>&1 &
+    pg_pid=$!
+    for _ in $(seq 600); do
+      kill -0 "$pg_pid" 2>/dev/null || break  # before the probe: another server may own the port
+      if "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port" && kill -0 "$pg_pid" 2>/dev/null; then
+        "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres \
+          -c "CREATE DATABASE $database" postgres
+        return
+      fi
+      sleep 0.1
+    done
+    echo "start_postgres: the server on port $pg_port did not come up (attempt $attempt of 3):" >&2
+    tail -n 20 "$dir/postgres.log" >&2
+    stop_postgres
   done
-  "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -c "CREATE DATABASE $database" postgres
+  return 1
 }
 
 stop_postgres() {
