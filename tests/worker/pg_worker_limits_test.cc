@@ -319,8 +319,11 @@ TEST_F(PgWorkerTest, AClaimIsNeverHeldUpByALargeSweep) {
   // The sweep did a large job: the backlog is gone, the 120-day retention's days are there.
   EXPECT_EQ(Sql(CountPartitions("day IS NULL OR day < current_date")), "0");
   EXPECT_GE(std::stoi(Sql(partitions)), before - 40 + 100);
-  // A step holds its locks for milliseconds; generous for a shared, loaded machine.
-  EXPECT_LT(max, 250.0) << "p50 " << p50 << " ms";
+  // A step holds its locks for milliseconds, so no claim waits for the sweep as a whole (one
+  // transaction for the whole job made a claim wait all of it). Measured against the sweep's
+  // own time, which a loaded machine stretches alike.
+  const double took_ms = std::chrono::duration<double, std::milli>(took).count();
+  EXPECT_LT(max, took_ms / 4) << "p50 " << p50 << " ms";
 }
 
 }  // namespace
