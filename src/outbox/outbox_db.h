@@ -31,6 +31,7 @@ struct ClaimedRow {
   int64_t first_attempt_age_ms = 0;
   int32_t attempts = 0;  // including this one
   bool keyed = false;    // it has an ordering key
+  std::optional<std::string> ordering_key;  // set when keyed
 };
 
 // What one lock took: the rows to publish, and what its scan saw besides.
@@ -69,6 +70,11 @@ struct OutboxStats {
   std::string other_event_id;
   std::string other_subject;
 };
+
+// The outbox's retention (idem.outbox_sweep) on any connection outside a transaction: drops
+// the day partitions older than `keep_days` (0 to 366) that hold only published rows, and
+// creates today's and the next two days' partitions. Returns how many it dropped.
+Result<int64_t> SweepOutbox(internal::pg::PgConnection& conn, int keep_days);
 
 class OutboxDb {
  public:
