@@ -101,7 +101,7 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare lock", kLock,
                                  "SELECT id, day, event_id, subject, payload, headers, "
                                  "first_attempt_age_ms, attempts, keyed, held_back, ordering_key "
-                                 "FROM idem.outbox_lock($1::integer, $2::bigint, $3::text[], "
+                                 "FROM idem.outbox_lock_keyed($1::integer, $2::bigint, $3::text[], "
                                  "$4::bigint[], $5::bigint)"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare attempt", kAttempt,
                                  "SELECT idem.outbox_attempt($1, $2::bigint[])"));

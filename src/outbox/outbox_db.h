@@ -85,7 +85,8 @@ class OutboxDb {
   // build.
   static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
 
-  // The relay's batch, held as row locks (schema versions 12 and 17, idem.outbox_lock): BEGINs
+  // The relay's batch, held as row locks (schema versions 12, 17 and 20,
+  // idem.outbox_lock_keyed): BEGINs
   // and locks up to `limit` pending rows with ids above `after_id` whose subject one of
   // `subjects` (NATS patterns) matches and that other transactions do not hold, in id order.
   // A keyed row is to be published only if every earlier pending row of its key is in the

@@ -1,10 +1,11 @@
 // Schema version 20: the relay publishes a row's ordering key as the message header
 // Idem-Ordering-Key, so a consumer can keep each key's order (docs/emit.md, "Ordering keys").
 //
-// The lock returns the key. idem.outbox_lock(limit, after, subjects, held, floor) answers one
-// more column, ordering_key (NULL for a row without one). Its result type changes, so the
-// function is dropped and created again; a relay of version 19 selects its columns by name
-// and reads the new function as it read the old one.
+// The lock returns the key. idem.outbox_lock_keyed(limit, after, subjects, held, floor) is
+// version 19's idem.outbox_lock with one more column, ordering_key (NULL for a row without
+// one). A new name rather than a new result for the old one: relays of version 19 keep
+// calling idem.outbox_lock, unchanged, during an upgrade, and every migration still runs
+// over a newer schema (a function's result type cannot be changed by CREATE OR REPLACE).
 //
 // Keys a header can carry. A NATS header value cannot hold a line break (CR or LF would end
 // the header line and start another one: the rest of the key would become a header of its
@@ -74,11 +75,11 @@ END $$;
 
 -- ---- the relay's lock, with each row's ordering key -------------------------------------------
 
-DROP FUNCTION IF EXISTS idem.outbox_lock(integer, bigint, text[], bigint[], bigint);
-
--- Version 19's lock, answering each row's ordering key too.
-CREATE FUNCTION idem.outbox_lock(p_limit integer, p_after bigint, p_subjects text[],
-                                 p_held bigint[], p_floor bigint)
+-- Version 19's lock (idem.outbox_lock(limit, after, subjects, held, floor)), answering each
+-- row's ordering key too.
+CREATE OR REPLACE FUNCTION idem.outbox_lock_keyed(p_limit integer, p_after bigint,
+                                                  p_subjects text[], p_held bigint[],
+                                                  p_floor bigint)
 RETURNS TABLE (id bigint, day integer, event_id text, subject text, payload bytea,
                headers jsonb, first_attempt_age_ms bigint, attempts integer, keyed boolean,
                held_back boolean, ordering_key text)
@@ -128,6 +129,19 @@ BEGIN
            LEFT JOIN gap g ON g.ordering_key = c.ordering_key
      ORDER BY c.id;
 END $$;
+
+-- Version 19's lock, for relays of versions 18 and 19 during an upgrade: the same rows, without
+-- the key (one body for both).
+CREATE OR REPLACE FUNCTION idem.outbox_lock(p_limit integer, p_after bigint, p_subjects text[],
+                                            p_held bigint[], p_floor bigint)
+RETURNS TABLE (id bigint, day integer, event_id text, subject text, payload bytea,
+               headers jsonb, first_attempt_age_ms bigint, attempts integer, keyed boolean,
+               held_back boolean)
+LANGUAGE sql VOLATILE AS $$
+  SELECT k.id, k.day, k.event_id, k.subject, k.payload, k.headers, k.first_attempt_age_ms,
+         k.attempts, k.keyed, k.held_back
+    FROM idem.outbox_lock_keyed(p_limit, p_after, p_subjects, p_held, p_floor) k
+$$;
 )sql";
 
 }  // namespace idem::outbox::internal

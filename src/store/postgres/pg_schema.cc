@@ -71,8 +71,9 @@ constexpr Migration kMigrations[] = {
     {"emit layer: building blocks fail closed on NULLs and bound their inputs (floors, locks, "
      "gauges, settle, sweep: 0 to 366 days)",
      outbox::internal::kOutboxFailsClosedSql},
-    {"emit layer: the relay's lock answers each row's ordering key (sent as the header "
-     "Idem-Ordering-Key); idem.outbox_enqueue refuses keys with control characters",
+    {"emit layer: the relay's lock answers each row's ordering key, sent as the header "
+     "Idem-Ordering-Key (idem.outbox_lock_keyed); idem.outbox_enqueue refuses keys with "
+     "control characters",
      outbox::internal::kOutboxKeyHeaderSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
