@@ -36,6 +36,12 @@ typedef struct pg_conn PGconn;  // libpq-fe.h
 
 namespace idem::outbox {
 
+// The header `idem relay` puts on every message of a row that has an ordering key: its value
+// is the key (control characters, which keys enqueued before schema version 20 may hold, and
+// '%' percent-encoded then). A row without a key gets none, and a header of this name among a
+// row's own headers is dropped: the row's key wins. `idem consume` orders by it.
+inline constexpr const char kOrderingKeyHeader[] = "Idem-Ordering-Key";
+
 struct Event {
   // Unique per event, 1 to 255 characters, stable across re-runs of the producer: derive it
   // from the business operation ("payment-42.captured"), never generate it per attempt.
@@ -45,12 +51,15 @@ struct Event {
   std::string subject;
   // The message body, any bytes.
   std::string payload;
-  // Extra message headers (name, value); Nats-Msg-Id is added by the relay.
+  // Extra message headers (name, value); Nats-Msg-Id is added by the relay, and
+  // Idem-Ordering-Key (kOrderingKeyHeader) from `ordering_key`, replacing one set here.
   std::vector<std::pair<std::string, std::string>> headers;
   // Events with the same key are published in enqueue order; enqueues of one key are
   // serialised until COMMIT (an advisory lock per distinct key, so keep the distinct keys of
   // one transaction within the server's max_locks_per_transaction budget, and take them in a
-  // consistent order). No key: no order guarantee, no serialisation, no lock.
+  // consistent order). No key: no order guarantee, no serialisation, no lock. At most 1,024
+  // bytes, without control characters (line breaks, tabs, ...): the relay sends it as the
+  // message header Idem-Ordering-Key.
   std::optional<std::string> ordering_key;
 };
 
@@ -58,8 +67,9 @@ struct Event {
 // with this id is already in the outbox (enqueueing is idempotent: a re-run of the producer
 // finds its event there for the retention horizon, default 30 days after enqueue). A
 // concurrent Enqueue of the same id on another connection waits until this transaction ends.
-// kInvalidArgument for an empty or over-long id, a subject with spaces or wildcards, or a bad
-// header name; the transaction is then aborted.
+// kInvalidArgument for an empty or over-long id, a subject with spaces or wildcards, a bad
+// header name, or an ordering key over 1,024 bytes or with a control character; the
+// transaction is then aborted.
 Result<bool> Enqueue(PGconn* conn, const Event& event);
 
 }  // namespace idem::outbox

@@ -39,6 +39,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -88,6 +89,23 @@ Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seco
 // partition whose lock stays busy past the step's lock timeout is left for the next run. Run it
 // at least daily; a PostgreSQL store's Sweep runs it too.
 Result<int64_t> InboxSweep(PGconn* conn);
+
+// What a whole inbox sweep did, summed over its steps.
+struct InboxSweepReport {
+  int64_t claims_dropped = 0;      // claims in the partitions dropped
+  int64_t partitions_dropped = 0;  // expired day partitions dropped
+  int64_t partitions_created = 0;  // day partitions created for the claims to come
+  int64_t partitions_busy = 0;     // left for the next run, their lock busy
+  int64_t steps = 0;               // transactions it took
+};
+// InboxSweep with every count, as if the server's clock read `now` (its UTC day is the
+// sweep's "today"; nullopt: the server's clock), creating partitions `horizon_days` (0 to 366)
+// beyond what the retentions in use need. `now` must lie within 3,660 days of the server's
+// clock (kInvalidArgument otherwise): moving it is for tests and for catching up, not for
+// production use.
+Result<InboxSweepReport> InboxSweepSteps(
+    PGconn* conn, std::optional<std::chrono::system_clock::time_point> now = std::nullopt,
+    int horizon_days = 2);
 
 // Appends the immutable entry (txn_id, account, amount, meta) and adds amount to the account's
 // balance, in one statement. True when appended; false (nothing changed) when txn_id is already

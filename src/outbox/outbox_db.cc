@@ -100,8 +100,8 @@ Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool li
   auto& c = *db->conn_;
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare lock", kLock,
                                  "SELECT id, day, event_id, subject, payload, headers, "
-                                 "first_attempt_age_ms, attempts, keyed, held_back "
-                                 "FROM idem.outbox_lock($1::integer, $2::bigint, $3::text[], "
+                                 "first_attempt_age_ms, attempts, keyed, held_back, ordering_key "
+                                 "FROM idem.outbox_lock_keyed($1::integer, $2::bigint, $3::text[], "
                                  "$4::bigint[], $5::bigint)"));
   IDEM_RETURN_IF_ERROR(c.Prepare("prepare attempt", kAttempt,
                                  "SELECT idem.outbox_attempt($1, $2::bigint[])"));
@@ -177,6 +177,7 @@ Result<LockedBatch> OutboxDb::LockBatch(int limit, int64_t after_id,
     row.first_attempt_age_ms = *age;
     row.attempts = static_cast<int32_t>(*attempts);
     row.keyed = ColumnBool(r, i, 8);
+    if (row.keyed) row.ordering_key = std::string(ColumnBytes(r, i, 10));
   }
   if (batch.rows.empty()) AbandonBatch();
   return batch;
@@ -327,12 +328,14 @@ Result<std::optional<OutboxDb::FloorPair>> OutboxDb::Floors(
   return std::optional<FloorPair>(FloorPair{*any, *covered});
 }
 
-Result<int64_t> OutboxDb::Sweep(int keep_days) {
-  auto result = conn_->Exec("outbox sweep", "SELECT idem.outbox_sweep(" +
-                                                std::to_string(keep_days) + ", 2)");
+Result<int64_t> SweepOutbox(internal::pg::PgConnection& conn, int keep_days) {
+  auto result = conn.Exec("outbox sweep", "SELECT idem.outbox_sweep(" +
+                                              std::to_string(keep_days) + ", 2)");
   if (!result.ok()) return result.status();
   return std::atoll(PQgetvalue(result->get(), 0, 0));
 }
+
+Result<int64_t> OutboxDb::Sweep(int keep_days) { return SweepOutbox(*conn_, keep_days); }
 
 Result<int64_t> OutboxDb::ForgetAttempts(std::chrono::milliseconds older_than) {
   auto result = conn_->Exec("outbox forget attempts", "SELECT idem.outbox_forget_attempts(" +

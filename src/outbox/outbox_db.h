@@ -31,6 +31,7 @@ struct ClaimedRow {
   int64_t first_attempt_age_ms = 0;
   int32_t attempts = 0;  // including this one
   bool keyed = false;    // it has an ordering key
+  std::optional<std::string> ordering_key;  // set when keyed
 };
 
 // What one lock took: the rows to publish, and what its scan saw besides.
@@ -70,6 +71,11 @@ struct OutboxStats {
   std::string other_subject;
 };
 
+// The outbox's retention (idem.outbox_sweep) on any connection outside a transaction: drops
+// the day partitions older than `keep_days` (0 to 366) that hold only published rows, and
+// creates today's and the next two days' partitions. Returns how many it dropped.
+Result<int64_t> SweepOutbox(internal::pg::PgConnection& conn, int keep_days);
+
 class OutboxDb {
  public:
   // Connects (URL as the PostgreSQL store's), brings the schema to the current version and,
@@ -79,7 +85,8 @@ class OutboxDb {
   // build.
   static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
 
-  // The relay's batch, held as row locks (schema versions 12 and 17, idem.outbox_lock): BEGINs
+  // The relay's batch, held as row locks (schema versions 12, 17 and 20,
+  // idem.outbox_lock_keyed): BEGINs
   // and locks up to `limit` pending rows with ids above `after_id` whose subject one of
   // `subjects` (NATS patterns) matches and that other transactions do not hold, in id order.
   // A keyed row is to be published only if every earlier pending row of its key is in the

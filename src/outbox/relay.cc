@@ -15,6 +15,8 @@
 #include <spdlog/spdlog.h>
 
 #include "idem/mutex.h"
+#include "idem/outbox.h"
+#include "outbox/ordering_key_header.h"
 #include "outbox/outbox_db.h"
 #include "outbox/subject_match.h"
 
@@ -93,6 +95,7 @@ struct Relay::Conn {
   bool logged_nats_down = false;
   std::optional<SteadyClock::time_point> uncovered_warned;
   std::optional<SteadyClock::time_point> not_taken_warned;  // rows locked the stream refuses
+  std::optional<SteadyClock::time_point> own_key_header_noted;  // a row's own Idem-Ordering-Key
   std::optional<OutboxDb::FloorMark> floor_mark;  // taken, its floor not read yet
   bool pg_connected_before = false;
   // Connections for batches, idle (none in a transaction). A batch takes one for its life:
@@ -525,6 +528,19 @@ bool Relay::PublishOneBatch() {
       continue;
     }
     if (row.attempts > 1) metrics_.reclaimed.fetch_add(1);
+    // The row's ordering key as Idem-Ordering-Key, replacing a header of that name the row
+    // set itself (the key wins; rows without a key carry none).
+    if (SetOrderingKeyHeader(row.headers, row.ordering_key)) {
+      const auto now = SteadyClock::now();
+      if (!c.own_key_header_noted || now - *c.own_key_header_noted >= kUncoveredWarnEvery) {
+        c.own_key_header_noted = now;
+        spdlog::info("relay: event {} (outbox id {}) set the header {} itself: dropped, the "
+                     "relay sets it from the row's ordering key ({}) (logged at most once a "
+                     "minute)",
+                     row.event_id, row.id, kOrderingKeyHeader,
+                     row.ordering_key ? "it has one" : "it has none, so the message carries none");
+      }
+    }
     OutMessage m{row.event_id, row.subject, std::move(row.payload), std::move(row.headers)};
     if (const int64_t size = EncodedSize(m); limit > 0 && size > limit) {
       const std::string park = "message of " + std::to_string(size) +

@@ -107,6 +107,14 @@ Status InboxRetention(PGconn* conn, std::string_view consumer, std::chrono::seco
 }
 
 Result<int64_t> InboxSweep(PGconn* conn) {
+  auto report = InboxSweepSteps(conn);
+  if (!report.ok()) return report.status();
+  return report->claims_dropped;
+}
+
+Result<InboxSweepReport> InboxSweepSteps(PGconn* conn,
+                                         std::optional<std::chrono::system_clock::time_point> now,
+                                         int horizon_days) {
   constexpr std::string_view kOp = "inbox sweep";
   if (conn == nullptr) return InvalidArgumentError("postgresql inbox sweep: no connection");
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
@@ -114,27 +122,44 @@ Result<int64_t> InboxSweep(PGconn* conn) {
         "postgresql inbox sweep: must run outside a transaction (each bounded step commits on "
         "its own)");
   }
+  PgParams params;
+  if (now) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now->time_since_epoch());
+    params.Text(std::to_string(ms.count()));
+  } else {
+    params.Null();
+  }
+  params.Text(std::to_string(horizon_days));
   // Every step but the last drops or creates a partition, so the loop ends; the cap is a
   // safeguard.
   constexpr int kMaxSteps = 100000;
-  int64_t claims = 0;
+  InboxSweepReport report;
   for (int step = 0; step < kMaxSteps; ++step) {
-    PgResult result(PQexec(conn, "SELECT claims_dropped || ' ' || done::text "
-                                 "FROM idem.inbox_sweep_step()"));
+    PgResult result(PQexecParams(
+        conn,
+        "SELECT claims_dropped, partitions_dropped, partitions_created, partitions_busy, "
+        "done::text FROM idem.inbox_sweep_step(coalesce(to_timestamp($1::bigint / 1000.0), "
+        "now()), $2::integer)",
+        params.size(), nullptr, params.values(), params.lengths(), params.formats(),
+        /*resultFormat=*/0));
     if (result == nullptr) return internal::pg::FromPgResult(nullptr, conn, kOp);
     IDEM_RETURN_IF_ERROR(internal::pg::CheckResult(result.get(), conn, kOp));
-    if (PQntuples(result.get()) != 1 || PQnfields(result.get()) != 1) {
-      return DataLossError("postgresql inbox sweep: expected one row");
+    if (PQntuples(result.get()) != 1 || PQnfields(result.get()) != 5) {
+      return DataLossError("postgresql inbox sweep: expected one row of five columns");
     }
-    const std::string row = PQgetvalue(result.get(), 0, 0);
-    const size_t space = row.find(' ');
-    if (space == std::string::npos) {
-      return DataLossError("postgresql inbox sweep: unexpected row " + row);
+    int64_t counts[4];
+    for (int i = 0; i < 4; ++i) {
+      auto value = ParseInt(kOp, PQgetvalue(result.get(), 0, i));
+      if (!value.ok()) return value.status();
+      counts[i] = *value;
     }
-    auto dropped = ParseInt(kOp, row.substr(0, space));
-    if (!dropped.ok()) return dropped.status();
-    claims += *dropped;
-    if (row.substr(space + 1) == "true") return claims;
+    report.claims_dropped += counts[0];
+    report.partitions_dropped += counts[1];
+    report.partitions_created += counts[2];
+    report.partitions_busy += counts[3];
+    ++report.steps;
+    if (std::string_view(PQgetvalue(result.get(), 0, 4)) == "true") return report;
   }
   return InternalError("postgresql inbox sweep: not done after " + std::to_string(kMaxSteps) +
                        " steps");

@@ -55,6 +55,12 @@ std::vector<StreamMessage> ReadStream(jsCtx* js, const std::string& stream) {
       for (int i = 0; i < count; ++i) {
         const char* value = nullptr;
         if (natsMsgHeader_Get(msg, keys[i], &value) == NATS_OK) m.headers[keys[i]] = value;
+        const char** values = nullptr;
+        int n = 0;
+        if (natsMsgHeader_Values(msg, keys[i], &values, &n) == NATS_OK) {
+          for (int v = 0; v < n; ++v) m.header_lines.emplace_back(keys[i], values[v]);
+          free(values);
+        }
       }
       free(keys);
     }

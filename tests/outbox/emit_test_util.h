@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "util/postgres_server.h"
@@ -34,7 +35,8 @@ struct StreamMessage {
   std::string subject;
   std::string data;
   std::string msg_id;  // Nats-Msg-Id
-  std::map<std::string, std::string> headers;
+  std::map<std::string, std::string> headers;  // the first value of each name
+  std::vector<std::pair<std::string, std::string>> header_lines;  // every (name, value)
 };
 // Every message of `stream`, in stream order.
 std::vector<StreamMessage> ReadStream(jsCtx* js, const std::string& stream);

@@ -897,6 +897,32 @@ TEST_F(OutboxTest, EnqueueBoundsTheOrderingKey) {
   ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
 }
 
+// The relay sends an ordering key as the header Idem-Ordering-Key, whose value cannot hold a
+// line break (it would end the header line): a key with a control character is a clear 22023
+// (schema version 20); spaces, '%' and non-ASCII letters are keys like any other.
+TEST_F(OutboxTest, EnqueueRefusesOrderingKeysAHeaderCannotCarry) {
+  PgConn conn = Connect();
+  for (const std::string key : {"a\nb", "a\r", "tab\there", "del\x7f"}) {
+    ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+    auto refused = outbox::Enqueue(conn.get(), MakeEvent("bad", key));
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(refused.status().message().find("Idem-Ordering-Key"), std::string::npos)
+        << refused.status().ToString();
+    ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
+  }
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  auto fine = outbox::Enqueue(conn.get(), MakeEvent("fine", " konto ä 50% "));
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_TRUE(*fine);
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+  // The relay's lock answers the key.
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  EXPECT_EQ(Exec(conn.get(),
+                 "SELECT ordering_key FROM idem.outbox_lock_keyed(1, 0, '{>}', '{}', 0)"),
+            " konto ä 50% ");
+  ASSERT_EQ(Exec(conn.get(), "ROLLBACK"), "");
+}
+
 // The sweep's days are 0 to 366 (every partition from today to today + ahead_days is created
 // in one transaction), a partition's day within 3,660 days before and 366 after today: a
 // clear 22023 beyond, and for NULLs, which did nothing or failed with another error.

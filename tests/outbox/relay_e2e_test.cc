@@ -490,6 +490,65 @@ TEST_F(RelayTest, BadRowsAreParkedNotRetriedNotLost) {
   EXPECT_EQ(again.process().Stop(SIGTERM), 0);
 }
 
+// Every message of a keyed row carries its ordering key in the header Idem-Ordering-Key (the
+// consumer orders by it); an unkeyed row's carries none. A header of that name the row set
+// itself never overrides or duplicates it (any case), and is dropped from an unkeyed row's.
+// A key holding a control character (a row from before schema version 20, which refuses
+// them now) goes out percent-encoded, never as a broken header line.
+TEST_F(RelayTest, KeyedRowsCarryTheirOrderingKeyHeader) {
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
+  PgConn conn = ConnectPg(pg(), database_);
+  ASSERT_EQ(Exec(conn.get(), "BEGIN"), "");
+  const std::vector<outbox::Event> events = {
+      {"keyed-1", "orders.created", "a", {{"X-Test", "1"}}, "account-7"},
+      {"plain-1", "orders.created", "b", {{"X-Test", "2"}}, std::nullopt},
+      {"keyed-2", "orders.created", "c", {{"Idem-Ordering-Key", "spoofed"}}, "account-7"},
+      {"keyed-3", "orders.created", "d", {{"idem-ordering-key", "spoofed"}}, "konto ä/50%"},
+      {"plain-2", "orders.created", "e", {{"Idem-Ordering-Key", "spoofed"}}, std::nullopt},
+  };
+  for (const auto& event : events) {
+    auto queued = outbox::Enqueue(conn.get(), event);
+    ASSERT_TRUE(queued.ok() && *queued) << event.event_id << ": " << queued.status().ToString();
+  }
+  ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
+  // A row enqueued before version 20 with a line break and a tab in its key.
+  ASSERT_EQ(Query("INSERT INTO idem.outbox (day, event_id, subject, payload, enqueued_at, "
+                  "ordering_key) VALUES (idem.outbox_today(), 'legacy-1', 'orders.created', "
+                  "'f', now(), E'line\\r\\nNats-Msg-Id: x\\t%'); "
+                  "INSERT INTO idem.outbox_ids VALUES ('legacy-1', idem.outbox_today())"),
+            "");
+  RelayProcess relay(RelayArgs(), Log("relay.log"));
+  ASSERT_EQ(relay.WaitReady(), "");
+  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 6; }, seconds(20)))
+      << relay.process().Output();
+  const auto messages = ReadStream(js_.js(), "ORDERS");
+  ASSERT_EQ(messages.size(), 6u);
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> keys;  // by event
+  for (const auto& m : messages) {
+    for (const auto& [name, value] : m.header_lines) {
+      std::string lower = name;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      if (lower == "idem-ordering-key") keys[m.msg_id].emplace_back(name, value);
+    }
+  }
+  using Lines = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(keys["keyed-1"], (Lines{{"Idem-Ordering-Key", "account-7"}}));
+  EXPECT_EQ(keys["keyed-2"], (Lines{{"Idem-Ordering-Key", "account-7"}}));
+  EXPECT_EQ(keys["keyed-3"], (Lines{{"Idem-Ordering-Key", "konto ä/50%"}}));
+  EXPECT_EQ(keys["legacy-1"], (Lines{{"Idem-Ordering-Key", "line%0D%0ANats-Msg-Id: x%09%25"}}));
+  EXPECT_EQ(keys.count("plain-1"), 0u);
+  EXPECT_EQ(keys.count("plain-2"), 0u);
+  for (const auto& m : messages) {
+    EXPECT_EQ(m.headers.count("X-Test"), m.msg_id == "keyed-1" || m.msg_id == "plain-1" ? 1u : 0u)
+        << m.msg_id;
+  }
+  EXPECT_EQ(messages[5].msg_id, "legacy-1") << "its line break did not become a header line";
+  EXPECT_NE(relay.process().Output().find("set the header Idem-Ordering-Key itself"),
+            std::string::npos)
+      << relay.process().Output();
+  EXPECT_EQ(relay.process().Stop(SIGTERM), 0) << relay.process().Output();
+}
+
 // Two streams on one outbox, a relay for each (as docs/emit.md recommends): each relay takes
 // only the rows its stream's subjects cover and leaves the others pending for the other, so
 // every event reaches exactly its stream, once, and nothing is parked. A row no running relay

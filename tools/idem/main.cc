@@ -14,6 +14,7 @@
 #include "migrate_command.h"
 #include "relay_command.h"
 #include "selfcheck.h"
+#include "sweep_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -22,9 +23,10 @@ int main(int argc, char** argv) {
       "the ingest gateway (Idempotency-Key dedup), the worker inbox, and the emit outbox.\n"
       "This build ships the gateway (ingest layer), the core engine and its stores, and the\n"
       "client side: key generators (idem key) and a retrying client (idem call); the worker\n"
-      "layer's JetStream-to-HTTP sidecar (idem consume); and the emit layer's outbox relay to\n"
-      "NATS JetStream (idem relay); and idem chaos, which measures exactly-once effects end\n"
-      "to end under injected faults.",
+      "layer's JetStream-to-HTTP sidecar (idem consume); the emit layer's outbox relay to NATS\n"
+      "JetStream (idem relay); idem sweep, which keeps the inbox and the outbox within their\n"
+      "retention where no gateway runs; and idem chaos, which measures exactly-once effects\n"
+      "end to end under injected faults.",
       "idem"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(idem::kVersion));
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   auto run_consume = idem::cli::AddConsumeCommand(app);
   auto run_relay = idem::cli::AddRelayCommand(app);
   auto run_chaos = idem::cli::AddChaosCommand(app);
+  auto run_sweep = idem::cli::AddSweepCommand(app);
 
   // A bad flag is exit code 2 for every subcommand (the docs promise it), with CLI11's message
   // on standard error; --help and --version are not errors.
@@ -88,5 +91,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("consume")) return run_consume();
   if (app.got_subcommand("relay")) return run_relay();
   if (app.got_subcommand("chaos")) return run_chaos();
+  if (app.got_subcommand("sweep")) return run_sweep();
   return 0;
 }

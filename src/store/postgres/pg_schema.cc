@@ -4,6 +4,7 @@
 #include "outbox/outbox_fails_closed_sql.h"
 #include "outbox/outbox_floor_sql.h"
 #include "outbox/outbox_held_claim_sql.h"
+#include "outbox/outbox_key_header_sql.h"
 #include "outbox/outbox_lock_kept_plan_sql.h"
 #include "outbox/outbox_plans_sql.h"
 #include "outbox/outbox_settle_by_day_sql.h"
@@ -70,6 +71,10 @@ constexpr Migration kMigrations[] = {
     {"emit layer: building blocks fail closed on NULLs and bound their inputs (floors, locks, "
      "gauges, settle, sweep: 0 to 366 days)",
      outbox::internal::kOutboxFailsClosedSql},
+    {"emit layer: the relay's lock answers each row's ordering key, sent as the header "
+     "Idem-Ordering-Key (idem.outbox_lock_keyed); idem.outbox_enqueue refuses keys with "
+     "control characters",
+     outbox::internal::kOutboxKeyHeaderSql},
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

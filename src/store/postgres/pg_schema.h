@@ -53,9 +53,13 @@ namespace idem::internal::pg {
 //      locks a limit of 1 to 10,000, the gauges count a NULL floor from the start, a batch's
 //      arrays are checked, idem.outbox_sweep takes 0 to 366 days and checks a partition again
 //      under its lock before dropping it; tables unchanged
+//   20 the relay's lock answers each row's ordering key (idem.outbox_lock_keyed: version 19's
+//      idem.outbox_lock with the column ordering_key), which the relay sends as the header
+//      Idem-Ordering-Key; idem.outbox_enqueue refuses a key with a control character; tables
+//      unchanged
 // One version number, kept in the store schema's idem_schema table, covers both: opening a
 // store or `idem migrate` installs the whole stack. A later layer appends the next version.
-inline constexpr int kSchemaVersion = 19;
+inline constexpr int kSchemaVersion = 20;
 
 // Brings the schema `schema` (created if missing) to kSchemaVersion in one transaction,
 // holding an advisory lock so gateways starting together take turns. Returns the version now

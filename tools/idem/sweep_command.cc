@@ -1,0 +1,269 @@
+#include "sweep_command.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "idem/gateway_options.h"
+#include "outbox/admin_server.h"
+#include "store/postgres/pg_url.h"
+#include "sweep/sweeper.h"
+
+namespace idem::cli {
+namespace {
+
+constexpr auto kRetryAfterFailure = std::chrono::minutes(1);
+
+// The daemon's counters for /metrics.
+struct SweepCounters {
+  std::atomic<uint64_t> runs{0}, failures{0}, claims_dropped{0}, inbox_partitions_dropped{0},
+      inbox_partitions_created{0}, inbox_partitions_busy{0}, outbox_partitions_dropped{0};
+  std::atomic<int64_t> last_success_unix{0};
+  std::atomic<bool> last_failed{false};
+  std::atomic<bool> succeeded_once{false};
+
+  void Count(const sweep::SweepReport& r) {
+    claims_dropped += static_cast<uint64_t>(r.inbox.claims_dropped);
+    inbox_partitions_dropped += static_cast<uint64_t>(r.inbox.partitions_dropped);
+    inbox_partitions_created += static_cast<uint64_t>(r.inbox.partitions_created);
+    inbox_partitions_busy += static_cast<uint64_t>(r.inbox.partitions_busy);
+    outbox_partitions_dropped += static_cast<uint64_t>(r.outbox_partitions_dropped);
+    last_success_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    last_failed = false;
+    succeeded_once = true;
+  }
+
+  std::string Render() const {
+    std::string out;
+    auto counter = [&out](const char* name, const char* help, uint64_t value) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" +
+             name + " " + std::to_string(value) + "\n";
+    };
+    counter("idem_sweep_runs_total", "Sweeps run.", runs);
+    counter("idem_sweep_failures_total", "Sweeps that failed (retried a minute later).",
+            failures);
+    counter("idem_sweep_inbox_claims_dropped_total", "Inbox claims dropped with their partition.",
+            claims_dropped);
+    counter("idem_sweep_inbox_partitions_dropped_total", "Expired inbox day partitions dropped.",
+            inbox_partitions_dropped);
+    counter("idem_sweep_inbox_partitions_created_total", "Inbox day partitions created ahead.",
+            inbox_partitions_created);
+    counter("idem_sweep_inbox_partitions_busy_total",
+            "Inbox partitions left for the next run, their lock busy.", inbox_partitions_busy);
+    counter("idem_sweep_outbox_partitions_dropped_total",
+            "Outbox day partitions of published rows dropped.", outbox_partitions_dropped);
+    out += "# HELP idem_sweep_last_success_timestamp_seconds When the last sweep succeeded.\n"
+           "# TYPE idem_sweep_last_success_timestamp_seconds gauge\n"
+           "idem_sweep_last_success_timestamp_seconds " +
+           std::to_string(last_success_unix.load()) + "\n";
+    return out;
+  }
+};
+
+// Waits up to `d`, or until `stop` is set (and the condition notified).
+struct Stopper {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+
+  bool WaitFor(std::chrono::milliseconds d) {  // true when stopped
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, d, [this] { return stop; });
+  }
+  void Stop() {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+std::function<int()> AddSweepCommand(CLI::App& app) {
+  struct Flags {
+    std::string db, every = "10m", admin_listen, unsafe_clock_offset;
+    int outbox_retention_days = 30, horizon_days = 2;
+    bool once = false, no_outbox = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  auto* cmd = app.add_subcommand(
+      "sweep",
+      "Keep the worker layer's inbox (idem.inbox_claim) and the transactional outbox within\n"
+      "their retention, on a database where no idem gateway runs (a gateway with a PostgreSQL\n"
+      "store sweeps the inbox of its database itself). Each sweep drops the inbox's expired\n"
+      "day partitions and creates the ones the coming days' claims need (in bounded steps,\n"
+      "each its own short transaction, so claims never wait behind it), then drops the\n"
+      "outbox's day partitions of published rows older than --outbox-retention-days (what\n"
+      "`idem relay` also does hourly). Safe to run next to gateways, relays and consumers, and\n"
+      "several at once. Without a sweep the inbox grows by a day partition a day, forever.\n\n"
+      "By default a small daemon that sweeps at start and then every --every; SIGTERM or\n"
+      "SIGINT ends it after the sweep in progress. With --once it sweeps once and exits: for a\n"
+      "Kubernetes CronJob, a systemd timer or cron.\n\n"
+      "Examples:\n"
+      "  idem sweep --db postgresql://app@db:5432/app                # daemon, every 10 min\n"
+      "  idem sweep --db postgresql://app@db:5432/app --once         # from a scheduler\n"
+      "  idem sweep --db postgresql://app@db:5432/app --every 1h --admin-listen 127.0.0.1:9092\n\n"
+      "Exit codes: 0 after a successful --once, or after SIGTERM/SIGINT; 1 when the database\n"
+      "fails (--once: unreachable, a statement failed; always: a schema from a newer idem);\n"
+      "2 for bad flags.");
+  cmd->add_option("--db", flags->db,
+                  "The database: postgresql://USER[:PASS]@HOST:PORT/DB[?options] (as the\n"
+                  "PostgreSQL store; the schema is created or upgraded first)")
+      ->required();
+  cmd->add_flag("--once", flags->once,
+                "Sweep once and exit (0 done, 1 database error) instead of running as a daemon");
+  cmd->add_option("--every", flags->every,
+                  "The daemon's interval between sweeps (1s to 24h; a failed sweep is retried\n"
+                  "after 1 minute, or --every if shorter). The inbox needs one at least daily")
+      ->capture_default_str();
+  cmd->add_option("--outbox-retention-days", flags->outbox_retention_days,
+                  "Days the outbox keeps published rows, 0 to 366; use the value your relays\n"
+                  "run with (idem relay --retention-days, default 30): the shorter one wins")
+      ->capture_default_str();
+  cmd->add_flag("--no-outbox", flags->no_outbox, "Leave the outbox alone (sweep the inbox only)");
+  cmd->add_option("--horizon-days", flags->horizon_days,
+                  "Inbox partitions made ahead beyond what the retentions in use need, 0 to 366")
+      ->capture_default_str();
+  cmd->add_option("--admin-listen", flags->admin_listen,
+                  "Daemon: HOST:PORT for /healthz, /readyz (ready while the last sweep\n"
+                  "succeeded) and /metrics (default: none; port 0: any free port, printed)");
+  cmd->add_option("--unsafe-clock-offset", flags->unsafe_clock_offset,
+                  "FOR TESTS ONLY, never in production: the inbox sweep acts as if its clock\n"
+                  "ran this far ahead (\"40d\"), dropping partitions before their retention has\n"
+                  "passed. The outbox sweep is not moved. Off by default")
+      ->group("Testing");
+
+  return [flags, cmd]() -> int {
+    auto fail = [](const std::string& message) {
+      std::cerr << "idem sweep: " << message << "\n";
+      return 2;
+    };
+    sweep::SweepOptions o;
+    o.db_url = flags->db;
+    if (auto parsed = internal::pg::ParsePostgresUrl(flags->db); !parsed.ok()) {
+      return fail("--db: " + parsed.status().message());
+    }
+    if (flags->outbox_retention_days < 0 || flags->outbox_retention_days > 366) {
+      return fail("--outbox-retention-days must be 0 to 366");
+    }
+    o.outbox_retention_days = flags->no_outbox ? -1 : flags->outbox_retention_days;
+    if (flags->horizon_days < 0 || flags->horizon_days > 366) {
+      return fail("--horizon-days must be 0 to 366");
+    }
+    o.horizon_days = flags->horizon_days;
+    auto every = ParseDuration(flags->every);
+    if (!every.ok()) return fail("--every: " + every.status().message());
+    const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(*every);
+    if (interval < std::chrono::seconds(1) || interval > std::chrono::hours(24)) {
+      return fail("--every must be 1s to 24h");
+    }
+    if (!flags->unsafe_clock_offset.empty()) {
+      auto offset = ParseDuration(flags->unsafe_clock_offset);
+      if (!offset.ok()) return fail("--unsafe-clock-offset: " + offset.status().message());
+      o.unsafe_clock_offset = std::chrono::duration_cast<std::chrono::milliseconds>(*offset);
+      if (o.unsafe_clock_offset > std::chrono::hours(24 * 3660)) {
+        return fail("--unsafe-clock-offset must be at most 3660 days");
+      }
+    }
+    if (flags->once && !flags->admin_listen.empty()) {
+      return fail("--admin-listen serves the daemon; --once exits after one sweep");
+    }
+
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+    spdlog::flush_on(spdlog::level::info);
+    if (o.unsafe_clock_offset.count() != 0) {
+      spdlog::warn("sweep: UNSAFE, FOR TESTING ONLY: --unsafe-clock-offset {}: the inbox sweep's "
+                   "clock runs {} ms ahead",
+                   flags->unsafe_clock_offset, o.unsafe_clock_offset.count());
+    }
+    if (flags->once) {
+      auto report = sweep::SweepOnce(o);
+      if (!report.ok()) {
+        spdlog::error("sweep: {}", report.status().ToString());
+        return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+      }
+      spdlog::info("sweep: {}", sweep::Describe(*report, o));
+      return 0;
+    }
+
+    // SIGTERM and SIGINT go to one waiting thread (blocked before any other thread starts).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    auto counters = std::make_shared<SweepCounters>();
+    std::unique_ptr<outbox::AdminServer> admin;
+    if (!flags->admin_listen.empty()) {
+      auto started = outbox::AdminServer::Start(
+          flags->admin_listen,
+          {[counters]() -> std::string {
+             if (counters->last_failed) return "the last sweep failed (see the log)";
+             if (!counters->succeeded_once) return "no sweep has succeeded yet";
+             return "";
+           },
+           [counters] { return counters->Render(); }});
+      if (!started.ok()) return fail("--admin-listen: " + started.status().ToString());
+      admin = std::move(*started);
+      spdlog::info("sweep: admin on {}", admin->address());
+    }
+    Stopper stopper;
+    std::atomic<bool> done{false};
+    std::thread waiter([&stopper, &done, signals] {
+      int signal = 0;
+      sigwait(&signals, &signal);
+      if (!done) {
+        spdlog::info("sweep: {} received; stopping after the sweep in progress",
+                     signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      }
+      stopper.Stop();
+    });
+    spdlog::info("sweep: sweeping {} every {}{}", internal::pg::ParsePostgresUrl(o.db_url)->display,
+                 flags->every,
+                 o.outbox_retention_days >= 0
+                     ? ", outbox retention " + std::to_string(o.outbox_retention_days) + " days"
+                     : ", outbox left alone");
+    int exit_code = 0;
+    bool stopped = false;
+    while (!stopped) {
+      ++counters->runs;
+      auto report = sweep::SweepOnce(o);
+      std::chrono::milliseconds next = interval;
+      if (report.ok()) {
+        counters->Count(*report);
+        spdlog::info("sweep: {}", sweep::Describe(*report, o));
+      } else {
+        ++counters->failures;
+        counters->last_failed = true;
+        if (report.status().code() == StatusCode::kFailedPrecondition) {
+          spdlog::error("sweep: {}", report.status().ToString());
+          exit_code = 1;
+          break;
+        }
+        next = std::min<std::chrono::milliseconds>(interval, kRetryAfterFailure);
+        spdlog::warn("sweep: failed, next try in {} s: {}",
+                     std::chrono::duration_cast<std::chrono::seconds>(next).count(),
+                     report.status().ToString());
+      }
+      stopped = stopper.WaitFor(next);
+    }
+    done = true;
+    if (!stopped) pthread_kill(waiter.native_handle(), SIGTERM);  // let the waiter go
+    waiter.join();
+    admin.reset();
+    return exit_code;
+  };
+}
+
+}  // namespace idem::cli
