@@ -15,6 +15,7 @@
 #include "idem/postgres.h"
 #include "idem/store.h"
 #include "store/postgres/pg_schema.h"
+#include "store/postgres/pg_schema_sql.h"
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
@@ -196,6 +197,23 @@ class Connection {
  private:
   PGconn* conn_;
 };
+
+// Opening a store at this build's schema version takes no migration lock, so a process
+// stopped inside a migration's transaction (holding the lock) does not block every other
+// connection; statement_timeout (timeout_ms) would end a wait for the lock with an error.
+TEST_F(PostgresStoreTest, AnUpToDateSchemaOpensWhileAnotherSessionHoldsTheMigrationLock) {
+  ASSERT_NE(Open(), nullptr);
+  Connection holder(server_.ConnInfo(database_));
+  ASSERT_TRUE(holder.ok());
+  ASSERT_EQ(holder.Exec("BEGIN"), "");
+  ASSERT_EQ(holder.Exec("SELECT pg_advisory_xact_lock(" + std::to_string(internal::pg::kLockNamespace) +
+                        ", " + std::to_string(internal::pg::kSchemaLock) + ")"),
+            "");
+  auto store = OpenStore(Url("?timeout_ms=1000"), Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE((*store)->Get(S("k")).ok());
+  ASSERT_EQ(holder.Exec("ROLLBACK"), "");
+}
 
 class PostgresTransactionTest : public PostgresStoreTest {
  protected:

@@ -111,9 +111,27 @@ Result<int> MigrateLocked(PgConnection& conn, const std::string& schema) {
   return kSchemaVersion;
 }
 
+// The version recorded in the schema, read without the migration lock; 0 when there is no
+// idem_schema table yet (or it cannot be read: the locked path then says why).
+int RecordedVersion(PgConnection& conn) {
+  auto exists = conn.Exec("migrate: look for idem_schema",
+                          "SELECT to_regclass('idem_schema') IS NOT NULL");
+  if (!exists.ok() || PQntuples(exists->get()) != 1 ||
+      std::string_view(PQgetvalue(exists->get(), 0, 0)) != "t") {
+    return 0;
+  }
+  auto read = conn.Exec("migrate: read version", "SELECT coalesce(max(version), 0) FROM idem_schema");
+  if (!read.ok() || PQntuples(read->get()) != 1) return 0;
+  return std::atoi(PQgetvalue(read->get(), 0, 0));
+}
+
 }  // namespace
 
 Result<int> MigrateSchema(PgConnection& conn, const std::string& schema) {
+  // A schema already at this build's version needs no lock: every connection of every
+  // process checks at connect, and one process stopped (SIGSTOP, a debugger) inside a
+  // migration's transaction would otherwise block them all until it resumed.
+  if (RecordedVersion(conn) == kSchemaVersion) return kSchemaVersion;
   auto began = conn.Exec("migrate: begin", "BEGIN");
   if (!began.ok()) return began.status();
   auto version = MigrateLocked(conn, schema);
