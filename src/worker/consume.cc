@@ -143,6 +143,12 @@ class Sidecar {
              s.code() == StatusCode::kFailedPrecondition;
     };
     while (!stopping_) {
+      if ((!dead_letter_checked || !sub_) && !nats_->connected()) {
+        // A JetStream request would wait its full timeout (5 s) for nothing; the connection
+        // retries every 250 ms by itself.
+        WaitStopping(Duration(250));
+        continue;
+      }
       if (!dead_letter_checked) {
         auto stream = StreamStoring(*nats_, options_.dead_letter);
         if (!stream.ok()) {
@@ -259,7 +265,11 @@ class Sidecar {
     return in_flight_;
   }
 
-  Status FlushNats() { return nats_->Flush(Duration(2000)); }
+  Status FlushNats() {
+    // Nothing to flush if nothing was ever fetched (NATS never reached, say).
+    if (metrics_.count(ConsumeMetrics::kDelivered) == 0) return Status::Ok();
+    return nats_->Flush(Duration(2000));
+  }
   void CloseNats() {
     sub_.reset();
     nats_.reset();
