@@ -40,8 +40,15 @@
 // Handler contract: run statements on `conn` only inside the open transaction (never COMMIT or
 // ROLLBACK it, and with groups do not assume the transaction holds only this message's
 // statements); return OK to commit. A non-OK status rolls the transaction back and settles the
-// message: kInvalidArgument means "this message can never succeed" and terminates it (logged,
-// never redelivered); any other code naks it for redelivery after a backoff.
+// message: kInvalidArgument means "this message can never succeed" and gives it up at once;
+// any other code naks it for redelivery after a backoff.
+//
+// Poison messages end: a message whose handler (or COMMIT) still fails at its max_deliver-th
+// delivery, or after failing for max_retry_time, is given up too. A given-up message is
+// published to `dead_letter` (headers say why, see docs/worker.md "Poison messages") and then
+// terminated, never redelivered; without `dead_letter`, or when that publish keeps failing
+// at the limit, it is terminated, logged as an error and counted (Stats::dropped). PostgreSQL
+// being unreachable (the claim cannot run) never gives a message up.
 //
 // Thread safety: Run on one thread; Stop and stats from any. One consumer owns one NATS
 // connection and one PostgreSQL connection and handles one message at a time; for more
@@ -101,6 +108,15 @@ class JetStreamConsumer {
     int64_t max_ack_pending = 1000;                  // only when the consumer is created
     std::chrono::milliseconds nak_delay{1000};       // first redelivery delay, then doubled
     std::chrono::milliseconds max_nak_delay{60000};
+    // Give a failing message up at this delivery (JetStream's count; 0: no delivery limit) or
+    // once it has failed for max_retry_time, measured from its first failed delivery this
+    // consumer saw (0: no time limit); not both 0. With the default backoff, 10 deliveries
+    // take about 4 minutes.
+    uint64_t max_deliver = 10;
+    std::chrono::milliseconds max_retry_time{30 * 60 * 1000};
+    // Subject a given-up message is published to before it is terminated; a stream must store
+    // it (Run checks). Empty: it is only logged and counted.
+    std::string dead_letter;
     // Where log lines go (level is "info", "warn" or "error"). Default: standard error.
     std::function<void(std::string_view level, std::string_view line)> log;
   };
@@ -112,17 +128,25 @@ class JetStreamConsumer {
     uint64_t naked = 0;
     uint64_t termed = 0;
     uint64_t errors = 0;      // database or NATS calls that failed
+    uint64_t limit_reached = 0;   // given up at max_deliver or max_retry_time
+    uint64_t dead_lettered = 0;   // published to dead_letter (then terminated)
+    uint64_t dead_letter_failures = 0;  // dead-letter publishes that failed
+    uint64_t dropped = 0;         // terminated without a dead letter
   };
 
   // Checks the options and starts connecting to NATS (a server not up yet is retried).
   // `pg_conninfo` is a libpq connection string or URI; the connection is made (and remade
-  // after a failure) by Run. kInvalidArgument for bad options or a malformed conninfo.
+  // after a failure) by Run. kInvalidArgument for bad options (a malformed subject, both retry
+  // limits 0) or a malformed conninfo.
   static Result<std::unique_ptr<JetStreamConsumer>> Create(Options options,
                                                            std::string pg_conninfo);
   ~JetStreamConsumer();
 
   // Pulls and applies messages until Stop(); finishes the batch in hand, then returns OK.
-  // NATS or PostgreSQL being down is logged and retried, never returned.
+  // NATS or PostgreSQL being down is logged and retried, never returned. Before the first
+  // message, what cannot work is returned: kNotFound when the stream does not exist,
+  // kFailedPrecondition when the server refuses to create the consumer or no stream stores
+  // `dead_letter`.
   Status Run(const MessageHandler& handler);
   void Stop();
 

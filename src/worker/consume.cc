@@ -20,7 +20,9 @@
 #include "idem/mutex.h"
 #include "worker/consume_metrics.h"
 #include "worker/crash_point.h"
+#include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"
+#include "worker/first_failures.h"
 #include "worker/jetstream.h"
 
 namespace idem::worker {
@@ -73,7 +75,14 @@ std::string Ms(Duration d) { return std::to_string(d.count()) + " ms"; }
 class Sidecar {
  public:
   Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_context& io)
-      : options_(options), log_(log), io_(io) {}
+      : options_(options),
+        log_(log),
+        io_(io),
+        limits_{options.max_deliver, options.max_retry_time},
+        // A message retried here comes back within a nak delay (or an ack wait); one not seen
+        // failing for much longer than that went elsewhere.
+        failures_(std::max(Duration(10 * 60 * 1000),
+                           4 * (options.max_nak_delay + options.ack_wait + options.timeout))) {}
 
   Status Init() {
     const std::string_view kScheme = "http://";
@@ -120,17 +129,54 @@ class Sidecar {
     return Status::Ok();
   }
 
-  // The fetch loop; returns once stopping and no longer fetching.
-  void FetchLoop() {
+  // The fetch loop; returns OK once stopping and no longer fetching, or what cannot work (a
+  // missing stream, a consumer the server refuses to create, a dead-letter subject no stream
+  // stores), found before the first bind; NATS being unreachable is waited out.
+  Status FetchLoop() {
     PullConsumerConfig config{options_.stream, options_.consumer, options_.filter_subject,
-                              options_.ack_wait, options_.max_ack_pending};
+                              options_.ack_wait, options_.max_ack_pending, options_.max_deliver};
     std::string last_bind_error;
     std::string last_fetch_error;
+    bool dead_letter_checked = options_.dead_letter.empty();
+    auto fatal = [](const Status& s) {
+      return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument ||
+             s.code() == StatusCode::kFailedPrecondition;
+    };
     while (!stopping_) {
+      if ((!dead_letter_checked || !sub_) && !nats_->connected()) {
+        // A JetStream request would wait its full timeout (5 s) for nothing; the connection
+        // retries every 250 ms by itself.
+        WaitStopping(Duration(250));
+        continue;
+      }
+      if (!dead_letter_checked) {
+        auto stream = StreamStoring(*nats_, options_.dead_letter);
+        if (!stream.ok()) {
+          if (fatal(stream.status())) {
+            stopping_ = true;
+            return stream.status().WithContext("--dead-letter " + options_.dead_letter);
+          }
+          const std::string e = stream.status().ToString();
+          if (e != last_bind_error) {
+            log_.Warn("consumer", "cannot check --dead-letter " + options_.dead_letter + ": " + e +
+                                      "; retrying every second");
+            last_bind_error = e;
+          }
+          WaitStopping(Duration(1000));
+          continue;
+        }
+        dead_letter_checked = true;
+        log_.Info("dead_letter", "given-up messages go to " + options_.dead_letter +
+                                     ", stored by stream " + *stream);
+      }
       if (!sub_) {
         std::string note;
         auto bound = PullSubscription::Bind(*nats_, config, &note);
         if (!bound.ok()) {
+          if (!ever_bound_ && fatal(bound.status())) {
+            stopping_ = true;
+            return bound.status();
+          }
           const std::string e = bound.status().ToString();
           if (e != last_bind_error) {
             log_.Warn("consumer", "cannot bind to " + options_.stream + "/" + options_.consumer +
@@ -142,6 +188,7 @@ class Sidecar {
         }
         sub_ = std::move(*bound);
         bound_ = true;
+        ever_bound_ = true;
         last_bind_error.clear();
         if (!note.empty()) log_.Info("consumer", note);
         log_.Info("consumer", "pulling from " + options_.stream + "/" + options_.consumer +
@@ -191,6 +238,7 @@ class Sidecar {
         }
       });
     }
+    return Status::Ok();
   }
 
   void BeginShutdown(std::string_view why) {
@@ -217,7 +265,11 @@ class Sidecar {
     return in_flight_;
   }
 
-  Status FlushNats() { return nats_->Flush(Duration(2000)); }
+  Status FlushNats() {
+    // Nothing to flush if nothing was ever fetched (NATS never reached, say).
+    if (metrics_.count(ConsumeMetrics::kDelivered) == 0) return Status::Ok();
+    return nats_->Flush(Duration(2000));
+  }
   void CloseNats() {
     sub_.reset();
     nats_.reset();
@@ -239,6 +291,9 @@ class Sidecar {
     nats_connected_ = connected;
     if (connected) {
       log_.Info("nats", "connected to " + detail);
+    } else if (stopping_) {
+      // Our own close at shutdown (or a loss during it): what is unsettled is said elsewhere.
+      log_.Info("nats", "disconnected from " + options_.nats_url + " (shutting down)");
     } else {
       log_.Warn("nats", "disconnected from " + options_.nats_url +
                             (detail.empty() ? "" : " (" + detail + ")") +
@@ -269,52 +324,61 @@ class Sidecar {
     Disposition d = Disposition::kNak;
     std::string why;
     std::optional<Duration> retry_after;
-    int status = 0;
+    GiveUp give_up;  // what a dead letter would say
     if (r.failure == UpstreamResult::Failure::kNone) {
-      status = r.response.result_int();
-      d = ClassifyHttpStatus(status);
+      give_up.status = r.response.result_int();
+      give_up.failure = "http";
+      d = ClassifyHttpStatus(give_up.status);
       if (d != Disposition::kAck) {  // the reason is logged only for a nak or a term
-        why = "HTTP " + std::to_string(status);
+        why = "HTTP " + std::to_string(give_up.status);
         if (d == Disposition::kNak) retry_after = RetryAfter(r.response);
         if (!r.response.body().empty()) why += ": " + r.response.body().substr(0, 200);
+        give_up.error_body = r.response.body().substr(0, kDeadLetterBodyBytes);
       }
     } else {
       switch (r.failure) {
         case UpstreamResult::Failure::kTimeout:
           metrics_.CountError(ConsumeMetrics::kTimeout);
           why = "no answer within " + Ms(options_.timeout) + " (" + r.detail + ")";
+          give_up.failure = "timeout";
           break;
         case UpstreamResult::Failure::kConnect:
           metrics_.CountError(ConsumeMetrics::kConnect);
           why = r.detail;
+          give_up.failure = "connect";
           break;
         case UpstreamResult::Failure::kTooLarge:
           metrics_.CountError(ConsumeMetrics::kTooLarge);
           why = "answer larger than 16 MiB (" + r.detail + ")";
+          give_up.failure = "too-large";
           break;
         default:
           metrics_.CountError(ConsumeMetrics::kBroken);
           why = r.detail;
+          give_up.failure = "broken";
           break;
       }
     }
 
-    if (d == Disposition::kTerm && !options_.dead_letter.empty()) {
-      // js_Publish waits for the stream's answer: off the event loop.
-      co_await asio::post(blocking_, use_awaitable);
-      Status dl = PublishDeadLetter(*m, status, why);
-      co_await asio::post(io_.get_executor(), use_awaitable);
-      if (!dl.ok()) {
-        metrics_.CountError(ConsumeMetrics::kDeadLetterFailed);
-        log_.Error("dead_letter", "key " + m->key() + ": cannot publish to " +
-                                      options_.dead_letter + ": " + dl.ToString() +
-                                      "; keeping the message for redelivery");
-        d = Disposition::kNak;
-      } else {
-        metrics_.Count(ConsumeMetrics::kDeadLettered);
+    std::string term_note;
+    if (d == Disposition::kAck) {
+      failures_.Forget(m->stream_sequence());
+    } else {
+      give_up.failing_for =
+          failures_.Failed(m->stream_sequence(), std::chrono::steady_clock::now());
+      give_up.reason =
+          d == Disposition::kTerm
+              ? GiveUpReason::kRefused
+              : RetryLimitReached(m->delivery_count(), give_up.failing_for,
+                                  r.failure == UpstreamResult::Failure::kConnect, limits_);
+      if (give_up.reason != GiveUpReason::kNone) {
+        give_up.why = why;
+        if (give_up.reason != GiveUpReason::kRefused) metrics_.Count(ConsumeMetrics::kLimitReached);
+        d = co_await DeadLetter(*m, give_up, &term_note);
+        if (d == Disposition::kTerm) failures_.Forget(m->stream_sequence());
       }
     }
-    Settle(*m, d, why, retry_after);
+    Settle(*m, d, why, retry_after, term_note);
     bool wake;
     {
       MutexLock lock(mu_);
@@ -326,8 +390,9 @@ class Sidecar {
     if (wake) cv_.NotifyAll();
   }
 
+  // `term_note` says why a terminated message was given up and where it went.
   void Settle(JsMessage& m, Disposition d, const std::string& why,
-              std::optional<Duration> retry_after) {
+              std::optional<Duration> retry_after, const std::string& term_note) {
     // The message, for the log lines (an ack that succeeds logs none).
     auto what = [&m] {
       return "key " + m.key() + " (" + m.stream() + " #" + std::to_string(m.stream_sequence()) +
@@ -358,11 +423,7 @@ class Sidecar {
       case Disposition::kTerm:
         s = m.Term();
         if (s.ok()) metrics_.Count(ConsumeMetrics::kTermed);
-        log_.Error("term", what() + " refused by the service, never redelivered" +
-                               (options_.dead_letter.empty()
-                                    ? std::string(" (no --dead-letter subject)")
-                                    : " (published to " + options_.dead_letter + ")") +
-                               ": " + why);
+        log_.Error("term", what() + " " + term_note + ", never redelivered: " + why);
         break;
     }
     if (!s.ok()) {
@@ -372,33 +433,52 @@ class Sidecar {
     }
   }
 
-  Status PublishDeadLetter(JsMessage& m, int status, const std::string& why) {
-    natsMsg* msg = nullptr;
-    const std::string_view data = m.data();
-    natsStatus s = natsMsg_Create(&msg, options_.dead_letter.c_str(), nullptr, data.data(),
-                                  static_cast<int>(data.size()));
-    if (s != NATS_OK) return FromNats(s, "dead-letter message");
-    for (const auto& [name, value] : m.headers()) {
-      if (name == "Nats-Msg-Id") continue;
-      natsMsgHeader_Add(msg, name.c_str(), value.c_str());
+  // Gives `m` up: publishes it to --dead-letter (off the event loop: the publish waits for the
+  // stream's answer) and returns kTerm, or kNak when that publish failed and a redelivery may
+  // try again (RetryDeadLetterByRedelivery). Without --dead-letter, or at the limit, the message
+  // is terminated without a copy: counted (outcome "dropped") and logged as an error.
+  // `*term_note` receives what the term log line says.
+  Task<Disposition> DeadLetter(JsMessage& m, const GiveUp& g, std::string* term_note) {
+    std::string given_up;
+    switch (g.reason) {
+      case GiveUpReason::kMaxDeliver:
+        given_up = "given up after " + std::to_string(m.delivery_count()) +
+                   " failed deliveries (--max-deliver " + std::to_string(limits_.max_deliver) + ")";
+        break;
+      case GiveUpReason::kMaxRetryTime:
+        given_up = "given up after failing for " + Ms(g.failing_for) + " (--max-retry-time " +
+                   Ms(limits_.max_retry_time) + ")";
+        break;
+      default:
+        given_up = "refused by the service";
+        break;
     }
-    natsMsgHeader_Set(msg, "Nats-Msg-Id", ("dead:" + m.key()).c_str());
-    natsMsgHeader_Set(msg, "Idem-Key", m.key().c_str());
-    natsMsgHeader_Set(msg, "Idem-Subject", m.subject().c_str());
-    natsMsgHeader_Set(msg, "Idem-Stream", m.stream().c_str());
-    natsMsgHeader_Set(msg, "Idem-Stream-Sequence", std::to_string(m.stream_sequence()).c_str());
-    natsMsgHeader_Set(msg, "Idem-Status", std::to_string(status).c_str());
-    std::string reason = why.substr(0, 500);
-    for (char& c : reason) {
-      if (c == '\r' || c == '\n') c = ' ';
+    if (options_.dead_letter.empty()) {
+      metrics_.Count(ConsumeMetrics::kDropped);
+      *term_note = given_up + " (no --dead-letter subject: not kept anywhere but stream " +
+                   m.stream() + ")";
+      co_return Disposition::kTerm;
     }
-    natsMsgHeader_Set(msg, "Idem-Reason", reason.c_str());
-    jsPubAck* ack = nullptr;
-    jsErrCode jerr = static_cast<jsErrCode>(0);
-    s = js_PublishMsg(&ack, nats_->js(), msg, nullptr, &jerr);
-    natsMsg_Destroy(msg);
-    if (ack != nullptr) jsPubAck_Destroy(ack);
-    return FromNats(s, "publish to " + options_.dead_letter, jerr);
+    co_await asio::post(blocking_, use_awaitable);
+    Status dl = PublishDeadLetter(*nats_, options_.dead_letter, m, g);
+    co_await asio::post(io_.get_executor(), use_awaitable);
+    if (dl.ok()) {
+      metrics_.Count(ConsumeMetrics::kDeadLettered);
+      *term_note = given_up + " (published to " + options_.dead_letter + ")";
+      co_return Disposition::kTerm;
+    }
+    metrics_.CountError(ConsumeMetrics::kDeadLetterFailed);
+    if (RetryDeadLetterByRedelivery(m.delivery_count(), g.failing_for, limits_)) {
+      log_.Error("dead_letter", "key " + m.key() + " " + given_up + ": cannot publish to " +
+                                    options_.dead_letter + ": " + dl.ToString() +
+                                    "; naked, its redelivery tries again");
+      co_return Disposition::kNak;
+    }
+    metrics_.Count(ConsumeMetrics::kDropped);
+    *term_note = given_up + ", and its dead letter could not be published to " +
+                 options_.dead_letter + " (" + dl.ToString() + "): DROPPED, not kept anywhere "
+                 "but stream " + m.stream() + " at sequence " + std::to_string(m.stream_sequence());
+    co_return Disposition::kTerm;
   }
 
   Task<void> AcceptAdmin() {
@@ -481,6 +561,9 @@ class Sidecar {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> nats_connected_{false};
   std::atomic<bool> bound_{false};
+  bool ever_bound_ = false;  // the fetch loop's
+  const RetryLimits limits_;
+  FirstFailures failures_;
   Mutex mu_;
   CondVar cv_;
   int in_flight_ IDEM_GUARDED_BY(mu_) = 0;
@@ -503,6 +586,19 @@ int RunConsume(const ConsumeOptions& in) {
   if (options.max_in_flight < 1) return fail("--max-in-flight must be at least 1");
   if (options.max_ack_pending < 1) return fail("--max-ack-pending must be at least 1");
   if (options.timeout.count() < 1) return fail("--timeout must be positive");
+  if (!options.dead_letter.empty() && !ValidSubject(options.dead_letter, /*wildcards=*/false)) {
+    return fail("--dead-letter '" + options.dead_letter +
+                "' must be a NATS subject without wildcards (tokens separated by '.')");
+  }
+  if (!options.filter_subject.empty() && !ValidSubject(options.filter_subject, true)) {
+    return fail("--filter-subject '" + options.filter_subject +
+                "' must be a NATS subject (tokens separated by '.', '*' for one token, a final "
+                "'>' for the rest)");
+  }
+  if (std::string e = ValidRetryLimits({options.max_deliver, options.max_retry_time}); !e.empty()) {
+    return fail("--max-deliver " + std::to_string(options.max_deliver) + ", --max-retry-time " +
+                Ms(options.max_retry_time) + ": " + e);
+  }
   if (options.ack_wait.count() == 0) {
     options.ack_wait = std::max(Duration(30000), options.timeout * 2);
   }
@@ -537,9 +633,13 @@ int RunConsume(const ConsumeOptions& in) {
                             options.nats_url + " to " + options.deliver + ", " + admin_text +
                             ", max in flight " + std::to_string(options.max_in_flight) +
                             ", timeout " + Ms(options.timeout) + ", ack wait " +
-                            Ms(options.ack_wait));
+                            Ms(options.ack_wait) + ", max deliver " +
+                            std::to_string(options.max_deliver) + ", max retry time " +
+                            Ms(options.max_retry_time) + ", dead letters " +
+                            (options.dead_letter.empty() ? "logged only" : "to " + options.dead_letter));
 
-  sidecar.FetchLoop();
+  const Status fatal = sidecar.FetchLoop();
+  if (!fatal.ok()) log.Error("config", fatal.ToString());
   const int left = sidecar.Drain();
   Status flushed = sidecar.FlushNats();
   if (left > 0) {
@@ -557,7 +657,7 @@ int RunConsume(const ConsumeOptions& in) {
                           std::to_string(m.count(ConsumeMetrics::kNaked)) + " naked, " +
                           std::to_string(m.count(ConsumeMetrics::kTermed)) + " terminated");
   log.Flush();
-  return 0;
+  return fatal.ok() ? 0 : 2;
 }
 
 }  // namespace idem::worker

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "idem/clock.h"
+#include "worker/delivery_policy.h"
 
 namespace idem::worker {
 
@@ -16,7 +17,7 @@ struct ConsumeOptions {
   std::string consumer;        // durable pull consumer, created (explicit ack) when missing
   std::string filter_subject;  // only when the consumer is created
   std::string deliver;         // http://HOST:PORT/PATH
-  std::string dead_letter;     // subject; empty: terminated messages are only logged
+  std::string dead_letter;     // subject; empty: given-up messages are only logged
   std::string admin_listen;    // HOST:PORT for /healthz /readyz /metrics; empty: none
   int64_t max_ack_pending = 1000;  // only when the consumer is created
   int max_in_flight = 64;          // messages fetched and not yet settled, at most
@@ -24,6 +25,11 @@ struct ConsumeOptions {
   Duration ack_wait{0};            // 0: max(30 s, 2 x timeout); only when the consumer is created
   Duration nak_delay{1000};        // first redelivery delay, doubled per delivery
   Duration max_nak_delay{60000};
+  // A failing message is given up (dead-lettered, then terminated) at its max_deliver-th
+  // delivery or once it has failed for max_retry_time, whichever comes first (0: no such
+  // limit; not both). See RetryLimits and docs/worker.md "Poison messages".
+  uint64_t max_deliver = RetryLimits{}.max_deliver;
+  Duration max_retry_time = RetryLimits{}.max_retry_time;
   Duration shutdown_grace{0};  // 0: timeout + 5 s
   bool log_json = false;
 };

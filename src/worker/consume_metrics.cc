@@ -6,8 +6,9 @@ namespace idem::worker {
 
 std::string ConsumeMetrics::Render(int64_t in_flight, bool nats_connected,
                                    bool consumer_bound) const {
-  static constexpr std::string_view kOutcomes[] = {"delivered", "acked", "naked", "termed",
-                                                   "dead_lettered"};
+  static constexpr std::string_view kOutcomes[] = {"delivered",     "acked",         "naked",
+                                                   "termed",        "dead_lettered", "limit_reached",
+                                                   "dropped"};
   static constexpr std::string_view kErrors[] = {"timeout",   "connect",    "broken",
                                                  "too_large", "ack_failed", "nats_fetch",
                                                  "dead_letter_failed"};

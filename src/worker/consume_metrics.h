@@ -16,8 +16,12 @@ namespace idem::worker {
 
 class ConsumeMetrics {
  public:
-  // What became of one delivery attempt. Names are the `outcome` label values.
-  enum Outcome { kDelivered, kAcked, kNaked, kTermed, kDeadLettered, kOutcomeCount };
+  // What became of one delivery attempt. Names are the `outcome` label values. kLimitReached:
+  // given up at --max-deliver or --max-retry-time (then dead-lettered or dropped, and termed);
+  // kDropped: terminated without a copy on the dead-letter subject (none configured, or its
+  // publish failed at the limit).
+  enum Outcome { kDelivered, kAcked, kNaked, kTermed, kDeadLettered, kLimitReached, kDropped,
+                 kOutcomeCount };
   // Why an attempt failed or a broker call did. Names are the `kind` label values.
   enum Error { kTimeout, kConnect, kBroken, kTooLarge, kAckFailed, kNatsFetch, kDeadLetterFailed,
                kErrorCount };

@@ -51,3 +51,62 @@ Duration NakDelay(uint64_t delivery_count, Duration base, Duration cap, uint64_t
 }
 
 }  // namespace idem::worker
+
+namespace idem::worker {
+
+std::string ValidRetryLimits(const RetryLimits& limits) {
+  if (limits.max_retry_time.count() < 0) return "the retry time limit must not be negative";
+  if (limits.max_deliver == 0 && limits.max_retry_time.count() == 0) {
+    return "a delivery limit and a retry time limit of 0 together would redeliver a poison "
+           "message forever; keep at least one";
+  }
+  return "";
+}
+
+std::string_view GiveUpReasonName(GiveUpReason r) {
+  switch (r) {
+    case GiveUpReason::kNone: return "none";
+    case GiveUpReason::kRefused: return "refused";
+    case GiveUpReason::kMaxDeliver: return "max-deliver";
+    case GiveUpReason::kMaxRetryTime: return "max-retry-time";
+  }
+  return "?";
+}
+
+GiveUpReason RetryLimitReached(uint64_t delivery_count, Duration failing_for,
+                               bool service_unreachable, const RetryLimits& limits) {
+  if (service_unreachable) return GiveUpReason::kNone;
+  if (limits.max_deliver > 0 && delivery_count >= limits.max_deliver) {
+    return GiveUpReason::kMaxDeliver;
+  }
+  if (limits.max_retry_time.count() > 0 && failing_for >= limits.max_retry_time) {
+    return GiveUpReason::kMaxRetryTime;
+  }
+  return GiveUpReason::kNone;
+}
+
+bool RetryDeadLetterByRedelivery(uint64_t delivery_count, Duration failing_for,
+                                 const RetryLimits& limits) {
+  return RetryLimitReached(delivery_count, failing_for, false, limits) == GiveUpReason::kNone;
+}
+
+bool ValidSubject(std::string_view subject, bool wildcards) {
+  if (subject.empty()) return false;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = subject.find('.', start);
+    const std::string_view token =
+        subject.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (token.empty()) return false;
+    for (char c : token) {
+      if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return false;
+    }
+    const bool last = dot == std::string_view::npos;
+    if (token == "*" && !wildcards) return false;
+    if (token == ">" && (!wildcards || !last)) return false;
+    if (last) return true;
+    start = dot + 1;
+  }
+}
+
+}  // namespace idem::worker

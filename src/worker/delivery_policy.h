@@ -37,4 +37,48 @@ Disposition ClassifyHttpStatus(int status);
 // uniformly random number) so naked messages do not come back in lockstep.
 Duration NakDelay(uint64_t delivery_count, Duration base, Duration cap, uint64_t random);
 
+// --- Poison messages: when retrying stops --------------------------------------------------------
+
+// How long a failing message is retried before it is given up (dead-lettered, then terminated).
+// Whichever limit is reached first ends it; 0 turns a limit off (not both: see
+// ValidRetryLimits).
+struct RetryLimits {
+  uint64_t max_deliver = 10;  // deliveries, as JetStream counts them (1 = the first)
+  Duration max_retry_time{30 * 60 * 1000};  // since the first failed delivery seen
+};
+
+// "" when the limits can end a poison message; else why not.
+std::string ValidRetryLimits(const RetryLimits& limits);
+
+// Why a message is given up.
+enum class GiveUpReason {
+  kNone,          // not given up: retry it
+  kRefused,       // the service refused it (a 4xx, kInvalidArgument): never retried
+  kMaxDeliver,    // delivered max_deliver times, each failing
+  kMaxRetryTime,  // failing for max_retry_time
+};
+// "refused", "max-deliver", "max-retry-time" (the Idem-Dead-Reason header's values).
+std::string_view GiveUpReasonName(GiveUpReason r);
+
+// After the `delivery_count`-th delivery of a message failed, the message having failed for
+// `failing_for` (since its first failed delivery seen): kNone (nak and retry), kMaxDeliver or
+// kMaxRetryTime. A failure that says nothing about the message, because the service or the
+// database could not be reached at all (`service_unreachable`), never gives a message up: a
+// service down for an hour must not send every message in flight to the dead-letter subject.
+// Such a message keeps being retried and is given up at its next failure of another kind.
+GiveUpReason RetryLimitReached(uint64_t delivery_count, Duration failing_for,
+                               bool service_unreachable, const RetryLimits& limits);
+
+// After a dead-letter publish failed (its quick attempts in place): true to nak the message so a
+// redelivery tries again, false to terminate it without a dead letter (counted and logged).
+// Retried by redelivery while neither limit is reached, so a dead-letter stream that is down for
+// a moment loses nothing, and one that never comes back does not keep the message forever.
+bool RetryDeadLetterByRedelivery(uint64_t delivery_count, Duration failing_for,
+                                 const RetryLimits& limits);
+
+// True when `subject` is a NATS subject: non-empty tokens separated by '.', no whitespace or
+// control characters; with `wildcards`, a token may be '*' and the last may be '>', else a '*'
+// or '>' token makes it invalid (a publish subject must be literal).
+bool ValidSubject(std::string_view subject, bool wildcards);
+
 }  // namespace idem::worker

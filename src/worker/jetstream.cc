@@ -14,6 +14,23 @@ struct OptionsDeleter {
   void operator()(natsOptions* o) const { natsOptions_Destroy(o); }
 };
 
+// JetStream API errors that pass (a cluster electing a leader, a stream or consumer moving);
+// any other error the server answers a consumer creation with is the configuration's.
+bool TransientJsError(jsErrCode e) {
+  switch (e) {
+    case JSClusterIncompleteErr:
+    case JSClusterNoPeersErr:
+    case JSClusterNotAssignedErr:
+    case JSClusterNotAvailErr:
+    case JSClusterNotLeaderErr:
+    case JSInsufficientResourcesErr:
+    case JSConsumerStoreFailedErr:
+    case JSStreamOfflineErr:
+    case JSConsumerOfflineErr: return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 Status FromNats(natsStatus s, std::string_view what, jsErrCode js_error) {
@@ -196,7 +213,12 @@ Result<std::unique_ptr<PullSubscription>> PullSubscription::Bind(NatsConnection&
   jsErrCode jerr = static_cast<jsErrCode>(0);
   natsStatus s = js_GetConsumerInfo(&info, conn.js(), config.stream.c_str(),
                                     config.consumer.c_str(), nullptr, &jerr);
-  if (s == NATS_NOT_FOUND && jerr != JSStreamNotFoundErr) {
+  if (jerr == JSStreamNotFoundErr) {
+    return NotFoundError("stream '" + config.stream +
+                         "' does not exist on the NATS server; check the name, or create it "
+                         "(nats stream add " + config.stream + " --subjects 'SUBJECT.>')");
+  }
+  if (s == NATS_NOT_FOUND) {
     jsConsumerConfig cc;
     jsConsumerConfig_Init(&cc);
     cc.Durable = config.consumer.c_str();
@@ -208,6 +230,13 @@ Result<std::unique_ptr<PullSubscription>> PullSubscription::Bind(NatsConnection&
     if (!config.filter_subject.empty()) cc.FilterSubject = config.filter_subject.c_str();
     jerr = static_cast<jsErrCode>(0);
     s = js_AddConsumer(&info, conn.js(), config.stream.c_str(), &cc, nullptr, &jerr);
+    if (s != NATS_OK && jerr != 0 && !TransientJsError(jerr)) {
+      // The server refused the configuration (a filter subject outside the stream's, ...).
+      return FailedPreconditionError(FromNats(s, "create " + where, jerr).message() +
+                                     (config.filter_subject.empty()
+                                          ? std::string()
+                                          : " (filter subject '" + config.filter_subject + "')"));
+    }
     if (s != NATS_OK) return FromNats(s, "create " + where, jerr);
     if (warning != nullptr) *warning = "created " + where;
   } else if (s != NATS_OK) {
@@ -219,6 +248,15 @@ Result<std::unique_ptr<PullSubscription>> PullSubscription::Bind(NatsConnection&
       *warning = "using existing " + where + " with ack_wait " + std::to_string(ack_wait_ms) +
                  " ms and max_ack_pending " + std::to_string(info->Config->MaxAckPending) +
                  " (its settings win over the flags; delete the consumer to change them)";
+    }
+    const int64_t server_max = info->Config->MaxDeliver;
+    if (server_max > 0 && (config.max_deliver == 0 ||
+                           static_cast<uint64_t>(server_max) <= config.max_deliver)) {
+      *warning += std::string(warning->empty() ? "" : "; ") + where + " has max_deliver " +
+                  std::to_string(server_max) +
+                  " on the server: NATS stops delivering a message after that many deliveries, "
+                  "silently, before idem's own limit (" + std::to_string(config.max_deliver) +
+                  ") can dead-letter it; recreate the consumer without max_deliver";
     }
   }
   if (info != nullptr && info->Config != nullptr && info->Config->AckPolicy != js_AckExplicit) {

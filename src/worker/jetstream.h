@@ -72,6 +72,10 @@ struct PullConsumerConfig {
   std::string filter_subject;    // only when the consumer is created; empty: the whole stream
   Duration ack_wait{30000};      // only when created: unacked messages come back after this
   int64_t max_ack_pending = 1000;  // only when created
+  // idem's own delivery limit (0: none), only to warn about an existing consumer whose server-
+  // side max_deliver would stop a message first. A created consumer gets no server-side limit:
+  // it stops deliveries silently, where idem's dead-letters and logs them.
+  uint64_t max_deliver = 0;
 };
 
 // One message as the consume loop needs it. Owns the natsMsg until acked or destroyed.
@@ -112,7 +116,8 @@ class PullSubscription {
  public:
   // Binds to the durable consumer `config.consumer` on `config.stream`, creating it (explicit
   // ack, deliver all) when it does not exist. kNotFound when the stream does not exist;
-  // kUnavailable while NATS cannot be reached. An existing consumer keeps its settings; a
+  // kFailedPrecondition when the server refuses to create the consumer as configured (a filter
+  // subject outside the stream's, ...); kUnavailable while NATS cannot be reached. An existing consumer keeps its settings; a
   // difference from `config` is reported in `*warning`.
   static Result<std::unique_ptr<PullSubscription>> Bind(NatsConnection& conn,
                                                         const PullConsumerConfig& config,

@@ -15,7 +15,9 @@
 #include "core/text.h"
 #include "store/postgres/pg_connection.h"
 #include "worker/crash_point.h"
+#include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"
+#include "worker/first_failures.h"
 #include "worker/jetstream.h"
 
 namespace idem::worker {
@@ -30,7 +32,11 @@ std::string_view ConsumedMessage::Header(std::string_view name) const {
 class JetStreamConsumer::Impl {
  public:
   Impl(Options options, std::string conninfo)
-      : options_(std::move(options)), conninfo_(std::move(conninfo)) {
+      : options_(std::move(options)),
+        conninfo_(std::move(conninfo)),
+        limits_{options_.max_deliver, options_.max_retry_time},
+        failures_(std::max(Duration(10 * 60 * 1000),
+                           4 * (options_.max_nak_delay + options_.ack_wait))) {
     if (options_.inbox_consumer.empty()) options_.inbox_consumer = options_.consumer;
   }
 
@@ -53,24 +59,52 @@ class JetStreamConsumer::Impl {
   }
 
   Status Run(const MessageHandler& handler) {
-    const PullConsumerConfig config{options_.stream, options_.consumer, options_.filter_subject,
-                                    options_.ack_wait, options_.max_ack_pending};
+    const PullConsumerConfig config{options_.stream,  options_.consumer,
+                                    options_.filter_subject, options_.ack_wait,
+                                    options_.max_ack_pending, options_.max_deliver};
     std::string last_error;
     auto report = [&](const std::string& e) {
       if (e != last_error) Log("warn", e);
       last_error = e;
     };
+    auto fatal = [](const Status& s) {
+      return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument ||
+             s.code() == StatusCode::kFailedPrecondition;
+    };
+    bool dead_letter_checked = options_.dead_letter.empty();
     while (!stop_) {
+      if (!dead_letter_checked) {
+        auto stream = StreamStoring(*nats_, options_.dead_letter);
+        if (!stream.ok()) {
+          if (fatal(stream.status())) {
+            const Status e = stream.status().WithContext("dead_letter " + options_.dead_letter);
+            Log("error", e.ToString());
+            return e;
+          }
+          report("cannot check dead_letter " + options_.dead_letter + ": " +
+                 stream.status().ToString() + "; retrying every second");
+          Pause(std::chrono::milliseconds(1000));
+          continue;
+        }
+        dead_letter_checked = true;
+        Log("info", "given-up messages go to " + options_.dead_letter + ", stored by stream " +
+                        *stream);
+      }
       if (!sub_) {
         std::string note;
         auto bound = PullSubscription::Bind(*nats_, config, &note);
         if (!bound.ok()) {
+          if (!ever_bound_ && fatal(bound.status())) {
+            Log("error", bound.status().ToString());
+            return bound.status();
+          }
           report("cannot bind to " + options_.stream + "/" + options_.consumer + ": " +
                  bound.status().ToString() + "; retrying every second");
           Pause(std::chrono::milliseconds(1000));
           continue;
         }
         sub_ = std::move(*bound);
+        ever_bound_ = true;
         if (!note.empty()) Log("info", note);
         Log("info", "pulling from " + options_.stream + "/" + options_.consumer +
                         (options_.inbox ? ", inbox '" + options_.inbox_consumer + "'" : ", no inbox"));
@@ -109,8 +143,10 @@ class JetStreamConsumer::Impl {
   }
 
   Stats stats() const {
-    return Stats{fetched_.load(), applied_.load(), duplicates_.load(),
-                 naked_.load(),   termed_.load(),  errors_.load()};
+    return Stats{fetched_.load(),       applied_.load(),       duplicates_.load(),
+                 naked_.load(),         termed_.load(),        errors_.load(),
+                 limit_reached_.load(), dead_lettered_.load(), dead_letter_failures_.load(),
+                 dropped_.load()};
   }
 
  private:
@@ -160,6 +196,68 @@ class JetStreamConsumer::Impl {
     }
   }
 
+  // A failed delivery of `m` (`failure`: what failed, for a dead letter): naked for a
+  // redelivery, or given up once a limit is reached. A database that cannot be reached
+  // (`unreachable`) never gives a message up.
+  void Failed(JsMessage& m, const std::string& why, const char* failure, bool unreachable) {
+    GiveUp g;
+    g.failure = failure;
+    g.why = why;
+    g.failing_for = failures_.Failed(m.stream_sequence(), std::chrono::steady_clock::now());
+    g.reason = RetryLimitReached(m.delivery_count(), g.failing_for, unreachable, limits_);
+    if (g.reason == GiveUpReason::kNone) {
+      Nak(m, why);
+      return;
+    }
+    ++limit_reached_;
+    GiveUpMessage(m, g);
+  }
+
+  // Gives `m` up: publishes it to dead_letter and terminates it; when that publish fails, naks
+  // it while no limit is reached (the redelivery tries again), else terminates it without one.
+  void GiveUpMessage(JsMessage& m, const GiveUp& g) {
+    std::string given_up;
+    switch (g.reason) {
+      case GiveUpReason::kMaxDeliver:
+        given_up = "given up after " + std::to_string(m.delivery_count()) +
+                   " failed deliveries (max_deliver " + std::to_string(limits_.max_deliver) + ")";
+        break;
+      case GiveUpReason::kMaxRetryTime:
+        given_up = "given up after failing for " + std::to_string(g.failing_for.count()) +
+                   " ms (max_retry_time " + std::to_string(limits_.max_retry_time.count()) +
+                   " ms)";
+        break;
+      default:
+        given_up = "refused by the handler";
+        break;
+    }
+    std::string where;
+    if (options_.dead_letter.empty()) {
+      ++dropped_;
+      where = " (no dead_letter subject: not kept anywhere but stream " + m.stream() + ")";
+    } else if (Status dl = PublishDeadLetter(*nats_, options_.dead_letter, m, g); dl.ok()) {
+      ++dead_lettered_;
+      where = " (published to " + options_.dead_letter + ")";
+    } else {
+      ++dead_letter_failures_;
+      if (RetryDeadLetterByRedelivery(m.delivery_count(), g.failing_for, limits_)) {
+        Log("error", Describe(m) + " " + given_up + ": cannot publish to " +
+                         options_.dead_letter + ": " + dl.ToString() +
+                         "; naked, its redelivery tries again");
+        Nak(m, g.why);
+        return;
+      }
+      ++dropped_;
+      where = ", and its dead letter could not be published to " + options_.dead_letter + " (" +
+              dl.ToString() + "): DROPPED, not kept anywhere but stream " + m.stream() +
+              " at sequence " + std::to_string(m.stream_sequence());
+    }
+    failures_.Forget(m.stream_sequence());
+    Settle(m, false);
+    ++termed_;
+    Log("error", "term " + Describe(m) + " " + given_up + where + ", never redelivered: " + g.why);
+  }
+
   void Nak(JsMessage& m, const std::string& why) {
     uint64_t random = rng_();
     const auto delay = NakDelay(m.delivery_count(), options_.nak_delay, options_.max_nak_delay, random);
@@ -174,6 +272,7 @@ class JetStreamConsumer::Impl {
   }
 
   void Settle(JsMessage& m, bool ack) {
+    if (ack) failures_.Forget(m.stream_sequence());
     Status s = ack ? m.Ack() : m.Term();
     if (!s.ok()) {
       ++errors_;
@@ -327,7 +426,8 @@ class JetStreamConsumer::Impl {
   void Committed(JsMessage& m, const Status& commit) {
     if (!commit.ok()) {
       ++errors_;
-      Nak(m, commit.message());
+      // A deferred constraint may fail this message's COMMIT every time: it counts.
+      Failed(m, commit.message(), "commit", /*unreachable=*/PQstatus(pg_) != CONNECTION_OK);
       return;
     }
     CrashPoint("runtime.after_commit");
@@ -439,7 +539,7 @@ class JetStreamConsumer::Impl {
       if (!claimed.ok()) {
         ++errors_;
         Rollback();
-        Nak(m, claimed.status().ToString());
+        Nak(m, claimed.status().ToString());  // the database's failure, not the message's
         continue;
       }
       if (!*claimed) {
@@ -461,12 +561,16 @@ class JetStreamConsumer::Impl {
       if (!handled.ok()) {
         Rollback();
         if (handled.code() == StatusCode::kInvalidArgument) {
-          Settle(m, false);
-          ++termed_;
-          Log("error", "term " + Describe(m) + ": the handler refused it (" +
-                           handled.ToString() + "); never redelivered");
+          GiveUp g;
+          g.reason = GiveUpReason::kRefused;
+          g.failure = "handler";
+          g.why = handled.ToString();
+          g.failing_for =
+              failures_.Failed(m.stream_sequence(), std::chrono::steady_clock::now());
+          GiveUpMessage(m, g);
         } else {
-          Nak(m, "handler: " + handled.ToString());
+          Failed(m, "handler: " + handled.ToString(), "handler",
+                 /*unreachable=*/PQstatus(pg_) != CONNECTION_OK);
         }
         continue;
       }
@@ -488,12 +592,15 @@ class JetStreamConsumer::Impl {
   std::unique_ptr<PullSubscription> sub_;
   PGconn* pg_ = nullptr;
   bool claim_prepared_ = false;  // kClaimStatement exists on pg_
+  bool ever_bound_ = false;
+  const RetryLimits limits_;
+  FirstFailures failures_;
   std::mt19937_64 rng_{std::random_device{}()};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<uint64_t> fetched_{0}, applied_{0}, duplicates_{0}, naked_{0}, termed_{0},
-      errors_{0};
+      errors_{0}, limit_reached_{0}, dead_lettered_{0}, dead_letter_failures_{0}, dropped_{0};
 };
 
 Result<std::unique_ptr<JetStreamConsumer>> JetStreamConsumer::Create(Options options,
@@ -507,6 +614,20 @@ Result<std::unique_ptr<JetStreamConsumer>> JetStreamConsumer::Create(Options opt
     return InvalidArgumentError(
         "JetStreamConsumer: batch, messages_per_transaction, fetch_wait, ack_wait and "
         "max_ack_pending must be positive");
+  }
+  if (options.max_nak_delay.count() < 0 || options.nak_delay.count() < 0) {
+    return InvalidArgumentError("JetStreamConsumer: nak_delay and max_nak_delay must not be negative");
+  }
+  if (std::string e = ValidRetryLimits({options.max_deliver, options.max_retry_time}); !e.empty()) {
+    return InvalidArgumentError("JetStreamConsumer: max_deliver, max_retry_time: " + e);
+  }
+  if (!options.dead_letter.empty() && !ValidSubject(options.dead_letter, false)) {
+    return InvalidArgumentError("JetStreamConsumer: dead_letter '" + options.dead_letter +
+                                "' must be a NATS subject without wildcards");
+  }
+  if (!options.filter_subject.empty() && !ValidSubject(options.filter_subject, true)) {
+    return InvalidArgumentError("JetStreamConsumer: filter_subject '" + options.filter_subject +
+                                "' must be a NATS subject");
   }
   char* err = nullptr;
   PQconninfoOption* parsed = PQconninfoParse(pg_conninfo.c_str(), &err);

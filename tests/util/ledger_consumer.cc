@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   o.nak_delay = std::chrono::milliseconds(20);
   o.max_nak_delay = std::chrono::milliseconds(500);
   o.fetch_wait = std::chrono::milliseconds(200);
+  o.max_deliver = 0;  // backoffs this short would reach the limit within a database restart
   for (int i = 5; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-inbox") == 0) o.inbox = false;
     if (std::strcmp(argv[i], "--ack-wait-ms") == 0 && i + 1 < argc) {

@@ -358,7 +358,11 @@ class SidecarTest : public EffectsTest {
       const std::string& crash_point = "", int port = 0,
       std::vector<std::string> flags = {"--timeout", "3s", "--ack-wait", "4s",
                                         "--max-in-flight", "8"}) {
-    for (const char* f : {"--nak-delay", "20ms", "--max-nak-delay", "300ms"}) flags.push_back(f);
+    // Backoffs this short would reach the default --max-deliver within a database restart:
+    // these tests are about outages, not poison messages.
+    for (const char* f : {"--nak-delay", "20ms", "--max-nak-delay", "300ms", "--max-deliver", "0"}) {
+      flags.push_back(f);
+    }
     auto c = std::make_unique<ConsumeProcess>(
         IDEM_BINARY,
         ConsumeArgs{nats_.Url(), "PAY", "sidecar",

@@ -15,6 +15,7 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
     std::string ack_wait;
     std::string nak_delay = "1s";
     std::string max_nak_delay = "60s";
+    std::string max_retry_time = "30m";
     std::string log_format = "text";
   };
   auto flags = std::make_shared<Flags>();
@@ -32,8 +33,17 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
       "  Idem-Stream, Idem-Stream-Sequence\n"
       "The service's answer decides: 2xx ack; 5xx, 408, 425, 429, a timeout or a broken\n"
       "connection nak with exponential backoff (or Retry-After), so the message comes back;\n"
-      "any other 4xx terminates it after logging it (publishing it to --dead-letter first).\n"
-      "SIGTERM stops fetching, finishes and settles the messages in flight, and exits 0.\n\n"
+      "any other 4xx gives the message up at once.\n\n"
+      "Poison messages end: a message still failing at its --max-deliver-th delivery (10), or\n"
+      "after failing for --max-retry-time (30m), is given up too (with the default backoff, 10\n"
+      "deliveries take about 4 minutes). A given-up message is published to --dead-letter with\n"
+      "headers saying why (Idem-Dead-Reason, Idem-Status, Idem-Error-Body, Idem-Delivery-Count,\n"
+      "...) and then terminated: never redelivered. Without --dead-letter it is terminated and\n"
+      "logged as an error. A service that cannot be reached at all (connection refused) gives\n"
+      "no message up: its messages wait, retried, until it is back.\n\n"
+      "A missing stream, a bad subject, or a --dead-letter subject no stream stores exits 2 at\n"
+      "start; NATS not reachable yet is waited for. SIGTERM stops fetching, finishes and settles\n"
+      "the messages in flight, and exits 0.\n\n"
       "Example:\n"
       "  idem consume --nats nats://127.0.0.1:4222 --stream PAYMENTS --consumer ledger \\\n"
       "               --deliver http://127.0.0.1:9000/v1/apply --dead-letter payments.dead \\\n"
@@ -48,8 +58,18 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--deliver", o.deliver, "Where each message is POSTed: http://HOST:PORT/PATH")
       ->required();
   cmd->add_option("--dead-letter", o.dead_letter,
-                  "Subject that refused messages (4xx other than 408/425/429) are published to\n"
-                  "before they are terminated; it must belong to a stream. Default: log only");
+                  "Subject that given-up messages (refused with a 4xx, or past --max-deliver or\n"
+                  "--max-retry-time) are published to before they are terminated; a stream must\n"
+                  "store it (checked at start). Default: log only, the message is dropped");
+  cmd->add_option("--max-deliver", o.max_deliver,
+                  "Give a failing message up at this delivery (JetStream's count, 1 = the\n"
+                  "first; survives restarts); 0: no delivery limit")
+      ->capture_default_str();
+  cmd->add_option("--max-retry-time", flags->max_retry_time,
+                  "Give a failing message up once it has failed for this long, measured from\n"
+                  "its first failed delivery this process saw (so a backlog is never given up\n"
+                  "for its age; a restart starts the clock again); 0: no time limit")
+      ->capture_default_str();
   cmd->add_option("--filter-subject", o.filter_subject,
                   "Only this subject (wildcards allowed), when the consumer is created");
   cmd->add_option("--max-ack-pending", o.max_ack_pending,
@@ -91,6 +111,7 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
     if (!duration("--timeout", flags->timeout, &options.timeout) ||
         !duration("--nak-delay", flags->nak_delay, &options.nak_delay) ||
         !duration("--max-nak-delay", flags->max_nak_delay, &options.max_nak_delay) ||
+        !duration("--max-retry-time", flags->max_retry_time, &options.max_retry_time) ||
         (!flags->ack_wait.empty() && !duration("--ack-wait", flags->ack_wait, &options.ack_wait))) {
       return 2;
     }
