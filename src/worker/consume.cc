@@ -389,15 +389,17 @@ class Sidecar {
     }
   }
 
-  // While messages held for their predecessors wait on sequences not in this process's hands,
-  // reads the consumer's ack floor: what lies at or below it is settled, and its successors go.
+  // While messages are held and sequences not in this process's hands are outstanding, reads
+  // the consumer's ack floor (ten times a second): what lies at or below it is settled, and its
+  // successors go. Each read may release the messages whose acks move the floor past the next
+  // such sequence, so a slower pace would add up over a chain of them after a restart.
   Task<void> PollAckFloor() {
     asio::steady_timer timer(io_);
     for (;;) {
-      timer.expires_after(std::chrono::milliseconds(500));
+      timer.expires_after(std::chrono::milliseconds(100));
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
-      if (ordered_.awaiting() == 0 || !bound_ || stopping_) continue;
+      if (ordered_.awaiting() == 0 || ordered_.held() == 0 || !bound_ || stopping_) continue;
       co_await asio::post(polling_, use_awaitable);
       auto progress = ReadConsumerProgress(*nats_, options_.stream, options_.consumer);
       co_await asio::post(io_.get_executor(), use_awaitable);

@@ -134,19 +134,21 @@ TEST_F(ConsumeOrderTest, HundredKeysInOrderThroughFailuresAndTwoKillsEachEventAp
   // A short ack_wait, so what a killed process had in hand comes back quickly.
   const std::vector<std::string> flags = {"--ack-wait", "2s", "--nak-delay", "20ms",
                                           "--max-nak-delay", "200ms"};
-  auto consume = StartConsume(service.Url(), flags);
-  // Events interleaved across keys, as producers would enqueue them.
+  // Events interleaved across keys, as producers would enqueue them; all stored before the
+  // sidecar starts, so that the kills below land mid-run.
   for (int e = 0; e < kEvents; ++e) {
     for (int k = 0; k < kKeys; ++k) {
       const std::string key = "acct-" + std::to_string(k);
       ASSERT_EQ(PublishKeyed(key, std::to_string(e), key + "-ev-" + std::to_string(e)), "");
     }
   }
+  auto consume = StartConsume(service.Url(), flags);
   std::string outputs;
   for (size_t kill_at : {kTotal / 3, 2 * kTotal / 3}) {
     ASSERT_TRUE(WaitFor([&] { return service.applied() >= kill_at; }, 20s))
         << service.applied() << "\n" << consume->Output();
     consume->process().Stop(SIGKILL);
+    std::cout << "killed with " << service.applied() << " applied\n";
     outputs += consume->Output();
     ASSERT_EQ(consume->Start(), "");
   }
