@@ -350,6 +350,8 @@ class Sidecar {
     if (messages.empty()) return;
     if (stopping_) {
       for (const auto& m : messages) ordered_.GiveBack(m);
+      log_.Info("shutdown", std::to_string(messages.size()) + " message(s) whose predecessor "
+                                "just ended given back to NATS, not delivered while stopping");
       return;
     }
     {

@@ -3,6 +3,7 @@
 // nats-server -js, the real idem binary, an in-process service that records what it applies.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <atomic>
@@ -234,6 +235,36 @@ TEST_F(ConsumeOrderTest, NakedHeadKeepsItsSuccessorsWaitingUntilItSucceeds) {
   EXPECT_NE(consume->Output().find("later message(s) wait until EVENTS #1 comes back"),
             std::string::npos)
       << consume->Output();
+}
+
+TEST_F(ConsumeOrderTest, SigtermGivesHeldMessagesBackSoTheNextProcessGetsThemAtOnce) {
+  RecordingService* self = nullptr;
+  RecordingService service([&](const SeenRequest& r) {
+    if (r.body == "a1") self->WaitUntilStopped(1000);
+    return 200;
+  });
+  self = &service;
+  // The default ack_wait (30 s): a held message left unacked would come back only after it.
+  auto consume = StartConsume(service.Url("/apply"), {});
+  ASSERT_EQ(PublishKeyed("a", "a1", "a1"), "");
+  ASSERT_EQ(PublishKeyed("a", "a2", "a2"), "");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Http(consume->admin(), "GET", "/metrics").body.find("idem_consume_held 1\n") !=
+               std::string::npos;
+      },
+      5s));
+  const int status = consume->process().Stop(SIGTERM, 10s);
+  ASSERT_TRUE(WIFEXITED(status)) << consume->Output();
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // a2 was held until a1 ended, then given back rather than delivered.
+  EXPECT_NE(consume->Output().find("given back to NATS"), std::string::npos)
+      << consume->Output();
+  ASSERT_EQ(service.count(), 1u) << "a1 finished; a2 was not delivered";
+  ASSERT_EQ(consume->Start(), "");
+  ASSERT_TRUE(WaitFor([&] { return service.count() == 2 && Settled(); }, 5s))
+      << consume->Output();
+  EXPECT_EQ(service.seen()[1].body, "a2");
 }
 
 }  // namespace
