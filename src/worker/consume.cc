@@ -1,6 +1,8 @@
 // The sidecar's process: a fetch loop (this thread) that keeps at most max_in_flight messages
-// out, an event loop that delivers them over HTTP and settles each with NATS, and the admin
-// listener. Shutdown: stop fetching, let the deliveries in flight finish and settle, flush.
+// out, an event loop that delivers them over HTTP (one at a time per ordering key:
+// ordered_delivery.h), keeps them in progress with NATS and settles each, and the admin
+// listener. Shutdown: stop fetching, let the deliveries in flight finish and settle, give held
+// messages back, flush.
 #include "worker/consume.h"
 
 #include <boost/asio/co_spawn.hpp>
