@@ -1,6 +1,8 @@
 // The sidecar's process: a fetch loop (this thread) that keeps at most max_in_flight messages
-// out, an event loop that delivers them over HTTP and settles each with NATS, and the admin
-// listener. Shutdown: stop fetching, let the deliveries in flight finish and settle, flush.
+// out, an event loop that delivers them over HTTP (one at a time per ordering key:
+// ordered_delivery.h), keeps them in progress with NATS and settles each, and the admin
+// listener. Shutdown: stop fetching, let the deliveries in flight finish and settle, give held
+// messages back, flush.
 #include "worker/consume.h"
 
 #include <boost/asio/co_spawn.hpp>
@@ -8,10 +10,13 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "core/text.h"
 #include "gateway/access_log.h"
@@ -24,6 +29,8 @@
 #include "worker/delivery_policy.h"
 #include "worker/first_failures.h"
 #include "worker/jetstream.h"
+#include "worker/order_recovery.h"
+#include "worker/ordered_delivery.h"
 
 namespace idem::worker {
 namespace {
@@ -78,6 +85,9 @@ class Sidecar {
       : options_(options),
         log_(log),
         io_(io),
+        ordered_(log, {.max_held = static_cast<size_t>(std::max(1000, 4 * options.max_in_flight)),
+                       .give_back_delay = std::min(options.max_nak_delay, Duration(5000))}),
+        ack_wait_ms_(options.ack_wait.count()),
         limits_{options.max_deliver, options.max_retry_time},
         // A message retried here comes back within a nak delay (or an ack wait); one not seen
         // failing for much longer than that went elsewhere.
@@ -191,6 +201,7 @@ class Sidecar {
         ever_bound_ = true;
         last_bind_error.clear();
         if (!note.empty()) log_.Info("consumer", note);
+        LearnProgress();
         log_.Info("consumer", "pulling from " + options_.stream + "/" + options_.consumer +
                                   ", delivering to " + options_.deliver);
       }
@@ -231,12 +242,7 @@ class Sidecar {
       // One hand-off to the event loop per batch, not one per message: each cross-thread post
       // may wake the loop's thread.
       asio::post(io_, [this, batch = std::make_shared<std::vector<JsMessage>>(
-                                 std::move(*fetched))]() {
-        for (JsMessage& m : *batch) {
-          asio::co_spawn(io_, Deliver(std::make_shared<JsMessage>(std::move(m))),
-                         asio::detached);
-        }
-      });
+                                 std::move(*fetched))]() { AdmitBatch(std::move(*batch)); });
     }
     return Status::Ok();
   }
@@ -265,18 +271,38 @@ class Sidecar {
     return in_flight_;
   }
 
+  // After Drain: naks the messages held for their predecessors, so that whoever consumes next
+  // gets them at once rather than after ack_wait.
+  void GiveBackHeld() {
+    const size_t n = asio::post(io_, asio::use_future([this] {
+                       const size_t given = ordered_.GiveBackAllHeld();
+                       metrics_.set_held(0);
+                       return given;
+                     })).get();
+    if (n > 0) {
+      log_.Info("shutdown", std::to_string(n) + " message(s) held for earlier ones of their "
+                                "ordering keys given back to NATS");
+    }
+  }
+
   Status FlushNats() {
     // Nothing to flush if nothing was ever fetched (NATS never reached, say).
     if (metrics_.count(ConsumeMetrics::kDelivered) == 0) return Status::Ok();
     return nats_->Flush(Duration(2000));
   }
   void CloseNats() {
+    polling_.stop();
+    polling_.join();
     sub_.reset();
     nats_.reset();
   }
   const ConsumeMetrics& metrics() const { return metrics_; }
 
  private:
+  // Unsettled stream sequences read at each bind to learn which ordering keys an earlier
+  // process left messages of, at most.
+  static constexpr uint64_t kMaxOutstandingScan = 20000;
+
   // The fetch loop fetches again once no more than this many messages are in flight.
   int RefetchAt() const { return options_.max_in_flight / 2; }
 
@@ -301,6 +327,143 @@ class Sidecar {
     }
   }
 
+  // After each bind (fetch loop): the consumer's actual ack_wait (the in-progress period) and
+  // the ordering keys of the messages an earlier process may have left unsettled, so that their
+  // successors wait for them (KeyOrder). Starts the in-progress and ack-floor loops once.
+  void LearnProgress() {
+    auto progress = ReadConsumerProgress(*nats_, options_.stream, options_.consumer);
+    if (!progress.ok()) {
+      log_.Warn("order", "cannot read the consumer's progress: " + progress.status().ToString() +
+                             "; messages an earlier process left unsettled may be overtaken "
+                             "by later ones of their ordering keys");
+    }
+    std::vector<KeyOrder::Keyed> outstanding;
+    if (progress.ok()) {
+      if (progress->ack_wait.count() > 0) ack_wait_ms_ = progress->ack_wait.count();
+      const uint64_t first = progress->ack_floor + 1;
+      const uint64_t last = progress->delivered;
+      if (last >= first) {
+        uint64_t read_up_to = 0;
+        auto keyed = ReadOrderingKeys(*nats_, options_.stream, progress->filter_subject, first,
+                                      last, kMaxOutstandingScan, &read_up_to);
+        const std::string range = "#" + std::to_string(first) + "..#" + std::to_string(last);
+        if (!keyed.ok()) {
+          log_.Warn("order", "cannot read " + range + ": " + keyed.status().ToString() +
+                                 "; messages an earlier process left unsettled may be "
+                                 "overtaken by later ones of their ordering keys");
+        } else {
+          outstanding = std::move(*keyed);
+          if (read_up_to < last) {
+            log_.Warn("order", "read only #" + std::to_string(first) + "..#" +
+                                   std::to_string(read_up_to) + " of the unsettled range " +
+                                   range + "; later messages of keys found only beyond it may "
+                                   "overtake earlier ones");
+          }
+          if (!outstanding.empty()) {
+            log_.Info("order", std::to_string(outstanding.size()) + " message(s) with an "
+                                   "ordering key in " + range + " may still be unsettled (an "
+                                   "earlier process had them); later messages of those keys "
+                                   "wait until they are acked or terminated");
+          }
+        }
+      }
+    }
+    asio::post(io_, [this, outstanding = std::move(outstanding)] {
+      ordered_.LearnOutstanding(outstanding);
+      if (!ticking_) {
+        ticking_ = true;
+        asio::co_spawn(io_, KeepInProgress(), asio::detached);
+        asio::co_spawn(io_, PollAckFloor(), asio::detached);
+      }
+    });
+  }
+
+  // A fetched batch (event loop): each message is delivered now or held for its predecessor.
+  void AdmitBatch(std::vector<JsMessage> batch) {
+    std::vector<std::shared_ptr<JsMessage>> now;
+    for (JsMessage& m : batch) {
+      for (auto& d : ordered_.Admit(std::make_shared<JsMessage>(std::move(m)))) {
+        now.push_back(std::move(d));
+      }
+    }
+    metrics_.set_held(static_cast<int64_t>(ordered_.held()));
+    // The fetch loop counted the whole batch in flight; held messages are not.
+    if (const int not_now = static_cast<int>(batch.size()) - static_cast<int>(now.size());
+        not_now != 0) {
+      {
+        MutexLock lock(mu_);
+        in_flight_ -= not_now;
+      }
+      cv_.NotifyAll();
+    }
+    for (auto& m : now) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+  }
+
+  // Messages released by a settle or the ack floor (event loop): delivered, unless stopping.
+  void Launch(std::vector<std::shared_ptr<JsMessage>> messages) {
+    metrics_.set_held(static_cast<int64_t>(ordered_.held()));
+    if (messages.empty()) return;
+    if (stopping_) {
+      for (const auto& m : messages) ordered_.GiveBack(m);
+      log_.Info("shutdown", std::to_string(messages.size()) + " message(s) whose predecessor "
+                                "just ended given back to NATS, not delivered while stopping");
+      return;
+    }
+    {
+      MutexLock lock(mu_);
+      in_flight_ += static_cast<int>(messages.size());
+    }
+    for (auto& m : messages) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+  }
+
+  // One delivery, kept in progress with JetStream until settled, then whatever of its ordering
+  // key may go next.
+  Task<void> Dispatch(std::shared_ptr<JsMessage> m) {
+    working_.emplace(m.get(), m);
+    co_await Deliver(m);
+    working_.erase(m.get());
+    Launch(ordered_.AfterSettle(*m));
+  }
+
+  // Every third of the consumer's ack_wait, tells JetStream that every message being delivered
+  // or held is still in progress, so it never redelivers one of them meanwhile.
+  Task<void> KeepInProgress() {
+    asio::steady_timer timer(io_);
+    size_t last_failed = 0;
+    for (;;) {
+      timer.expires_after(std::max(std::chrono::milliseconds(50),
+                                   std::chrono::milliseconds(ack_wait_ms_.load() / 3)));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+      size_t failed = ordered_.TouchHeld();
+      for (auto& [ptr, m] : working_) failed += m->InProgress().ok() ? 0 : 1;
+      if (failed > 0 && last_failed == 0) {
+        log_.Warn("in_progress", "cannot tell NATS that " + std::to_string(failed) +
+                                     " message(s) are still in progress; they may be "
+                                     "redelivered after ack_wait");
+      }
+      last_failed = failed;
+    }
+  }
+
+  // While messages are held and sequences not in this process's hands are outstanding, reads
+  // the consumer's ack floor (ten times a second): what lies at or below it is settled, and its
+  // successors go. Each read may release the messages whose acks move the floor past the next
+  // such sequence, so a slower pace would add up over a chain of them after a restart.
+  Task<void> PollAckFloor() {
+    asio::steady_timer timer(io_);
+    for (;;) {
+      timer.expires_after(std::chrono::milliseconds(100));
+      boost::system::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+      if (ordered_.awaiting() == 0 || ordered_.held() == 0 || !bound_ || stopping_) continue;
+      co_await asio::post(polling_, use_awaitable);
+      auto progress = ReadConsumerProgress(*nats_, options_.stream, options_.consumer);
+      co_await asio::post(io_.get_executor(), use_awaitable);
+      if (progress.ok()) Launch(ordered_.AdvanceAckFloor(progress->ack_floor));
+    }
+  }
+
   Task<void> Deliver(std::shared_ptr<JsMessage> m) {
     Request req{http::verb::post, path_, 11};
     bool content_type = false;
@@ -315,6 +478,9 @@ class Sidecar {
     req.set("Idem-Delivery-Count", std::to_string(m->delivery_count()));
     req.set("Idem-Stream", m->stream());
     req.set("Idem-Stream-Sequence", std::to_string(m->stream_sequence()));
+    if (auto ordering_key = OrderedDelivery::OrderingKey(*m)) {
+      req.set(kOrderingKeyHeader, *ordering_key);
+    }
     req.body() = std::string(m->data());
     const auto start = std::chrono::steady_clock::now();
     UpstreamResult r = co_await upstream_->Exchange(req, options_.timeout);
@@ -558,6 +724,13 @@ class Sidecar {
   std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
   std::unique_ptr<tcp::acceptor> admin_;
   ConsumeMetrics metrics_;
+  // The event loop's: per-key order, the messages being delivered, whether the in-progress and
+  // ack-floor loops run.
+  OrderedDelivery ordered_;
+  std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
+  bool ticking_ = false;
+  asio::thread_pool polling_{1};       // consumer-info requests, off the event loop
+  std::atomic<int64_t> ack_wait_ms_;  // the consumer's own, once bound
   std::atomic<bool> stopping_{false};
   std::atomic<bool> nats_connected_{false};
   std::atomic<bool> bound_{false};
@@ -602,9 +775,11 @@ int RunConsume(const ConsumeOptions& in) {
   if (options.ack_wait.count() == 0) {
     options.ack_wait = std::max(Duration(30000), options.timeout * 2);
   }
-  if (options.ack_wait <= options.timeout) {
-    return fail("--ack-wait (" + Ms(options.ack_wait) + ") must exceed --timeout (" +
-                Ms(options.timeout) + "), or NATS redelivers messages still being delivered");
+  // A delivery may outlast ack_wait: it is kept in progress (every third of ack_wait) until the
+  // service answers or --timeout passes. Below a second, those acks would be too many and a
+  // short pause of the process would let NATS redeliver.
+  if (options.ack_wait < Duration(1000)) {
+    return fail("--ack-wait (" + Ms(options.ack_wait) + ") must be at least 1 s");
   }
   if (options.max_ack_pending < options.max_in_flight) {
     log.Warn("config", "--max-ack-pending " + std::to_string(options.max_ack_pending) +
@@ -641,6 +816,7 @@ int RunConsume(const ConsumeOptions& in) {
   const Status fatal = sidecar.FetchLoop();
   if (!fatal.ok()) log.Error("config", fatal.ToString());
   const int left = sidecar.Drain();
+  sidecar.GiveBackHeld();
   Status flushed = sidecar.FlushNats();
   if (left > 0) {
     log.Warn("shutdown", std::to_string(left) + " delivery(ies) still running after the grace "

@@ -20,9 +20,10 @@ struct ConsumeOptions {
   std::string dead_letter;     // subject; empty: given-up messages are only logged
   std::string admin_listen;    // HOST:PORT for /healthz /readyz /metrics; empty: none
   int64_t max_ack_pending = 1000;  // only when the consumer is created
-  int max_in_flight = 64;          // messages fetched and not yet settled, at most
+  int max_in_flight = 64;          // messages being delivered (not held for order), at most
   Duration timeout{30000};         // one delivery, connect to answer; then nak
-  Duration ack_wait{0};            // 0: max(30 s, 2 x timeout); only when the consumer is created
+  Duration ack_wait{0};            // 0: max(30 s, 2 x timeout), at least 1 s; only when the
+                                   // consumer is created (in-progress acks every third of it)
   Duration nak_delay{1000};        // first redelivery delay, doubled per delivery
   Duration max_nak_delay{60000};
   // A failing message is given up (dead-lettered, then terminated) at its max_deliver-th

@@ -25,9 +25,14 @@ std::string ConsumeMetrics::Render(int64_t in_flight, bool nats_connected,
     out += fmt::format("idem_consume_errors_total{{kind=\"{}\"}} {}\n", kErrors[i],
                        errors_[i].load(std::memory_order_relaxed));
   }
-  out += "# HELP idem_consume_in_flight Messages fetched and not yet acked, naked or termed.\n";
+  out += "# HELP idem_consume_in_flight Messages being delivered: fetched, not held, not yet "
+         "settled.\n";
   out += "# TYPE idem_consume_in_flight gauge\n";
   out += fmt::format("idem_consume_in_flight {}\n", in_flight);
+  out += "# HELP idem_consume_held Messages held until an earlier message of their ordering "
+         "key is settled.\n";
+  out += "# TYPE idem_consume_held gauge\n";
+  out += fmt::format("idem_consume_held {}\n", held_.load(std::memory_order_relaxed));
   out += "# HELP idem_consume_nats_connected 1 while connected to NATS.\n";
   out += "# TYPE idem_consume_nats_connected gauge\n";
   out += fmt::format("idem_consume_nats_connected {}\n", nats_connected ? 1 : 0);

@@ -31,6 +31,8 @@ class ConsumeMetrics {
   uint64_t count(Outcome o) const { return outcomes_[o].load(std::memory_order_relaxed); }
   uint64_t errors(Error e) const { return errors_[e].load(std::memory_order_relaxed); }
   gateway::Histogram& delivery_seconds() { return delivery_seconds_; }
+  // Messages fetched and held until an earlier message of their ordering key is settled.
+  void set_held(int64_t n) { held_.store(n, std::memory_order_relaxed); }
 
   std::string Render(int64_t in_flight, bool nats_connected, bool consumer_bound) const;
 
@@ -38,6 +40,7 @@ class ConsumeMetrics {
   std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
   std::array<std::atomic<uint64_t>, kErrorCount> errors_{};
   gateway::Histogram delivery_seconds_;
+  std::atomic<int64_t> held_{0};
 };
 
 }  // namespace idem::worker

@@ -188,13 +188,27 @@ std::string_view JsMessage::data() const {
   return d == nullptr ? std::string_view() : std::string_view(d, natsMsg_GetDataLength(msg_.get()));
 }
 
-Status JsMessage::Ack() { return FromNats(natsMsg_Ack(msg_.get(), nullptr), "ack " + key_); }
-
-Status JsMessage::Nak(Duration delay) {
-  return FromNats(natsMsg_NakWithDelay(msg_.get(), delay.count(), nullptr), "nak " + key_);
+Status JsMessage::Ack() {
+  Status s = FromNats(natsMsg_Ack(msg_.get(), nullptr), "ack " + key_);
+  if (s.ok()) settled_ = Settled::kAcked;
+  return s;
 }
 
-Status JsMessage::Term() { return FromNats(natsMsg_Term(msg_.get(), nullptr), "term " + key_); }
+Status JsMessage::Nak(Duration delay) {
+  Status s = FromNats(natsMsg_NakWithDelay(msg_.get(), delay.count(), nullptr), "nak " + key_);
+  if (s.ok()) settled_ = Settled::kNaked;
+  return s;
+}
+
+Status JsMessage::Term() {
+  Status s = FromNats(natsMsg_Term(msg_.get(), nullptr), "term " + key_);
+  if (s.ok()) settled_ = Settled::kTermed;
+  return s;
+}
+
+Status JsMessage::InProgress() {
+  return FromNats(natsMsg_InProgress(msg_.get(), nullptr), "in-progress " + key_);
+}
 
 // --- PullSubscription --------------------------------------------------------------------------
 

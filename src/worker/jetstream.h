@@ -97,6 +97,11 @@ class JsMessage {
   Status Ack();
   Status Nak(Duration delay);
   Status Term();
+  // Tells JetStream the message is still being worked on: its ack_wait starts again.
+  Status InProgress();
+  // Which of Ack, Nak or Term last succeeded on this copy (kNone: none yet).
+  enum class Settled { kNone, kAcked, kNaked, kTermed };
+  Settled settled() const { return settled_; }
 
  private:
   struct Destroy {
@@ -110,6 +115,7 @@ class JsMessage {
   std::string stream_;
   uint64_t stream_sequence_ = 0;
   uint64_t delivery_count_ = 0;
+  Settled settled_ = Settled::kNone;
 };
 
 class PullSubscription {

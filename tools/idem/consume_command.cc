@@ -84,7 +84,9 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--ack-wait", flags->ack_wait,
                   "How long NATS waits for a settlement before redelivering, when the consumer\n"
-                  "is created; must exceed --timeout (default: the larger of 30s and 2x --timeout)");
+                  "is created; at least 1s. Messages being delivered or held for their ordering\n"
+                  "key are kept in progress every third of it (default: the larger of 30s and\n"
+                  "2x --timeout)");
   cmd->add_option("--nak-delay", flags->nak_delay,
                   "Redelivery delay after the first failure, doubled for each further one")
       ->capture_default_str();
