@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <thread>
 
 #include <libpq-fe.h>
 
@@ -151,7 +152,29 @@ struct Pipeline::Impl {
             "--max-deliver", "0"};
   }
 
+  // True once the stream exists (the relay creates it after it starts listening), within 60 s
+  // (nats-server may be restarting, as in the mode nats_restart).
+  bool StreamExists() {
+    const auto give_up_at = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < give_up_at) {
+      if (auto admin = Admin(); admin.ok()) {
+        jsStreamInfo* info = nullptr;
+        natsStatus s = js_GetStreamInfo(&info, (*admin)->js(), stream.c_str(), nullptr, nullptr);
+        if (info != nullptr) jsStreamInfo_Destroy(info);
+        if (s == NATS_OK) return true;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
   std::string LaunchConsumer() IDEM_REQUIRES(mu) {
+    // idem consume exits at start when its stream does not exist: start it once the relay
+    // has created the stream.
+    if (!StreamExists()) {
+      return "the stream " + stream + " was not reachable within 60 s" +
+             (relay ? "\nidem relay:\n" + relay->Output() : "");
+    }
     consumer = std::make_unique<Process>(ConsumeArgv("chaos-apply"), Log("consume"));
     if (!consumer->WaitForLine("pulling from", 15s)) {
       // The relay creates the stream; when it could not, its log says why.
