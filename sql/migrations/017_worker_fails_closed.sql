@@ -1,47 +1,45 @@
-// Schema version 17: the worker layer's building blocks fail closed on NULLs, bound what they
-// accept, and the inbox sweep works in small steps. docs/worker.md states every limit.
-//
-// Three-valued logic. A PL/pgSQL `IF c THEN` skips its branch when c is NULL, so a guard
-// written `IF NOT (x = ANY (a)) THEN refuse` lets everything through when `a` holds a NULL, and
-// `greatest(1, NULL)` is 1. Version 17 rewrites every such guard found in the functions idem
-// ships (the list is in docs/worker.md, "Limits"): NULL arguments are SQLSTATE 22023, and the
-// comparisons left cannot see a NULL.
-//
-// Limits. Retention at most 366 days, the sweep's horizon 0 to 366 days and its `p_now` within
-// 3,660 days of the server's clock: so every day the inbox can make a partition for is a
-// four-digit year, `idem.inbox_pYYYYMMDD`, and about 1,100 day partitions at most exist. (The
-// partitioned parent takes one lock per partition for a query that cannot prune; PostgreSQL's
-// default lock table holds 6,400. A 10-year retention would need 7,300 partitions.) Ids that
-// go into an index (consumer, message id, account, txn id, kind, entity id) are at most 1,024
-// bytes: two of them fit a B-tree entry (2,704 bytes) with room to spare. Intent ids follow the
-// rule for keys (1 to 255 visible ASCII characters); leases and keeps are at most 3,650 days,
-// as the gateway's durations are.
-//
-// The sweep in steps. idem.inbox_sweep_step does a bounded amount of work in the caller's
-// transaction -- it drops at most 4 expired partitions (about 1 ms each), or else creates one
-// missing partition -- under lock_timeout 20 ms, and says whether anything is left.
-// idem.inbox_sweep_all (a procedure) and the C++ callers run steps, each its own transaction,
-// until done, so no lock is held longer than a step. A claim on partitions that exist takes no
-// lock a step holds; one that must create a partition, or touches idem.inbox itself, waits for
-// the step in progress at most. A partition whose lock is busy is left for the next run
-// (counted in partitions_busy).
-//
-// The generated dispatch (versions 4 to 7) covers only the day partitions of the next
-// kInboxDispatchDays days (today included): every day a claim under the default 30-day
-// retention can touch. Its size, its rebuild and each session's recompile after a rebuild no
-// longer grow with the longest retention (with 1,100 partitions: 380 ms to rebuild, 186 ms for
-// each session's next claim). A claim under a longer retention reaches a day beyond it by name
-// (idem.inbox_probe), as it reached any day unknown to the dispatch before. Partitions created
-// beyond the window need no rebuild; the sweep rebuilds when the window has moved (a new day).
-//
-// Ledger. TRUNCATE is refused like UPDATE and DELETE. Balances are maintained by a trigger on
-// idem.ledger (every inserted entry, whoever inserts it), and a trigger on idem.balances
-// refuses any other write: the balance is always the sum of the entries.
-#pragma once
+-- worker layer: building blocks fail closed on NULLs and bound their inputs; the inbox sweep in steps (idem.inbox_sweep_step); balances derived by a ledger trigger.
+--
+-- Schema version 17: the worker layer's building blocks fail closed on NULLs, bound what they
+-- accept, and the inbox sweep works in small steps. docs/worker.md states every limit.
+--
+-- Three-valued logic. A PL/pgSQL `IF c THEN` skips its branch when c is NULL, so a guard
+-- written `IF NOT (x = ANY (a)) THEN refuse` lets everything through when `a` holds a NULL, and
+-- `greatest(1, NULL)` is 1. Version 17 rewrites every such guard found in the functions idem
+-- ships (the list is in docs/worker.md, "Limits"): NULL arguments are SQLSTATE 22023, and the
+-- comparisons left cannot see a NULL.
+--
+-- Limits. Retention at most 366 days, the sweep's horizon 0 to 366 days and its `p_now` within
+-- 3,660 days of the server's clock: so every day the inbox can make a partition for is a
+-- four-digit year, `idem.inbox_pYYYYMMDD`, and about 1,100 day partitions at most exist. (The
+-- partitioned parent takes one lock per partition for a query that cannot prune; PostgreSQL's
+-- default lock table holds 6,400. A 10-year retention would need 7,300 partitions.) Ids that
+-- go into an index (consumer, message id, account, txn id, kind, entity id) are at most 1,024
+-- bytes: two of them fit a B-tree entry (2,704 bytes) with room to spare. Intent ids follow the
+-- rule for keys (1 to 255 visible ASCII characters); leases and keeps are at most 3,650 days,
+-- as the gateway's durations are.
+--
+-- The sweep in steps. idem.inbox_sweep_step does a bounded amount of work in the caller's
+-- transaction -- it drops at most 4 expired partitions (about 1 ms each), or else creates one
+-- missing partition -- under lock_timeout 20 ms, and says whether anything is left.
+-- idem.inbox_sweep_all (a procedure) and the C++ callers run steps, each its own transaction,
+-- until done, so no lock is held longer than a step. A claim on partitions that exist takes no
+-- lock a step holds; one that must create a partition, or touches idem.inbox itself, waits for
+-- the step in progress at most. A partition whose lock is busy is left for the next run
+-- (counted in partitions_busy).
+--
+-- The generated dispatch (versions 4 to 7) covers only the day partitions of the next
+-- kInboxDispatchDays days (today included): every day a claim under the default 30-day
+-- retention can touch. Its size, its rebuild and each session's recompile after a rebuild no
+-- longer grow with the longest retention (with 1,100 partitions: 380 ms to rebuild, 186 ms for
+-- each session's next claim). A claim under a longer retention reaches a day beyond it by name
+-- (idem.inbox_probe), as it reached any day unknown to the dispatch before. Partitions created
+-- beyond the window need no rebuild; the sweep rebuilds when the window has moved (a new day).
+--
+-- Ledger. TRUNCATE is refused like UPDATE and DELETE. Balances are maintained by a trigger on
+-- idem.ledger (every inserted entry, whoever inserts it), and a trigger on idem.balances
+-- refuses any other write: the balance is always the sum of the entries.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kWorkerLimitsSql = R"sql(
 -- ---- inbox ------------------------------------------------------------------------------------
 
 -- NULL in, NULL out (greatest(1, NULL) would answer 1).
@@ -596,7 +594,7 @@ END $$;
 -- ---- side-effect intents ----------------------------------------------------------------------
 
 -- Replaced with the search_path they were bound to (the record schema of the store that first
--- installed them; see pg_worker_sql.h), whichever store schema migrates.
+-- installed them; see 002_worker_layer.sql), whichever store schema migrates.
 DO $install$
 DECLARE
   v_bound  text;
@@ -860,6 +858,3 @@ BEGIN
     END;
   END LOOP;
 END $$;
-)sql";
-
-}  // namespace idem::internal::pg
