@@ -210,7 +210,8 @@ END $$;
 -- The window is the partitions of today through today + 69: every day a claim under the
 -- default retention touches (today to today + 61). A claim under a longer retention reaches a
 -- day beyond it by name (idem.inbox_probe). Partitions created beyond the window need no
--- rebuild; the sweep rebuilds when the window has moved (a new day).
+-- rebuild; the sweep rebuilds when the window has moved (a new day). A database's current
+-- text: SELECT pg_get_functiondef('idem.inbox_claim(text, text)'::regprocedure);
 
 -- The body of idem.inbox_at for the sorted days[lo..hi]: a binary search on p_day, so a call
 -- makes about log2(partitions) comparisons, then the day's two statements.

@@ -179,6 +179,28 @@ TEST_F(PgSchemaTest, TheLastMigrationBuildsTheCurrentVersion) {
   EXPECT_EQ(Dump(database), Dump(Fresh()));
 }
 
+// The worker and emit layers are one per database; a second store schema installs them again,
+// and the intent and operation functions stay bound to the first one, where their records are.
+TEST_F(PgSchemaTest, ASecondStoreSchemaLeavesTheIntentAndOperationFunctionsBoundToTheFirst) {
+  const std::string database = Fresh();
+  auto other = Connect(database, "other");
+  ASSERT_NE(other, nullptr);
+  auto version = internal::pg::MigrateSchema(*other, "other");
+  ASSERT_TRUE(version.ok()) << version.status().ToString();
+  EXPECT_EQ(Version(database, "other"), kSchemaVersion);
+  for (const char* function :
+       {"idem.intent_begin(text, interval)", "idem.intent_sent(text, bigint, interval)",
+        "idem.intent_release(text, bigint)",
+        "idem.operation_complete(text, text, bigint, integer, jsonb, bytea, interval)",
+        "idem.operation_release(text, text, bigint)"}) {
+    EXPECT_EQ(server_.Query(database, std::string("SELECT array_to_string(proconfig, ',') FROM "
+                                                  "pg_proc WHERE oid = '") +
+                                          function + "'::regprocedure"),
+              "search_path=app")
+        << function;
+  }
+}
+
 TEST_F(PgSchemaTest, PrintedSqlForANewDatabaseInstallsTheSchemaOpeningAStoreWould) {
   std::string script;
   ASSERT_EQ(PrintSql("", &script), 0) << script;

@@ -59,9 +59,9 @@ int main(int argc, char** argv) {
       "--store", migrate_url, "Store URL, e.g. 'postgresql://idem@db.internal:5432/idem'");
   auto* print_sql = migrate->add_flag(
       "--print-sql", migrate_print_sql,
-      "Print the SQL instead of applying it, for your own migration tool (sql/README.md):\n"
-      "with a PostgreSQL --store, what that database still needs (read, never changed);\n"
-      "without, the whole schema for a new database (schema public)");
+      "Print the SQL instead of applying it, for your own migration tool\n"
+      "(sql/README.md): with a PostgreSQL --store, what that database still\n"
+      "needs (read, never changed); without, the whole schema (schema public)");
   migrate->callback([&] {
     if (migrate_store->count() == 0 && print_sql->count() == 0) {
       throw CLI::RequiredError("--store");

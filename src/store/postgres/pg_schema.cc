@@ -123,9 +123,9 @@ std::string MigrationScript(const std::string& schema, int version) {
   if (version >= kSchemaVersion) return "";
   const std::string target = std::to_string(kSchemaVersion);
   std::string script =
-      "-- idem's PostgreSQL schema, version " + target + ", for schema \"" + schema + "\": " +
-      (version == 0 ? std::string("a fresh install (the files of sql/schema)")
-                    : "the migrations from version " + std::to_string(version) +
+      "-- idem's PostgreSQL schema version " + target + " for schema \"" + schema + "\": " +
+      (version == 0 ? std::string("a fresh install\n-- (the files of sql/schema)")
+                    : "the migrations from\n-- version " + std::to_string(version) +
                           " (the files of sql/migrations after it)") +
       ".\n"
       "-- Run it in one transaction (psql --single-transaction --file, or a migration tool's\n"
