@@ -75,6 +75,40 @@ Status CheckNotNewer(int version) {
                                  std::to_string(kSchemaVersion) + "); upgrade idem");
 }
 
+// The opening comment of MigrationScript's script.
+std::string ScriptHeader(const std::string& schema, int version) {
+  const std::string from = std::to_string(version);
+  return "-- idem's PostgreSQL schema version " + std::to_string(kSchemaVersion) +
+         " for schema \"" + schema + "\": " +
+         (version == 0 ? std::string("a fresh install\n-- (the files of sql/schema).\n")
+                       : "the migrations from\n-- version " + from +
+                             " (the files of sql/migrations after it).\n") +
+         "-- Run it in one transaction (psql --single-transaction --file, or a migration tool's\n"
+         "-- transactional migration). It checks the schema's version first and changes nothing\n"
+         "-- unless it is still " + from + ". The last statements write the version row that "
+         "idem checks\n-- when it opens the store.\n\n";
+}
+
+// A block that stops the script unless it runs in one transaction (outside one, its SET LOCAL
+// did nothing) on a schema still at `version`.
+std::string ScriptCheck(const std::string& schema, int version) {
+  const std::string from = std::to_string(version);
+  const std::string refuse = " USING ERRCODE = 'object_not_in_prerequisite_state';\n";
+  return "DO $check$\n"
+         "BEGIN\n"
+         "  IF current_setting('search_path') IS DISTINCT FROM '" + schema + "' THEN\n"
+         "    RAISE EXCEPTION 'idem: search_path is %, not " + schema +
+         ": run this script in one transaction',\n"
+         "      current_setting('search_path')" + refuse +
+         "  END IF;\n"
+         "  IF (" + kReadVersionSql + ") <> " + from + " THEN\n"
+         "    RAISE EXCEPTION 'idem: schema " + schema + " is at version %, this script applies to "
+         "version " + from + "',\n"
+         "      (" + kReadVersionSql + ")" + refuse +
+         "  END IF;\n"
+         "END $check$;\n";
+}
+
 Result<int> MigrateLocked(PgConnection& conn, const std::string& schema) {
   auto locked = conn.Exec("migrate: lock", LockSql());
   if (!locked.ok()) return locked.status();
@@ -121,32 +155,9 @@ Result<int> ReadSchemaVersion(PgConnection& conn) {
 
 std::string MigrationScript(const std::string& schema, int version) {
   if (version >= kSchemaVersion) return "";
-  const std::string target = std::to_string(kSchemaVersion);
-  std::string script =
-      "-- idem's PostgreSQL schema version " + target + " for schema \"" + schema + "\": " +
-      (version == 0 ? std::string("a fresh install\n-- (the files of sql/schema)")
-                    : "the migrations from\n-- version " + std::to_string(version) +
-                          " (the files of sql/migrations after it)") +
-      ".\n"
-      "-- Run it in one transaction (psql --single-transaction --file, or a migration tool's\n"
-      "-- transactional migration). It checks the schema's version first and changes nothing\n"
-      "-- unless it is still " + std::to_string(version) + ". The last statements write the "
-      "version row that idem checks\n-- when it opens the store.\n\n"
-      "SET LOCAL search_path TO \"" + schema + "\";\n" + LockSql() + ";\n" + CreateSql(schema) +
-      ";\n"
-      "DO $check$\n"
-      "BEGIN\n"
-      "  IF current_setting('search_path') IS DISTINCT FROM '" + schema + "' THEN\n"
-      "    RAISE EXCEPTION 'idem: search_path is %, not " + schema +
-      ": run this script in one transaction',\n"
-      "      current_setting('search_path') USING ERRCODE = 'object_not_in_prerequisite_state';\n"
-      "  END IF;\n"
-      "  IF (" + kReadVersionSql + ") <> " + std::to_string(version) + " THEN\n"
-      "    RAISE EXCEPTION 'idem: schema " + schema + " is at version %, this script applies to "
-      "version " + std::to_string(version) + "',\n"
-      "      (" + kReadVersionSql + ") USING ERRCODE = 'object_not_in_prerequisite_state';\n"
-      "  END IF;\n"
-      "END $check$;\n";
+  std::string script = ScriptHeader(schema, version);
+  script += "SET LOCAL search_path TO \"" + schema + "\";\n" + LockSql() + ";\n" +
+            CreateSql(schema) + ";\n" + ScriptCheck(schema, version);
   for (const Step& step : StepsFrom(version)) {
     script += "\n-- ---- sql/" + std::string(step.file->path) + " ----\n";
     script += step.file->sql;
