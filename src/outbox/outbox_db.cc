@@ -285,7 +285,8 @@ Result<OutboxStats> OutboxDb::Stats(int64_t from, const std::vector<std::string>
 }
 
 Result<OutboxDb::FloorMark> OutboxDb::MarkFloor() {
-  // Two statements, two transactions, in this order: see outbox_floor_sql.h.
+  // Two statements, two transactions, in this order: see sql/schema/outbox.sql, "floors and
+  // gauges".
   auto last = conn_->Exec("outbox floor: last id", "SELECT idem.outbox_last_id()");
   if (!last.ok()) return last.status();
   auto next_xid = conn_->Exec("outbox floor: a transaction id",

@@ -85,8 +85,7 @@ class OutboxDb {
   // build.
   static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
 
-  // The relay's batch, held as row locks (schema versions 12, 17 and 20,
-  // idem.outbox_lock_keyed): BEGINs
+  // The relay's batch, held as row locks (idem.outbox_lock_keyed, sql/schema/outbox.sql): BEGINs
   // and locks up to `limit` pending rows with ids above `after_id` whose subject one of
   // `subjects` (NATS patterns) matches and that other transactions do not hold, in id order.
   // A keyed row is to be published only if every earlier pending row of its key is in the
@@ -129,7 +128,7 @@ class OutboxDb {
   // Seconds since the oldest pending row on `subjects` (from id `from`) was enqueued (0 when
   // none): one index scan up to that row.
   Result<double> LagSeconds(int64_t from, const std::vector<std::string>& subjects);
-  // The floors (schema versions 16 and 17: outbox_floor_sql.h, outbox_subjects_keys_sql.h): the lowest id a pending row can
+  // The floors (sql/schema/outbox.sql, "floors and gauges"): the lowest id a pending row can
   // have, below which scans need not look; any of them, and one on `subjects`. It takes two
   // steps, a while apart. MarkFloor reads the highest id drawn and then takes a transaction
   // id, each in a transaction of its own (so on a connection with no transaction open).

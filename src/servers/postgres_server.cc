@@ -62,6 +62,10 @@ std::string HoldersOfSharedMemory(const std::string& output) {
 
 }  // namespace
 
+std::string PostgresServer::Program(const std::string& name) {
+  return std::string(kBinDir) + "/" + name;
+}
+
 PostgresServer::PostgresServer() {
   const std::string initdb = std::string(kBinDir) + "/initdb";
   const std::string postgres = std::string(kBinDir) + "/postgres";

@@ -37,6 +37,9 @@ class PostgresServer {
   // "ERROR: ..." on failure.
   std::string Query(const std::string& database, const std::string& sql) const;
 
+  // The path of a program of the server's PostgreSQL installation ("pg_dump", "psql", ...).
+  static std::string Program(const std::string& name);
+
   // SIGKILL to the postmaster: the server dies without a shutdown.
   void Kill();
   // Starts the server again on the same data directory and port. False (and error()) if it

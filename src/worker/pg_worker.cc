@@ -1,5 +1,5 @@
 // The worker layer on PostgreSQL (include/idem/worker.h): each call is one round trip running
-// one function of schema `idem` (store/postgres/pg_worker_sql.h) on the caller's connection,
+// one function of schema `idem` (sql/schema/worker.sql) on the caller's connection,
 // inside the caller's transaction. Errors convert in the PostgreSQL driver's one place
 // (FromPgResult).
 #include <libpq-fe.h>

@@ -9,11 +9,10 @@
 #include "idem/outbox.h"
 #include "outbox/emit_test_util.h"
 #include "outbox/outbox_db.h"
-#include "outbox/outbox_plans_sql.h"
-#include "outbox/outbox_sql.h"
 #include "outbox/subject_match.h"
 #include "store/postgres/pg_binary_array.h"
 #include "store/postgres/pg_schema.h"
+#include "store/postgres/pg_sql_files.h"
 #include "store/postgres/postgres_store.h"
 #include "util/wait_for.h"
 
@@ -672,8 +671,8 @@ TEST_F(OutboxTest, UpgradeFromVersion6LeavesRoomForHotClaims) {
   PgConn conn = Connect();
   ASSERT_EQ(Exec(conn.get(), "SET client_min_messages TO warning"), "");
   // Turn this database back into a version 6 one.
-  ASSERT_EQ(Exec(conn.get(), std::string(outbox::internal::kOutboxSchemaSql) +
-                                 outbox::internal::kOutboxPlansSql),
+  ASSERT_EQ(Exec(conn.get(), std::string(internal::pg::MigrationFiles()[2].sql) +  // version 3
+                                 std::string(internal::pg::MigrationFiles()[5].sql)),  // 6
             "");
   ASSERT_EQ(Exec(conn.get(), "DO $$ DECLARE p regclass; BEGIN FOR p IN SELECT inhrelid::regclass "
                              "FROM pg_inherits WHERE inhparent = 'idem.outbox'::regclass LOOP "

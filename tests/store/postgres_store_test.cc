@@ -15,7 +15,6 @@
 #include "idem/postgres.h"
 #include "idem/store.h"
 #include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_schema_sql.h"
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"

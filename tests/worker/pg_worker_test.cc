@@ -16,9 +16,8 @@
 
 #include "idem/store.h"
 #include "idem/worker.h"
-#include "store/postgres/pg_inbox_fast_sql.h"
 #include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_worker_sql.h"
+#include "store/postgres/pg_sql_files.h"
 #include "store/postgres/postgres_store.h"
 #include "worker/pg_worker_fixture.h"
 
@@ -754,7 +753,7 @@ TEST_F(PgWorkerTest, UpgradeFromVersion3KeepsClaimsEffective) {
   auto c = Connect();
   // Turn this database back into a version 3 one: version 2's inbox functions, no dispatch.
   ASSERT_EQ(c->Exec(std::string("SET client_min_messages TO warning; SET search_path TO public;") +
-                    internal::pg::kSchemaV2Worker +
+                    std::string(internal::pg::MigrationFiles()[1].sql) +  // version 2
                 "; DROP FUNCTION idem.inbox_at(boolean, date, text, text), "
                 "idem.inbox_probe(date, text, text), idem.inbox_dispatch_build(), "
                 "idem.inbox_dispatch_src(date[], integer, integer), "
@@ -805,7 +804,7 @@ TEST_F(PgWorkerTest, UpgradeFromVersion6KeepsClaimsEffective) {
   ASSERT_EQ(c->Exec(generated), "1");
   // Back to version 6: version 5's generator, and the claim it generates.
   ASSERT_EQ(c->Exec(std::string("SET client_min_messages TO warning;") +
-                    internal::pg::kSchemaV5InboxFast +
+                    std::string(internal::pg::MigrationFiles()[4].sql) +  // version 5
                     "; UPDATE public.idem_schema SET version = 6"),
             "");
   ASSERT_EQ(c->Exec(generated), "0");

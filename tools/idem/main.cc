@@ -51,14 +51,24 @@ int main(int argc, char** argv) {
                         "'postgresql://...' database behind Redis (docs/stores.md)");
 
   std::string migrate_url;
+  bool migrate_print_sql = false;
   auto* migrate = app.add_subcommand(
       "migrate",
       "Create or upgrade a store's schema and print its version. Run it once before rolling\n"
       "out gateways on a new idem version (they also migrate on start, one at a time).\n"
       "Exit code 0 when the schema is current, 1 when it cannot be migrated.");
-  migrate->add_option("--store", migrate_url,
-                      "Store URL, e.g. 'postgresql://idem@db.internal:5432/idem'")
-      ->required();
+  auto* migrate_store = migrate->add_option(
+      "--store", migrate_url, "Store URL, e.g. 'postgresql://idem@db.internal:5432/idem'");
+  auto* print_sql = migrate->add_flag(
+      "--print-sql", migrate_print_sql,
+      "Print the SQL instead of applying it, for your own migration tool\n"
+      "(sql/README.md): with a PostgreSQL --store, what that database still\n"
+      "needs (read, never changed); without, the whole schema (schema public)");
+  migrate->callback([&] {
+    if (migrate_store->count() == 0 && print_sql->count() == 0) {
+      throw CLI::RequiredError("--store");
+    }
+  });
 
   auto run_gateway = idem::cli::AddGatewayCommand(app);
   auto run_key = idem::cli::AddKeyCommand(app);
@@ -84,7 +94,10 @@ int main(int argc, char** argv) {
   if (selfcheck->parsed()) {
     return idem::cli::RunSelfCheck(store_url, selfcheck_durable, std::cout);
   }
-  if (migrate->parsed()) return idem::cli::RunMigrate(migrate_url, std::cout, std::cerr);
+  if (migrate->parsed()) {
+    if (migrate_print_sql) return idem::cli::RunMigratePrintSql(migrate_url, std::cout, std::cerr);
+    return idem::cli::RunMigrate(migrate_url, std::cout, std::cerr);
+  }
   if (app.got_subcommand("gateway")) return run_gateway();
   if (app.got_subcommand("key")) return run_key();
   if (app.got_subcommand("call")) return run_call();

@@ -1,6 +1,6 @@
 // The calls of the PostgreSQL store, shared by the pooled store and the transactional API:
 // each call's SQL (one statement, one round trip), its parameters and the decoding of its row.
-// The logic itself lives in the SQL functions of pg_schema_sql.h.
+// The logic itself lives in the SQL functions of sql/schema/records.sql.
 #pragma once
 
 #include <libpq-fe.h>
@@ -40,7 +40,7 @@ inline constexpr const char* kGetSql =
     "SELECT fingerprint, state, token, lease_deadline_ms, created_ms, expires_ms, response "
     "FROM idem_records WHERE scope_id = $1::bytea AND expires_ms > idem_now($2::bigint) "
     "ORDER BY expires_ms DESC LIMIT 1";
-// The tiered store's durable half (pg_tiered_sql.h).
+// The tiered store's durable half (sql/schema/tiered.sql).
 inline constexpr const char* kTierBeginSql =
     "SELECT o_outcome, o_token, o_previous_token, o_retry_after_ms, o_response "
     "FROM idem_tier_begin($1::bytea, $2::text, $3::text, $4::text, $5::bytea, $6::bigint, "
@@ -49,7 +49,7 @@ inline constexpr const char* kTierSettleSql =
     "SELECT idem_tier_settle($1::bytea, $2::text, $3::text, $4::text, $5::bytea, $6::bigint, "
     "$7::smallint, $8::bytea, $9::bigint, $10::bigint, $11::bigint)";
 inline constexpr const char* kSweepSql = "SELECT idem_sweep($1::bigint, $2::bigint)";
-// One bounded step of the worker layer's inbox sweep (pg_worker_limits_sql.h), run by Sweep
+// One bounded step of the worker layer's inbox sweep (sql/schema/worker.sql), run by Sweep
 // too, each in its own transaction, until it answers true (done): now in ms, horizon days.
 inline constexpr const char* kInboxSweepSql =
     "SELECT done FROM idem.inbox_sweep_step(to_timestamp($1::bigint / 1000.0), $2::integer)";

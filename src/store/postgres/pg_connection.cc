@@ -75,7 +75,7 @@ Status FromPgResult(const PGresult* result, PGconn* conn, std::string_view op) {
       StartsWith(code, "25")) {
     return FailedPreconditionError(std::move(message));  // no schema, wrong transaction state
   }
-  // idem's own SQLSTATEs (class ID), raised by the worker layer's functions (pg_worker_sql.h).
+  // idem's own SQLSTATEs (class ID), raised by the worker layer (sql/schema/worker.sql).
   if (code == "ID001") return AlreadyExistsError(std::move(message));  // ledger txn id reused
   if (code == "ID002") return FailedPreconditionError(std::move(message));  // ledger immutable
   if (StartsWith(code, "22")) return InvalidArgumentError(std::move(message));

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "store/postgres/pg_connection.h"
-#include "store/postgres/pg_notices_sql.h"
 #include "store/settle_listener.h"
 #include "store/settle_notice.h"
 

@@ -1,6 +1,6 @@
 // Settle notices on PostgreSQL (Store::SubscribeSettled): one connection of the subscriber's
 // own that LISTENs on idem_settled, the channel the record functions NOTIFY for watched
-// records (pg_notices_sql.h). A NOTIFY reaches listeners only when its transaction commits.
+// records (sql/schema/notices.sql). A NOTIFY reaches listeners only when its transaction commits.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,9 @@
 #include "store/postgres/pg_url.h"
 
 namespace idem::internal::pg {
+
+// The channel idem_notify_settled and idem_notify_completed notify on.
+inline constexpr const char* kSettleChannel = "idem_settled";
 
 Result<std::unique_ptr<Store::SettleSubscription>> SubscribePostgresSettled(
     PgConfig config, Store::SettleHandler handler);

@@ -1,40 +1,38 @@
-// Schema version 18: a relay takes only the rows its subjects cover, and its own batches no
-// longer hold back the later events of their ordering keys.
-//
-// Subjects. Up to version 16 a relay locked every pending row and parked the ones its stream's
-// subjects did not cover, so two relays for two streams on one outbox parked each other's
-// rows. idem.outbox_lock now takes the relay's subject patterns (NATS wildcards: '*' one
-// token, a final '>' one or more), translated once per call into one anchored regular
-// expression (idem.outbox_subjects_regex) that the locking scan applies before it locks a
-// row: a row on another subject is never locked, never counted as an attempt, and stays
-// pending for the relay that covers it. Filtering in the scan costs one regular-expression
-// match per pending row passed (PostgreSQL caches the compiled expression per session); a
-// filter applied after the lock would lock, and hold until the batch settles, rows another
-// relay is waiting for. The floor (version 16) gets a second, per-subjects value: the lowest
-// pending id this relay covers, where its scans start, so that rows no running relay covers do
-// not hold its scans down. idem.outbox_stats reports those rows (count, the oldest's age, event
-// id and subject) for the relay's gauges and warning.
-//
-// Ordering keys. Version 12's lock returned a keyed row only if every earlier pending row of
-// its key was in the same batch. A relay locks its next batch while the previous ones are
-// being published and settled, so with a few busy keys nearly every batch lost its keyed rows
-// to the batch before it, came back short, and the relay took a short batch for "caught up"
-// and waited for the poll interval: 400 to 600 rows/s where unkeyed rows went at 20,000, the
-// unkeyed rows waiting with the rest. Now the caller passes the keyed rows its own earlier
-// batches hold and publish before this one (p_held): on one connection to the broker they go
-// out in id order, so they count as in line, as the rows of the same batch do. Rows another
-// relay holds still hold back their key's later rows. The check runs once per batch over the
-// batch's distinct keys (one index scan with the keys as an array), where version 12 ran it
-// per keyed row, and the rows it holds back are returned flagged (held_back) so that the relay
-// knows its scan was full and goes on, instead of taking a short batch for an empty outbox.
-//
-// Older functions stay as they were, so relays of version 16 and older keep working during an
-// upgrade.
-#pragma once
+-- emit layer: a relay takes only the rows its subjects cover, and its own batches do not hold back their keys' later rows (idem.outbox_subjects_regex, idem.outbox_lock with subjects and held rows, idem.outbox_floors, idem.outbox_lag, idem.outbox_stats with subjects).
+--
+-- Schema version 18: a relay takes only the rows its subjects cover, and its own batches no
+-- longer hold back the later events of their ordering keys.
+--
+-- Subjects. Up to version 16 a relay locked every pending row and parked the ones its stream's
+-- subjects did not cover, so two relays for two streams on one outbox parked each other's
+-- rows. idem.outbox_lock now takes the relay's subject patterns (NATS wildcards: '*' one
+-- token, a final '>' one or more), translated once per call into one anchored regular
+-- expression (idem.outbox_subjects_regex) that the locking scan applies before it locks a
+-- row: a row on another subject is never locked, never counted as an attempt, and stays
+-- pending for the relay that covers it. Filtering in the scan costs one regular-expression
+-- match per pending row passed (PostgreSQL caches the compiled expression per session); a
+-- filter applied after the lock would lock, and hold until the batch settles, rows another
+-- relay is waiting for. The floor (version 16) gets a second, per-subjects value: the lowest
+-- pending id this relay covers, where its scans start, so that rows no running relay covers do
+-- not hold its scans down. idem.outbox_stats reports those rows (count, the oldest's age, event
+-- id and subject) for the relay's gauges and warning.
+--
+-- Ordering keys. Version 12's lock returned a keyed row only if every earlier pending row of
+-- its key was in the same batch. A relay locks its next batch while the previous ones are
+-- being published and settled, so with a few busy keys nearly every batch lost its keyed rows
+-- to the batch before it, came back short, and the relay took a short batch for "caught up"
+-- and waited for the poll interval: 400 to 600 rows/s where unkeyed rows went at 20,000, the
+-- unkeyed rows waiting with the rest. Now the caller passes the keyed rows its own earlier
+-- batches hold and publish before this one (p_held): on one connection to the broker they go
+-- out in id order, so they count as in line, as the rows of the same batch do. Rows another
+-- relay holds still hold back their key's later rows. The check runs once per batch over the
+-- batch's distinct keys (one index scan with the keys as an array), where version 12 ran it
+-- per keyed row, and the rows it holds back are returned flagged (held_back) so that the relay
+-- knows its scan was full and goes on, instead of taking a short batch for an empty outbox.
+--
+-- Older functions stay as they were, so relays of version 16 and older keep working during an
+-- upgrade.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxSubjectsKeysSql = R"sql(
 -- NATS subject patterns as one anchored POSIX regular expression matching exactly the
 -- subjects they match: tokens are separated by '.', a '*' token matches one token, a final
 -- '>' token one or more; any other token matches itself (its regular-expression
@@ -216,6 +214,3 @@ BEGIN
     other_lag_seconds := coalesce(other_lag_seconds, 0);
   END IF;
 END $$;
-)sql";
-
-}  // namespace idem::outbox::internal

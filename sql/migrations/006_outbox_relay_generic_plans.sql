@@ -1,21 +1,19 @@
-// Schema version 6: the relay's claim, mark and release run on kept (generic) plans, without JIT.
-//
-// Version 3's functions let PL/pgSQL choose between a custom plan per call and a cached generic
-// one. For statements over the partitioned idem.outbox with array or LIMIT parameters it kept
-// re-planning (custom plans over every day partition, 5 to 10 ms a call), and the claim's
-// generic plan joined the claimed rows to a sequential scan of every partition. Once a plan's
-// estimated cost passed jit_above_cost, PostgreSQL also JIT-compiled it on every call (about
-// 70 ms). Together that was half of the relay's database time per batch.
-//
-// Version 5 splits the claim in two statements, each with a plan that does not depend on the
-// parameters: the locking scan collects the ids to claim, and the update addresses them by
-// primary key (id = ANY). The three functions keep their signatures and results; each runs
-// with plan_cache_mode = force_generic_plan and jit = off. No table changes.
-#pragma once
+-- emit layer: the relay's claim and mark on kept plans.
+--
+-- Schema version 6: the relay's claim, mark and release run on kept (generic) plans, without JIT.
+--
+-- Version 3's functions let PL/pgSQL choose between a custom plan per call and a cached generic
+-- one. For statements over the partitioned idem.outbox with array or LIMIT parameters it kept
+-- re-planning (custom plans over every day partition, 5 to 10 ms a call), and the claim's
+-- generic plan joined the claimed rows to a sequential scan of every partition. Once a plan's
+-- estimated cost passed jit_above_cost, PostgreSQL also JIT-compiled it on every call (about
+-- 70 ms). Together that was half of the relay's database time per batch.
+--
+-- Version 5 splits the claim in two statements, each with a plan that does not depend on the
+-- parameters: the locking scan collects the ids to claim, and the update addresses them by
+-- primary key (id = ANY). The three functions keep their signatures and results; each runs
+-- with plan_cache_mode = force_generic_plan and jit = off. No table changes.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxPlansSql = R"sql(
 -- The relay's claim (same contract as version 3): up to p_limit pending rows whose claim is
 -- free or whose lease ran out, locked with SKIP LOCKED so relays never wait for each other, in
 -- id order. A row with an ordering key is taken only if every earlier pending row of its key is
@@ -96,6 +94,3 @@ BEGIN
   GET DIAGNOSTICS v_count = ROW_COUNT;
   RETURN v_count;
 END $$;
-)sql";
-
-}  // namespace idem::outbox::internal

@@ -1,20 +1,15 @@
-// Version 11 of the PostgreSQL store's schema: the durable half of the tiered store
-// (store/tiered/tiered_store.h), where claims live in Redis and PostgreSQL holds what must
-// survive losing Redis: completed records, accepted long-running operations, and the claims
-// that replaced an owner (takeovers), which fence that owner's late completion.
-//
-// Tokens here are Redis's (time-based: now * 1024, at least the previous token + 1), so a
-// scope's tokens keep increasing across the two tiers and across Redis losing its data.
-// docs/stores.md explains the tiered store; docs/postgresql.md lists the functions.
-#pragma once
+-- The tiered store's durable half (docs/stores.md): claims live in Redis, and PostgreSQL holds
+-- what must survive losing Redis: completed records, accepted long-running operations, and
+-- the claims that replaced an owner (takeovers), which fence that owner's late completion.
+--
+-- In the store's schema, on idem_records (records.sql). Tokens here are Redis's (time-based:
+-- now * 1024, at least the previous token + 1), so a scope's tokens keep increasing across the
+-- two tiers and across Redis losing its data.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kSchemaV11Tiered = R"sql(
--- idem_begin with the tiered store's tokens: the new token is at least p_token_floor (the
--- token Redis just issued for the same claim) or, when p_token_floor is 0 (Redis is
--- unreachable and PostgreSQL serves alone), now * 1024, as Redis would have made it; and
--- always above the live record's.
+-- idem_begin (records.sql, same outcomes and isolation rule) with the tiered store's tokens:
+-- the new token is at least p_token_floor (the token Redis just issued for the same claim)
+-- or, when p_token_floor is 0 (Redis is unreachable and PostgreSQL serves alone),
+-- now * 1024, as Redis would have made it; and always above the live record's.
 CREATE OR REPLACE FUNCTION idem_tier_begin(
     p_scope_id bytea, p_tenant text, p_client text, p_key text, p_fingerprint bytea,
     p_lease_ms bigint, p_abandoned_ms bigint, p_token_floor bigint, p_now bigint,
@@ -40,7 +35,7 @@ BEGIN
    ORDER BY r.expires_ms DESC LIMIT 1;
   v_live := FOUND;
   IF v_live THEN
-    IF v_row.fingerprint <> p_fingerprint THEN o_outcome := 5; RETURN; END IF;
+    IF v_row.fingerprint IS DISTINCT FROM p_fingerprint THEN o_outcome := 5; RETURN; END IF;
     IF v_row.state = 2 THEN o_outcome := 3; o_response := v_row.response; RETURN; END IF;
     IF v_now < v_row.lease_deadline_ms THEN
       o_outcome := 4;
@@ -87,7 +82,8 @@ END $$;
 --   anything else (a newer owner's claim, another
 --   fingerprint, completed already)               -> false, unchanged: fenced
 -- A completed row is never written again, as in idem_complete: a caller that lost the reply
--- to its completion reads the record to learn whether it landed.
+-- to its completion reads the record to learn whether it landed. NULL scope, fingerprint,
+-- token, state or durations are SQLSTATE 22023.
 CREATE OR REPLACE FUNCTION idem_tier_settle(
     p_scope_id bytea, p_tenant text, p_client text, p_key text, p_fingerprint bytea,
     p_token bigint, p_state smallint, p_response bytea, p_keep_ms bigint, p_abandoned_ms bigint,
@@ -101,6 +97,11 @@ DECLARE
   v_expires bigint;
   v_retried boolean := false;
 BEGIN
+  IF p_scope_id IS NULL OR p_fingerprint IS NULL OR p_token IS NULL OR p_state IS NULL
+     OR p_keep_ms IS NULL OR p_abandoned_ms IS NULL THEN
+    RAISE EXCEPTION 'idem_tier_settle: scope, fingerprint, token, state and durations must not be NULL'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
   PERFORM idem_lock_scope(p_scope_id);
   v_now := idem_now(p_now);
   SELECT * INTO v_row FROM idem_records r
@@ -108,7 +109,10 @@ BEGIN
    ORDER BY r.expires_ms DESC LIMIT 1;
   v_live := FOUND;
   IF v_live THEN
-    IF v_row.state = 2 OR v_row.token > p_token OR v_row.fingerprint <> p_fingerprint THEN RETURN false; END IF;
+    IF v_row.state = 2 OR v_row.token > p_token
+       OR v_row.fingerprint IS DISTINCT FROM p_fingerprint THEN
+      RETURN false;
+    END IF;
   END IF;
   IF p_state = 2 THEN
     v_deadline := v_now;
@@ -137,6 +141,3 @@ BEGIN
     END;
   END LOOP;
 END $$;
-)sql";
-
-}  // namespace idem::internal::pg

@@ -1,32 +1,30 @@
-// Schema version 16: a floor below which no outbox row can be pending, so that the relay's
-// scans for pending rows start there instead of at the first entry of the pending-rows index.
-//
-// The settle takes a published row out of the partial index of pending rows, but its old entry
-// stays in the index until VACUUM removes it, and autovacuum comes rarely to a big partition (at
-// a fifth of its rows changed, by default; and PostgreSQL 15 may skip the index pass when few
-// heap pages hold dead rows). A scan that starts at the first pending row steps over every such
-// entry: with 299,000 rows published in the partition since its last VACUUM, locking one row
-// cost 2.2 ms from the first entry against 0.72 ms from the floor, and 4.6 against 0.67 ms
-// with 999,000 (bench/outbox-floor-bench.sh; docs/emit.md, "Measured"). A relay keeping up
-// with a low rate locks from the start at every batch, and a busy one at every eighth; the
-// gauges count from the start every second.
-//
-// Why a floor is safe. Ids come from idem.outbox_id_seq (CACHE 1), and idem.outbox_enqueue
-// writes (so takes its transaction id) before it draws one. Read the sequence's last value L,
-// then, in a later transaction, take a transaction id X of one's own (pg_current_xact_id():
-// ids are handed out in order, and a snapshot's xmax is no substitute, being one past the
-// last transaction to finish, not the last to begin). Every transaction that drew an id up to
-// L had its transaction id before X was taken, so it is below X. Once no transaction below X
-// is running (the snapshot's xmin has passed X), every row with an id up to L is committed
-// or gone for good, and no row can ever again become pending below min(L + 1, the lowest
-// pending id). A row committed late, below ids already published, keeps the floor at or below
-// it until it is published: the floor waits for its transaction. The scan for that minimum
-// starts at the previous floor, so it is cheap too.
-#pragma once
+-- emit layer: a floor below which no outbox row can be pending (idem.outbox_last_id, idem.outbox_floor_xid, idem.outbox_floor, idem.outbox_stats(from)).
+--
+-- Schema version 16: a floor below which no outbox row can be pending, so that the relay's
+-- scans for pending rows start there instead of at the first entry of the pending-rows index.
+--
+-- The settle takes a published row out of the partial index of pending rows, but its old entry
+-- stays in the index until VACUUM removes it, and autovacuum comes rarely to a big partition (at
+-- a fifth of its rows changed, by default; and PostgreSQL 15 may skip the index pass when few
+-- heap pages hold dead rows). A scan that starts at the first pending row steps over every such
+-- entry: with 299,000 rows published in the partition since its last VACUUM, locking one row
+-- cost 2.2 ms from the first entry against 0.72 ms from the floor, and 4.6 against 0.67 ms
+-- with 999,000 (bench/outbox-floor-bench.sh; docs/emit.md, "Measured"). A relay keeping up
+-- with a low rate locks from the start at every batch, and a busy one at every eighth; the
+-- gauges count from the start every second.
+--
+-- Why a floor is safe. Ids come from idem.outbox_id_seq (CACHE 1), and idem.outbox_enqueue
+-- writes (so takes its transaction id) before it draws one. Read the sequence's last value L,
+-- then, in a later transaction, take a transaction id X of one's own (pg_current_xact_id():
+-- ids are handed out in order, and a snapshot's xmax is no substitute, being one past the
+-- last transaction to finish, not the last to begin). Every transaction that drew an id up to
+-- L had its transaction id before X was taken, so it is below X. Once no transaction below X
+-- is running (the snapshot's xmin has passed X), every row with an id up to L is committed
+-- or gone for good, and no row can ever again become pending below min(L + 1, the lowest
+-- pending id). A row committed late, below ids already published, keeps the floor at or below
+-- it until it is published: the floor waits for its transaction. The scan for that minimum
+-- starts at the previous floor, so it is cheap too.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxFloorSql = R"sql(
 -- The first half of a floor: the highest id drawn so far. Read it, then take a transaction id
 -- with idem.outbox_floor_xid() in a later transaction, and pass both to idem.outbox_floor
 -- later.
@@ -82,6 +80,3 @@ BEGIN
          (SELECT count(*) FROM idem.outbox o WHERE o.state = 2)
     INTO lag_seconds, pending, parked;
 END $$;
-)sql";
-
-}  // namespace idem::outbox::internal

@@ -1,18 +1,11 @@
-// The SQL of the PostgreSQL store's schema, one constant per version. docs/postgresql.md
-// explains each table, column and function.
-#pragma once
+-- record store (idem_records and its functions, in the store schema).
+--
+-- The SQL of the PostgreSQL store's schema, one constant per version. docs/postgresql.md
+-- explains each table, column and function.
+--
+-- Version 1. Every statement is idempotent, so a half-applied migration (impossible inside its
+-- transaction, but cheap to allow) can simply be run again.
 
-namespace idem::internal::pg {
-
-// Advisory lock keys (the two-int4 form, so they can never collide with the one-bigint scope
-// locks): the first names idem, the second what is locked.
-inline constexpr int kLockNamespace = 0x69646d;  // "idm" = 6906989, also spelt out in the SQL
-inline constexpr int kSchemaLock = 1;
-inline constexpr int kPartitionLock = 2;
-
-// Version 1. Every statement is idempotent, so a half-applied migration (impossible inside its
-// transaction, but cheap to allow) can simply be run again.
-inline constexpr const char* kSchemaV1 = R"sql(
 CREATE SEQUENCE IF NOT EXISTS idem_fence_seq;
 
 CREATE TABLE IF NOT EXISTS idem_records (
@@ -221,6 +214,3 @@ BEGIN
   PERFORM idem_ensure_partitions(v_now, p_horizon_ms);
   RETURN v_dropped;
 END $$;
-)sql";
-
-}  // namespace idem::internal::pg

@@ -1,56 +1,88 @@
-// Schema version 17: the worker layer's building blocks fail closed on NULLs, bound what they
-// accept, and the inbox sweep works in small steps. docs/worker.md states every limit.
-//
-// Three-valued logic. A PL/pgSQL `IF c THEN` skips its branch when c is NULL, so a guard
-// written `IF NOT (x = ANY (a)) THEN refuse` lets everything through when `a` holds a NULL, and
-// `greatest(1, NULL)` is 1. Version 17 rewrites every such guard found in the functions idem
-// ships (the list is in docs/worker.md, "Limits"): NULL arguments are SQLSTATE 22023, and the
-// comparisons left cannot see a NULL.
-//
-// Limits. Retention at most 366 days, the sweep's horizon 0 to 366 days and its `p_now` within
-// 3,660 days of the server's clock: so every day the inbox can make a partition for is a
-// four-digit year, `idem.inbox_pYYYYMMDD`, and about 1,100 day partitions at most exist. (The
-// partitioned parent takes one lock per partition for a query that cannot prune; PostgreSQL's
-// default lock table holds 6,400. A 10-year retention would need 7,300 partitions.) Ids that
-// go into an index (consumer, message id, account, txn id, kind, entity id) are at most 1,024
-// bytes: two of them fit a B-tree entry (2,704 bytes) with room to spare. Intent ids follow the
-// rule for keys (1 to 255 visible ASCII characters); leases and keeps are at most 3,650 days,
-// as the gateway's durations are.
-//
-// The sweep in steps. idem.inbox_sweep_step does a bounded amount of work in the caller's
-// transaction -- it drops at most 4 expired partitions (about 1 ms each), or else creates one
-// missing partition -- under lock_timeout 20 ms, and says whether anything is left.
-// idem.inbox_sweep_all (a procedure) and the C++ callers run steps, each its own transaction,
-// until done, so no lock is held longer than a step. A claim on partitions that exist takes no
-// lock a step holds; one that must create a partition, or touches idem.inbox itself, waits for
-// the step in progress at most. A partition whose lock is busy is left for the next run
-// (counted in partitions_busy).
-//
-// The generated dispatch (versions 4 to 7) covers only the day partitions of the next
-// kInboxDispatchDays days (today included): every day a claim under the default 30-day
-// retention can touch. Its size, its rebuild and each session's recompile after a rebuild no
-// longer grow with the longest retention (with 1,100 partitions: 380 ms to rebuild, 186 ms for
-// each session's next claim). A claim under a longer retention reaches a day beyond it by name
-// (idem.inbox_probe), as it reached any day unknown to the dispatch before. Partitions created
-// beyond the window need no rebuild; the sweep rebuilds when the window has moved (a new day).
-//
-// Ledger. TRUNCATE is refused like UPDATE and DELETE. Balances are maintained by a trigger on
-// idem.ledger (every inserted entry, whoever inserts it), and a trigger on idem.balances
-// refuses any other write: the balance is always the sum of the entries.
-#pragma once
+-- The worker layer: building blocks a service calls inside its own transaction to make its
+-- effects exactly-once, from C++ (include/idem/worker.h) or any other language. docs/worker.md
+-- explains each one and states every limit.
+--
+--   inbox        idem.inbox_claim: handler-level dedupe of (consumer, message id)
+--   ledger       idem.ledger_append: immutable entries, balances derived from them
+--   state guard  idem.transition: "ensure state", an entity moved at most once
+--   intents      idem.intent_begin / intent_sent: the record state machine for a side effect
+--
+-- Unlike the record store, whose schema is configurable (the store URL's `schema=`),
+-- everything here lives in the fixed schema `idem`, so every caller can write
+-- `idem.inbox_claim(...)` without knowing how a store was configured, and every function
+-- names its tables schema-qualified and works whatever the caller's search_path. The intent
+-- functions are the exception (see their section). Two stores with different `schema=` in one
+-- database share this layer.
+--
+-- Fail closed: NULL, empty or over-long arguments are SQLSTATE 22023 (invalid_parameter_value),
+-- never a silent pass (a PL/pgSQL `IF c` skips its branch when c is NULL, and greatest(1, NULL)
+-- is 1, so every guard here is written to refuse a NULL). Ids that go into an index (consumer,
+-- message id, account, txn id, kind, entity id) are at most 1,024 bytes; intent ids follow the
+-- rule for keys (1 to 255 visible ASCII characters); retention is at most 366 days; leases and
+-- keeps at most 3,650 days.
 
-namespace idem::internal::pg {
+CREATE SCHEMA IF NOT EXISTS idem;
 
-inline constexpr const char* kWorkerLimitsSql = R"sql(
--- ---- inbox ------------------------------------------------------------------------------------
+-- ---- inbox: handler-level dedupe ---------------------------------------------------------------
 
--- NULL in, NULL out (greatest(1, NULL) would answer 1).
+-- One row per claimed (consumer, message id), in the partition of the UTC day it may be
+-- dropped (idem.inbox_pYYYYMMDD). That day is derived from the message id, so that any
+-- redelivery can find the claim by probing two known partitions rather than all of them: with
+-- a retention of K whole days, the message hashes to a slot h in [0, K), and a claim made on
+-- day d expires on the first day >= d + K that is congruent to h modulo K
+-- (idem.inbox_expiry_day). A redelivery on a day d' with d' - d <= K computes e' in
+-- [d' + K, d' + 2K) with e' = e (mod K), so e is e' or e' - K. A claim is therefore kept
+-- between K and 2K + 1 days. Uniqueness across partitions comes from idem.inbox_claim (an
+-- advisory lock on the pair, then that probe); the primary key makes it hold within a day
+-- even for a writer that bypasses the function.
+CREATE TABLE IF NOT EXISTS idem.inbox (
+  consumer    text        NOT NULL,
+  message_id  text        NOT NULL,
+  claimed_at  timestamptz NOT NULL DEFAULT now(),
+  expires_on  date        NOT NULL,
+  PRIMARY KEY (consumer, message_id, expires_on)
+) PARTITION BY RANGE (expires_on);
+
+-- Per-consumer retention (idem.inbox_retention); consumers without a row keep their claims 30
+-- days. The previous retention is remembered so that claims made under it are still found for
+-- 2 x its length after a change.
+CREATE TABLE IF NOT EXISTS idem.inbox_consumers (
+  consumer      text        PRIMARY KEY,
+  keep          interval    NOT NULL CHECK (keep >= interval '0'),
+  previous_keep interval    NOT NULL,
+  changed_at    timestamptz NOT NULL
+);
+
+-- At most 366 days, so that about 1,100 day partitions exist at most (a query on the parent
+-- that cannot prune takes one lock per partition; the default lock table holds 6,400), and
+-- every day a partition is made for has a four-digit year. NOT VALID: a row written before
+-- the bound existed keeps its longer retention; new and changed rows are checked.
+DO $$
+BEGIN
+  ALTER TABLE idem.inbox_consumers ADD CONSTRAINT inbox_consumers_keep_bounded
+    CHECK (keep <= interval '366 days') NOT VALID;
+EXCEPTION WHEN duplicate_object THEN
+  NULL;
+END $$;
+
+-- The UTC day the generated dispatch (below) was last built for: its window starts there.
+CREATE TABLE IF NOT EXISTS idem.inbox_dispatch_window (
+  only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+  built_on date    NOT NULL
+);
+
+-- A retention in whole days, at least 1; NULL for NULL (STRICT). PL/pgSQL rather than SQL here
+-- and below: PostgreSQL re-plans a non-inlined SQL function at every call, while PL/pgSQL
+-- evaluates these as simple expressions.
 CREATE OR REPLACE FUNCTION idem.inbox_days(keep interval) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE STRICT AS $$
 BEGIN
   RETURN greatest(1, ceil(extract(epoch FROM keep) / 86400.0))::integer;
 END $$;
 
+-- The UTC day a claim of message_id made at `at` expires on, for retention `keep` (see
+-- idem.inbox). The slot comes from md5, which, unlike hashtext, is the same on every
+-- PostgreSQL version. NULL for any NULL argument.
 CREATE OR REPLACE FUNCTION idem.inbox_expiry_day(message_id text, keep interval, at timestamptz)
 RETURNS date LANGUAGE plpgsql IMMUTABLE STRICT AS $$
 DECLARE
@@ -61,16 +93,11 @@ BEGIN
   RETURN date '1970-01-01' + (base + ((slot - base) % k + k) % k);
 END $$;
 
--- Existing rows keep their retention (a longer one set before this version still works); new
--- and changed ones are bounded.
-DO $$
-BEGIN
-  ALTER TABLE idem.inbox_consumers ADD CONSTRAINT inbox_consumers_keep_bounded
-    CHECK (keep <= interval '366 days') NOT VALID;
-EXCEPTION WHEN duplicate_object THEN
-  NULL;
-END $$;
-
+-- Sets how long a consumer's claims are kept: at least `keep` (0 to 366 days, rounded up to
+-- whole days, at least one) and at most twice that plus a day. Earlier claims keep the day
+-- they were given and are still found; after two changes within 2 x the older retention,
+-- claims made before the first change may be missed by a redelivery. 22023 for an empty or
+-- over-long consumer, or a keep out of bounds.
 CREATE OR REPLACE FUNCTION idem.inbox_retention(consumer text, keep interval) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
@@ -92,15 +119,162 @@ BEGIN
     WHERE c.keep IS DISTINCT FROM EXCLUDED.keep;
 END $$;
 
--- The day the generated dispatch was last built for (its window starts there).
-CREATE TABLE IF NOT EXISTS idem.inbox_dispatch_window (
-  only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-  built_on date    NOT NULL
-);
+-- Creates the partition of day p_day unless it exists, without rebuilding the dispatch; returns
+-- whether it created it. CREATE + ATTACH (a SHARE UPDATE EXCLUSIVE lock on idem.inbox: claims
+-- carry on meanwhile), under advisory lock (6906989, 3) so concurrent creators take turns.
+-- Days outside the years 1970 to 9999 are 22023, so every name is inbox_p and 8 digits.
+CREATE OR REPLACE FUNCTION idem.inbox_create_partition(p_day date) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_name text;
+BEGIN
+  IF p_day IS NULL OR p_day < date '1970-01-01' OR p_day > date '9999-12-31' THEN
+    RAISE EXCEPTION 'idem.inbox: no partition for day %: days are 1970-01-01 to 9999-12-31',
+      coalesce(p_day::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  v_name := 'inbox_p' || to_char(p_day, 'YYYYMMDD');
+  IF to_regclass('idem.' || v_name) IS NOT NULL THEN RETURN false; END IF;
+  PERFORM pg_advisory_xact_lock(6906989, 3);  -- kLockNamespace, kInboxPartitionLock
+  IF to_regclass('idem.' || v_name) IS NOT NULL THEN RETURN false; END IF;
+  BEGIN
+    EXECUTE format('CREATE TABLE idem.%I (LIKE idem.inbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+                   v_name);
+    EXECUTE format('ALTER TABLE idem.inbox ATTACH PARTITION idem.%I FOR VALUES FROM (%L) TO (%L)',
+                   v_name, p_day, p_day + 1);
+  EXCEPTION WHEN duplicate_table THEN
+    RETURN false;
+  END;
+  RETURN true;
+END $$;
 
--- Version 7's generator, for the partitions of today through today + 69 only (the window; a
--- claim under the default retention touches days today to today + 61), and with the id limits
--- in the fast path's expression: an over-long id goes to idem.inbox_claim_full, which raises.
+-- Creates the partition of day p_day, and that of p_day - 30 when a claim made today under the
+-- default 30-day retention can expire on p_day (today + 30 to today + 61, the sweep's horizon
+-- included), so that the fast path knows both partitions such a claim can be in. Rebuilds the
+-- dispatch when it created a day inside the dispatch's window. Returns whether it created
+-- p_day's partition.
+CREATE OR REPLACE FUNCTION idem.inbox_ensure_partition(p_day date) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_today   date := (now() AT TIME ZONE 'UTC')::date;
+  v_pair    boolean := p_day - 30 BETWEEN v_today AND v_today + 31;
+  v_created boolean := false;
+  v_rebuild boolean := false;
+  v_day     date;
+BEGIN
+  IF p_day IS NULL THEN
+    RAISE EXCEPTION 'idem.inbox_ensure_partition: p_day is NULL'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOREACH v_day IN ARRAY ARRAY[p_day, p_day - 30] LOOP
+    CONTINUE WHEN v_day <> p_day AND NOT v_pair;
+    IF idem.inbox_create_partition(v_day) THEN
+      IF v_day = p_day THEN v_created := true; END IF;
+      IF v_day >= v_today AND v_day < v_today + 70 THEN v_rebuild := true; END IF;
+    END IF;
+  END LOOP;
+  IF v_rebuild THEN PERFORM idem.inbox_dispatch_build(); END IF;
+  RETURN v_created;
+END $$;
+
+-- ---- inbox: the generated dispatch and the claim's fast path -------------------------------
+--
+-- A statement on the partitioned parent idem.inbox, kept as a generic plan, locks every
+-- partition when it runs (pruning happens after the locks): 2K + 3 relation locks per claim for
+-- a K-day retention. So the claim's common case runs statements that name the partition
+-- tables themselves, in two functions that idem.inbox_dispatch_build generates (EXECUTE
+-- format) for the partitions that exist, and rebuilds whenever a partition inside its window
+-- is created or dropped, in the same transaction, under the partition lock. The generation is
+-- essential: the functions' text depends on which partitions exist at run time.
+--
+--   idem.inbox_at(p_insert, p_day, p_consumer, p_message_id): a binary search on p_day over
+--     the window's partitions, then the day's statement: a probe of that partition for the
+--     pair (p_insert false) or the claim's insert there (true, ON CONFLICT DO NOTHING,
+--     answering whether it inserted). NULL for a day it has no branch for.
+--
+--   idem.inbox_claim(consumer, message_id): true the first time the pair is claimed, false if
+--     it already was. Its common case -- arguments valid, not REPEATABLE READ, the consumer on
+--     the default 30-day retention with no recent change, and both partitions the claim can be
+--     in known -- is one expression (the arguments, the isolation level, the pair's advisory
+--     lock, the expiry day for K = 30) and then one statement naming the day's two
+--     partitions:
+--       INSERT INTO <day's partition> SELECT ... WHERE NOT EXISTS (<probe of day - 30's>)
+--       ON CONFLICT DO NOTHING
+--     which runs after the lock, so with a fresh snapshot (READ COMMITTED) it sees a claim
+--     committed meanwhile in the older partition, and ON CONFLICT finds one in the same day's.
+--     Everything else goes to idem.inbox_claim_full, the general path, which takes the same
+--     advisory lock (it is re-entrant) and raises the errors. It runs with
+--     plan_cache_mode = force_generic_plan: its statements are index probes on named
+--     partitions, and PostgreSQL would otherwise plan each afresh for its first five runs in
+--     every session.
+--
+-- The window is the partitions of today through today + 69: every day a claim under the
+-- default retention touches (today to today + 61). A claim under a longer retention reaches a
+-- day beyond it by name (idem.inbox_probe). Partitions created beyond the window need no
+-- rebuild; the sweep rebuilds when the window has moved (a new day). A database's current
+-- text: SELECT pg_get_functiondef('idem.inbox_claim(text, text)'::regprocedure);
+
+-- The body of idem.inbox_at for the sorted days[lo..hi]: a binary search on p_day, so a call
+-- makes about log2(partitions) comparisons, then the day's two statements.
+CREATE OR REPLACE FUNCTION idem.inbox_dispatch_src(days date[], lo integer, hi integer)
+RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  v_mid   integer;
+  v_table text;
+BEGIN
+  IF lo > hi THEN RETURN 'RETURN NULL;'; END IF;
+  IF lo = hi THEN
+    v_table := 'idem.' || quote_ident('inbox_p' || to_char(days[lo], 'YYYYMMDD'));
+    RETURN format($f$IF p_day = %L::date THEN
+  IF p_insert THEN
+    INSERT INTO %s (consumer, message_id, expires_on)
+    VALUES (p_consumer, p_message_id, p_day) ON CONFLICT DO NOTHING;
+    RETURN FOUND;
+  END IF;
+  RETURN EXISTS (SELECT 1 FROM %s i WHERE i.consumer = p_consumer AND i.message_id = p_message_id);
+END IF;
+RETURN NULL;$f$, days[lo], v_table, v_table);
+  END IF;
+  v_mid := (lo + hi) / 2;
+  RETURN format(E'IF p_day <= %L::date THEN\n%s\nEND IF;\n%s', days[v_mid],
+                idem.inbox_dispatch_src(days, lo, v_mid),
+                idem.inbox_dispatch_src(days, v_mid + 1, hi));
+END $$;
+
+-- The fast path's claim for the sorted days[lo..hi]: a binary search on v_day, then the day's
+-- single statement. `days` holds only the days whose partition of day - 30 exists too; any
+-- other day falls through to the general path.
+CREATE OR REPLACE FUNCTION idem.inbox_claim_src(days date[], lo integer, hi integer)
+RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  v_mid integer;
+BEGIN
+  IF lo > hi THEN RETURN ''; END IF;
+  IF lo = hi THEN
+    RETURN format($f$IF v_day = %L::date THEN
+  INSERT INTO idem.%I (consumer, message_id, expires_on)
+  SELECT inbox_claim.consumer, inbox_claim.message_id, v_day
+   WHERE NOT EXISTS (SELECT 1 FROM idem.%I o
+                      WHERE o.consumer = inbox_claim.consumer
+                        AND o.message_id = inbox_claim.message_id)
+     AND NOT EXISTS (SELECT 1 FROM idem.inbox_consumers c
+                      WHERE c.consumer = inbox_claim.consumer
+                        AND NOT (c.keep = interval '30 days'
+                                 AND (c.previous_keep = interval '30 days'
+                                      OR now() >= c.changed_at + 2 * c.previous_keep
+                                                  + interval '2 days')))
+  ON CONFLICT DO NOTHING;
+  IF FOUND THEN RETURN true; END IF;
+END IF;$f$, days[lo], 'inbox_p' || to_char(days[lo], 'YYYYMMDD'),
+                  'inbox_p' || to_char(days[lo] - 30, 'YYYYMMDD'));
+  END IF;
+  v_mid := (lo + hi) / 2;
+  RETURN format(E'IF v_day <= %L::date THEN\n%s\nELSE\n%s\nEND IF;', days[v_mid],
+                idem.inbox_claim_src(days, lo, v_mid), idem.inbox_claim_src(days, v_mid + 1, hi));
+END $$;
+
+-- (Re)creates idem.inbox_at and idem.inbox_claim for the partitions inside the window that
+-- exist now, under the partition lock, and records the day it built for. In the fast path's
+-- expression an over-long id goes to idem.inbox_claim_full, which raises.
 CREATE OR REPLACE FUNCTION idem.inbox_dispatch_build() RETURNS void
 LANGUAGE plpgsql VOLATILE AS $g$
 DECLARE
@@ -161,60 +335,31 @@ END $b$$f$, cardinality(v_days), idem.inbox_claim_src(v_pairs, 1, cardinality(v_
     WHERE w.built_on IS DISTINCT FROM EXCLUDED.built_on;
 END $g$;
 
--- Creates the partition of day p_day unless it exists, without rebuilding the dispatch; returns
--- whether it created it. Days outside the years 1970 to 9999 are refused, so every name is
--- inbox_p followed by 8 digits.
-CREATE OR REPLACE FUNCTION idem.inbox_create_partition(p_day date) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
+-- Probes day p_day's partition for the pair: through idem.inbox_at, or by name for a
+-- partition it does not know. False when the day has no partition.
+CREATE OR REPLACE FUNCTION idem.inbox_probe(p_day date, p_consumer text, p_message_id text)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  v_name text;
+  v_found boolean := idem.inbox_at(false, p_day, p_consumer, p_message_id);
+  v_name  text;
 BEGIN
-  IF p_day IS NULL OR p_day < date '1970-01-01' OR p_day > date '9999-12-31' THEN
-    RAISE EXCEPTION 'idem.inbox: no partition for day %: days are 1970-01-01 to 9999-12-31',
-      coalesce(p_day::text, 'NULL') USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  IF v_found IS NOT NULL THEN RETURN v_found; END IF;
   v_name := 'inbox_p' || to_char(p_day, 'YYYYMMDD');
-  IF to_regclass('idem.' || v_name) IS NOT NULL THEN RETURN false; END IF;
-  PERFORM pg_advisory_xact_lock(6906989, 3);  -- kLockNamespace, kInboxPartitionLock
-  IF to_regclass('idem.' || v_name) IS NOT NULL THEN RETURN false; END IF;
-  BEGIN
-    EXECUTE format('CREATE TABLE idem.%I (LIKE idem.inbox INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-                   v_name);
-    EXECUTE format('ALTER TABLE idem.inbox ATTACH PARTITION idem.%I FOR VALUES FROM (%L) TO (%L)',
-                   v_name, p_day, p_day + 1);
-  EXCEPTION WHEN duplicate_table THEN
-    RETURN false;
-  END;
-  RETURN true;
+  IF to_regclass('idem.' || v_name) IS NULL THEN RETURN false; END IF;
+  EXECUTE format('SELECT EXISTS (SELECT 1 FROM idem.%I WHERE consumer = $1 AND message_id = $2)',
+                 v_name)
+    INTO v_found USING p_consumer, p_message_id;
+  RETURN v_found;
 END $$;
 
--- As in version 5 (creates p_day, and p_day - 30 when a 30-day claim made today can expire on
--- p_day), rebuilding the dispatch only when it created a day inside the dispatch's window.
-CREATE OR REPLACE FUNCTION idem.inbox_ensure_partition(p_day date) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_today   date := (now() AT TIME ZONE 'UTC')::date;
-  v_pair    boolean := p_day - 30 BETWEEN v_today AND v_today + 31;
-  v_created boolean := false;
-  v_rebuild boolean := false;
-  v_day     date;
-BEGIN
-  IF p_day IS NULL THEN
-    RAISE EXCEPTION 'idem.inbox_ensure_partition: p_day is NULL'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  FOREACH v_day IN ARRAY ARRAY[p_day, p_day - 30] LOOP
-    CONTINUE WHEN v_day <> p_day AND NOT v_pair;
-    IF idem.inbox_create_partition(v_day) THEN
-      IF v_day = p_day THEN v_created := true; END IF;
-      IF v_day >= v_today AND v_day < v_today + 70 THEN v_rebuild := true; END IF;
-    END IF;
-  END LOOP;
-  IF v_rebuild THEN PERFORM idem.inbox_dispatch_build(); END IF;
-  RETURN v_created;
-END $$;
-
--- Version 4's general path with the id limits (raised here for the fast path too).
+-- The claim's general path, with idem.inbox_claim's contract: true the first time
+-- (consumer, message_id) is claimed, false if it already was. Takes the pair's advisory lock,
+-- probes the two (four while a retention change is recent) day partitions the claim can be
+-- in, then inserts into the expiry day's partition. A concurrent claim of the same pair waits
+-- on the lock until this transaction ends, then probes with a fresh snapshot (READ COMMITTED)
+-- and sees the committed claim, or nothing after a rollback. REPEATABLE READ is refused
+-- (55000: its probe would use a snapshot older than the lock); SERIALIZABLE is safe (a racing
+-- pair fails with 40001). 22023 for an empty or over-long consumer or message id.
 CREATE OR REPLACE FUNCTION idem.inbox_claim_full(consumer text, message_id text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
@@ -283,6 +428,8 @@ BEGIN
   RETURN FOUND;
 END $$;
 
+-- ---- inbox: the sweep ---------------------------------------------------------------------------
+
 -- One bounded step of the sweep, in the caller's transaction:
 --   1. drops up to 4 partitions whose day ended at or before p_now's UTC day (all their claims
 --      are past retention), oldest first; claims_dropped counts their rows;
@@ -295,7 +442,8 @@ END $$;
 -- was not granted within lock_timeout (20 ms: a DROP queued behind a long transaction would
 -- stall every claim queued behind it) is skipped and counted in partitions_busy; the next run
 -- retries it. A partition's day comes from its name (inbox_pYYYYMMDD) or, for any other name,
--- from its bounds.
+-- from its bounds. 22023 for a p_now more than 3,660 days from the server's clock, or a
+-- horizon outside 0 to 366 days.
 CREATE OR REPLACE FUNCTION idem.inbox_sweep_step(p_now timestamptz DEFAULT now(),
                                                  p_horizon_days integer DEFAULT 2,
                                                  OUT claims_dropped bigint,
@@ -406,8 +554,8 @@ BEGIN
   done := partitions_dropped = 0 AND partitions_created = 0;
 END $$;
 
--- One step (idem.inbox_sweep_step), for callers of earlier versions: returns the claims it
--- dropped. Run idem.inbox_sweep_all, or the step until done, to finish a sweep.
+-- One step (idem.inbox_sweep_step); returns the claims it dropped. Run idem.inbox_sweep_all,
+-- or the step until done, to finish a sweep.
 CREATE OR REPLACE FUNCTION idem.inbox_sweep(p_now timestamptz DEFAULT now(),
                                             p_horizon_days integer DEFAULT 2)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
@@ -415,7 +563,7 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- The whole sweep, one step per transaction (CALL it outside a transaction block: from psql,
--- cron or pg_cron). Reports what it did in a NOTICE.
+-- cron or pg_cron), so no lock is held longer than a step. Reports what it did in a NOTICE.
 CREATE OR REPLACE PROCEDURE idem.inbox_sweep_all(p_now timestamptz DEFAULT now(),
                                                  p_horizon_days integer DEFAULT 2)
 LANGUAGE plpgsql AS $$
@@ -439,9 +587,34 @@ BEGIN
     v_claims, v_dropped, v_created, v_busy;
 END $$;
 
--- ---- ledger -----------------------------------------------------------------------------------
+-- ---- ledger: immutable entries, derived balances -----------------------------------------------
 
--- TRUNCATE is refused like UPDATE and DELETE (idem.ledger_immutable names the operation).
+CREATE TABLE IF NOT EXISTS idem.ledger (
+  txn_id     text        PRIMARY KEY,
+  account    text        NOT NULL,
+  amount     bigint      NOT NULL,
+  meta       jsonb       NOT NULL DEFAULT '{}',
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS ledger_account ON idem.ledger (account);
+
+-- Always the sum of the account's entries: written only by idem.ledger_apply.
+CREATE TABLE IF NOT EXISTS idem.balances (
+  account text   PRIMARY KEY,
+  balance bigint NOT NULL
+);
+
+-- Entries are immutable: UPDATE, DELETE and TRUNCATE are refused (SQLSTATE ID002); a
+-- correction is a new entry.
+CREATE OR REPLACE FUNCTION idem.ledger_immutable() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'idem.ledger entries are immutable (% refused); append a correcting entry',
+    TG_OP USING ERRCODE = 'ID002';
+END $$;
+DROP TRIGGER IF EXISTS ledger_immutable ON idem.ledger;
+CREATE TRIGGER ledger_immutable BEFORE UPDATE OR DELETE ON idem.ledger
+  FOR EACH ROW EXECUTE FUNCTION idem.ledger_immutable();
 DROP TRIGGER IF EXISTS ledger_no_truncate ON idem.ledger;
 CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON idem.ledger
   FOR EACH STATEMENT EXECUTE FUNCTION idem.ledger_immutable();
@@ -483,7 +656,11 @@ DROP TRIGGER IF EXISTS balances_no_truncate ON idem.balances;
 CREATE TRIGGER balances_no_truncate BEFORE TRUNCATE ON idem.balances
   FOR EACH STATEMENT EXECUTE FUNCTION idem.balances_guard();
 
--- Version 2's contract; the balance now moves in idem.ledger_apply, and ids are bounded.
+-- Appends the entry (its balance moves in idem.ledger_apply, so it can never be applied
+-- twice). False when txn_id is already in the ledger with the same account and amount (meta is
+-- not compared); SQLSTATE ID001 when it is there with another account or amount. A concurrent
+-- append of the same txn id waits on the primary key until the first transaction ends. 22023
+-- for an empty or over-long account or txn id, or a NULL amount.
 CREATE OR REPLACE FUNCTION idem.ledger_append(account text, txn_id text, amount bigint,
                                               meta jsonb DEFAULT '{}')
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
@@ -520,7 +697,8 @@ BEGIN
   RETURN false;
 END $$;
 
--- A NULL or empty account is an error, not a balance of 0.
+-- The account's balance, 0 for an account without entries. 22023 for a NULL or empty account
+-- (not a balance of 0).
 CREATE OR REPLACE FUNCTION idem.ledger_balance(account text) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
@@ -533,11 +711,22 @@ BEGIN
                     WHERE b.account = ledger_balance.account), 0);
 END $$;
 
--- ---- state guard ------------------------------------------------------------------------------
+-- ---- state guard: "ensure state" ---------------------------------------------------------------
 
--- Version 2's contract, failing closed: a NULL allowed_from or a NULL element in it, and a
--- NULL, empty or over-long kind, id or to_state, are 22023 (a NULL element made
--- `v_state = ANY (allowed_from)` NULL, and the refusal never fired).
+CREATE TABLE IF NOT EXISTS idem.states (
+  kind       text        NOT NULL,
+  id         text        NOT NULL,
+  state      text        NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (kind, id)
+);
+
+-- 'applied' (it was in one of allowed_from, now in to_state), 'already' (it is in to_state),
+-- 'refused' (it is in another state). An entity never transitioned is in state 'none'. The
+-- entity's row stays locked until the transaction ends, so concurrent transitions take turns;
+-- two racing first transitions leave one 'applied' and one 'already'. 22023 for a NULL,
+-- empty or over-long kind, id or to_state, a to_state 'none', and a NULL allowed_from or a
+-- NULL element in it.
 CREATE OR REPLACE FUNCTION idem.transition(kind text, id text, to_state text,
                                            allowed_from text[])
 RETURNS text LANGUAGE plpgsql VOLATILE AS $$
@@ -580,7 +769,7 @@ BEGIN
   END LOOP;
 END $$;
 
--- A NULL or empty kind or id is an error, not the state 'none'.
+-- The entity's state, 'none' if it was never transitioned. 22023 for a NULL or empty kind or id.
 CREATE OR REPLACE FUNCTION idem.state_of(kind text, id text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 #variable_conflict use_column
@@ -593,22 +782,39 @@ BEGIN
                     WHERE s.kind = state_of.kind AND s.id = state_of.id), 'none');
 END $$;
 
--- ---- side-effect intents ----------------------------------------------------------------------
+-- ---- side-effect intents: the record state machine under another name --------------------------
 
--- Replaced with the search_path they were bound to (the record schema of the store that first
--- installed them; see pg_worker_sql.h), whichever store schema migrates.
+-- The record scope of an intent: tenant 'idem.intent', client '', key the intent id, encoded
+-- as the store encodes scopes (pg_calls.cc ScopeId), so the records tools see intents too.
+CREATE OR REPLACE FUNCTION idem.intent_scope_id(intent_id text) RETURNS bytea
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT sha256(int4send(11) || convert_to('idem.intent', 'UTF8') || int4send(0) ||
+                int4send(octet_length(convert_to($1, 'UTF8'))) || convert_to($1, 'UTF8'))
+$$;
+
+-- The intent functions are thin wrappers of the record functions (idem_begin, idem_complete,
+-- idem_release in records.sql), and records live in a store's schema. So they run with the
+-- search_path of the store schema that first installed them (SET search_path FROM CURRENT),
+-- and keep it whichever store schema installs them again: this block sets search_path to
+-- their current binding, if any, while it creates them, and puts the caller's back after.
 DO $install$
 DECLARE
   v_bound  text;
   v_caller text := current_setting('search_path');
 BEGIN
+  -- The search_path an existing function is bound to, if there is one.
   SELECT substring(c FROM '^search_path=(.*)$') INTO v_bound
     FROM pg_proc p CROSS JOIN LATERAL unnest(p.proconfig) AS c
    WHERE p.oid = to_regprocedure('idem.intent_begin(text, interval)')
      AND c LIKE 'search_path=%';
   PERFORM set_config('search_path', coalesce(v_bound, v_caller), true);
-  EXECUTE $create$
-    -- As in version 2; intent_id follows the rule for keys, the lease is at most 3650 days.
+
+    -- Claims the intent for a lease (1 ms to 3650 days). outcome: 'acquired', or
+    -- 'taken_over' when the previous owner's lease lapsed (it may or may not have called
+    -- downstream) -- either way it is yours: call downstream with Idempotency-Key = intent_id,
+    -- then idem.intent_sent; 'sent': done before, skip; 'pending': another owner holds a live
+    -- lease, retry after retry_after_ms. 22023 for an intent id that is not 1 to 255 visible
+    -- ASCII characters (the rule for keys) or a lease out of bounds.
     CREATE OR REPLACE FUNCTION idem.intent_begin(intent_id text,
                                                  lease interval DEFAULT interval '30 seconds',
                                                  OUT outcome text, OUT token bigint,
@@ -639,8 +845,9 @@ BEGIN
       retry_after_ms := r.o_retry_after_ms;
     END $body$;
 
-    -- As in version 2, failing closed: a NULL keep was greatest(1, NULL) = 1 ms (the intent
-    -- could be sent again at once); now it is 22023, as are a NULL token and an invalid id.
+    -- PENDING -> SENT, kept for `keep` (1 ms to 3650 days). False when the token no longer
+    -- owns the intent (another owner took over after the lease lapsed): a zombie must not mark
+    -- it. 22023 for an invalid intent id, a NULL token or a keep out of bounds.
     CREATE OR REPLACE FUNCTION idem.intent_sent(intent_id text, token bigint,
                                                 keep interval DEFAULT interval '30 days')
     RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $body$
@@ -659,6 +866,8 @@ BEGIN
                            floor(v_keep)::bigint, NULL);
     END $body$;
 
+    -- Gives a PENDING intent up (the call failed for good and may be retried from scratch).
+    -- False when the token no longer owns it. 22023 for an invalid intent id or a NULL token.
     CREATE OR REPLACE FUNCTION idem.intent_release(intent_id text, token bigint)
     RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $body$
     BEGIN
@@ -668,198 +877,10 @@ BEGIN
       END IF;
       RETURN idem_release(idem.intent_scope_id(intent_id), token, NULL);
     END $body$;
-  $create$;
+
   PERFORM set_config('search_path', v_caller, true);
 END $install$;
 
+-- Builds the generated dispatch (see "the generated dispatch" above) for the partitions that
+-- exist now.
 SELECT idem.inbox_dispatch_build();
-
--- ---- the record store's functions (in the schema of the store being migrated) ----------------
-
--- A NULL fingerprint compared with `<>` is NULL, not a mismatch: idem_begin answered a replay
--- or took the key over for it, and idem_tier_settle overwrote another request's record. Both
--- compare with IS DISTINCT FROM now, and idem_tier_settle refuses NULL arguments. The bodies
--- are versions 10 and 11's otherwise.
-CREATE OR REPLACE FUNCTION idem_begin(
-    p_scope_id bytea, p_tenant text, p_client text, p_key text, p_fingerprint bytea,
-    p_lease_ms bigint, p_abandoned_ms bigint, p_now bigint,
-    OUT o_outcome smallint, OUT o_token bigint, OUT o_previous_token bigint,
-    OUT o_retry_after_ms bigint, OUT o_response bytea)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint;
-  v_row idem_records%ROWTYPE;
-  v_live boolean;
-  v_deadline bigint;
-  v_expires bigint;
-  v_retried boolean := false;
-BEGIN
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
-    RAISE EXCEPTION 'idem_begin needs READ COMMITTED isolation, not %',
-      current_setting('transaction_isolation') USING ERRCODE = 'object_not_in_prerequisite_state';
-  END IF;
-  PERFORM idem_lock_scope(p_scope_id);
-  v_now := idem_now(p_now);
-  SELECT * INTO v_row FROM idem_records r
-   WHERE r.scope_id = p_scope_id AND r.expires_ms > v_now
-   ORDER BY r.expires_ms DESC LIMIT 1;
-  v_live := FOUND;
-  IF v_live THEN
-    IF v_row.fingerprint IS DISTINCT FROM p_fingerprint THEN o_outcome := 5; RETURN; END IF;
-    IF v_row.state = 2 THEN o_outcome := 3; o_response := v_row.response; RETURN; END IF;
-    IF v_now < v_row.lease_deadline_ms THEN
-      o_outcome := 4;
-      o_retry_after_ms := greatest(1, v_row.lease_deadline_ms - v_now);
-      o_response := v_row.response;
-      RETURN;
-    END IF;
-  END IF;
-  o_token := nextval('idem_fence_seq');
-  v_deadline := v_now + p_lease_ms;
-  v_expires := v_deadline + p_abandoned_ms;
-  LOOP
-    BEGIN
-      IF v_live THEN
-        UPDATE idem_records r
-           SET token = o_token, lease_deadline_ms = v_deadline, expires_ms = v_expires,
-               response = NULL
-         WHERE r.scope_id = p_scope_id AND r.expires_ms = v_row.expires_ms;
-        o_outcome := 2;
-        o_previous_token := v_row.token;
-      ELSE
-        INSERT INTO idem_records (scope_id, tenant, client, key, fingerprint, state, token,
-                                  lease_deadline_ms, created_ms, expires_ms)
-        VALUES (p_scope_id, p_tenant, p_client, p_key, p_fingerprint, 1, o_token,
-                v_deadline, v_now, v_expires);
-        o_outcome := 1;
-      END IF;
-      RETURN;
-    EXCEPTION WHEN check_violation THEN  -- 23514: no partition for the row's day
-      IF v_retried OR NOT idem_ensure_partition(v_expires) THEN RAISE; END IF;
-      v_retried := true;
-    END;
-  END LOOP;
-END $$;
-
-CREATE OR REPLACE FUNCTION idem_tier_begin(
-    p_scope_id bytea, p_tenant text, p_client text, p_key text, p_fingerprint bytea,
-    p_lease_ms bigint, p_abandoned_ms bigint, p_token_floor bigint, p_now bigint,
-    OUT o_outcome smallint, OUT o_token bigint, OUT o_previous_token bigint,
-    OUT o_retry_after_ms bigint, OUT o_response bytea)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint;
-  v_row idem_records%ROWTYPE;
-  v_live boolean;
-  v_deadline bigint;
-  v_expires bigint;
-  v_retried boolean := false;
-BEGIN
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
-    RAISE EXCEPTION 'idem_tier_begin needs READ COMMITTED isolation, not %',
-      current_setting('transaction_isolation') USING ERRCODE = 'object_not_in_prerequisite_state';
-  END IF;
-  PERFORM idem_lock_scope(p_scope_id);
-  v_now := idem_now(p_now);
-  SELECT * INTO v_row FROM idem_records r
-   WHERE r.scope_id = p_scope_id AND r.expires_ms > v_now
-   ORDER BY r.expires_ms DESC LIMIT 1;
-  v_live := FOUND;
-  IF v_live THEN
-    IF v_row.fingerprint IS DISTINCT FROM p_fingerprint THEN o_outcome := 5; RETURN; END IF;
-    IF v_row.state = 2 THEN o_outcome := 3; o_response := v_row.response; RETURN; END IF;
-    IF v_now < v_row.lease_deadline_ms THEN
-      o_outcome := 4;
-      o_retry_after_ms := greatest(1, v_row.lease_deadline_ms - v_now);
-      o_response := v_row.response;
-      RETURN;
-    END IF;
-  END IF;
-  o_token := greatest(CASE WHEN v_live THEN v_row.token + 1 ELSE 1 END,
-                      CASE WHEN p_token_floor > 0 THEN p_token_floor ELSE v_now * 1024 END);
-  v_deadline := v_now + p_lease_ms;
-  v_expires := v_deadline + p_abandoned_ms;
-  LOOP
-    BEGIN
-      IF v_live THEN
-        UPDATE idem_records r
-           SET token = o_token, lease_deadline_ms = v_deadline, expires_ms = v_expires,
-               response = NULL
-         WHERE r.scope_id = p_scope_id AND r.expires_ms = v_row.expires_ms;
-        o_outcome := 2;
-        o_previous_token := v_row.token;
-      ELSE
-        INSERT INTO idem_records (scope_id, tenant, client, key, fingerprint, state, token,
-                                  lease_deadline_ms, created_ms, expires_ms)
-        VALUES (p_scope_id, p_tenant, p_client, p_key, p_fingerprint, 1, o_token,
-                v_deadline, v_now, v_expires);
-        o_outcome := 1;
-      END IF;
-      RETURN;
-    EXCEPTION WHEN check_violation THEN  -- 23514: no partition for the row's day
-      IF v_retried OR NOT idem_ensure_partition(v_expires) THEN RAISE; END IF;
-      v_retried := true;
-    END;
-  END LOOP;
-END $$;
-
-CREATE OR REPLACE FUNCTION idem_tier_settle(
-    p_scope_id bytea, p_tenant text, p_client text, p_key text, p_fingerprint bytea,
-    p_token bigint, p_state smallint, p_response bytea, p_keep_ms bigint, p_abandoned_ms bigint,
-    p_now bigint)
-RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint;
-  v_row idem_records%ROWTYPE;
-  v_live boolean;
-  v_deadline bigint;
-  v_expires bigint;
-  v_retried boolean := false;
-BEGIN
-  IF p_scope_id IS NULL OR p_fingerprint IS NULL OR p_token IS NULL OR p_state IS NULL
-     OR p_keep_ms IS NULL OR p_abandoned_ms IS NULL THEN
-    RAISE EXCEPTION 'idem_tier_settle: scope, fingerprint, token, state and durations must not be NULL'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  PERFORM idem_lock_scope(p_scope_id);
-  v_now := idem_now(p_now);
-  SELECT * INTO v_row FROM idem_records r
-   WHERE r.scope_id = p_scope_id AND r.expires_ms > v_now
-   ORDER BY r.expires_ms DESC LIMIT 1;
-  v_live := FOUND;
-  IF v_live THEN
-    IF v_row.state = 2 OR v_row.token > p_token
-       OR v_row.fingerprint IS DISTINCT FROM p_fingerprint THEN
-      RETURN false;
-    END IF;
-  END IF;
-  IF p_state = 2 THEN
-    v_deadline := v_now;
-    v_expires := v_now + p_keep_ms;
-  ELSE
-    v_deadline := v_now + p_keep_ms;
-    v_expires := v_deadline + p_abandoned_ms;
-  END IF;
-  LOOP
-    BEGIN
-      IF v_live THEN
-        UPDATE idem_records r
-           SET state = p_state, token = p_token, lease_deadline_ms = v_deadline,
-               expires_ms = v_expires, response = p_response
-         WHERE r.scope_id = p_scope_id AND r.expires_ms = v_row.expires_ms;
-      ELSE
-        INSERT INTO idem_records (scope_id, tenant, client, key, fingerprint, state, token,
-                                  lease_deadline_ms, created_ms, expires_ms, response)
-        VALUES (p_scope_id, p_tenant, p_client, p_key, p_fingerprint, p_state, p_token,
-                v_deadline, v_now, v_expires, p_response);
-      END IF;
-      RETURN true;
-    EXCEPTION WHEN check_violation THEN
-      IF v_retried OR NOT idem_ensure_partition(v_expires) THEN RAISE; END IF;
-      v_retried := true;
-    END;
-  END LOOP;
-END $$;
-)sql";
-
-}  // namespace idem::internal::pg

@@ -1,25 +1,23 @@
-// Schema version 4: idem.inbox_claim addresses its day partitions directly.
-//
-// Version 2's claim probed and inserted through the partitioned parent idem.inbox. PL/pgSQL
-// caches a generic plan for such a statement, and PostgreSQL 15 locks every partition of the
-// parent when it runs one (pruning happens after the locks): 2K + 3 relation locks per claim
-// for a K-day retention, most of them past the 16 fast-path slots, so claims queued on the
-// lock manager. Re-planning each call (a custom plan, or EXECUTE on the child by name) costs as
-// much as it saves.
-//
-// Version 4 keeps the table layout (the same day partitions, the same rows: claims made under
-// version 2 stay effective) and generates idem.inbox_at, a PL/pgSQL function with one branch
-// per existing day partition, each naming the partition's table in plain statements. Each
-// branch's plans are cached per session and touch one small table. The function is rebuilt
-// whenever a partition is created (idem.inbox_ensure_partition) or dropped (idem.inbox_sweep),
-// in the same transaction, under the partition lock, so it always matches the committed set
-// of partitions. A day it does not know (no partition, or one made by hand) answers NULL, and
-// the claim falls back to a by-name probe or the parent.
-#pragma once
+-- worker layer: inbox claims address their day partitions.
+--
+-- Schema version 4: idem.inbox_claim addresses its day partitions directly.
+--
+-- Version 2's claim probed and inserted through the partitioned parent idem.inbox. PL/pgSQL
+-- caches a generic plan for such a statement, and PostgreSQL 15 locks every partition of the
+-- parent when it runs one (pruning happens after the locks): 2K + 3 relation locks per claim
+-- for a K-day retention, most of them past the 16 fast-path slots, so claims queued on the
+-- lock manager. Re-planning each call (a custom plan, or EXECUTE on the child by name) costs as
+-- much as it saves.
+--
+-- Version 4 keeps the table layout (the same day partitions, the same rows: claims made under
+-- version 2 stay effective) and generates idem.inbox_at, a PL/pgSQL function with one branch
+-- per existing day partition, each naming the partition's table in plain statements. Each
+-- branch's plans are cached per session and touch one small table. The function is rebuilt
+-- whenever a partition is created (idem.inbox_ensure_partition) or dropped (idem.inbox_sweep),
+-- in the same transaction, under the partition lock, so it always matches the committed set
+-- of partitions. A day it does not know (no partition, or one made by hand) answers NULL, and
+-- the claim falls back to a by-name probe or the parent.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kSchemaV4InboxDispatch = R"sql(
 -- The body of idem.inbox_at for the sorted days[lo..hi]: a binary search on p_day, so a call
 -- makes about log2(partitions) comparisons, then the day's two statements.
 CREATE OR REPLACE FUNCTION idem.inbox_dispatch_src(days date[], lo integer, hi integer)
@@ -211,6 +209,3 @@ BEGIN
 END $$;
 
 SELECT idem.inbox_dispatch_build();
-)sql";
-
-}  // namespace idem::internal::pg

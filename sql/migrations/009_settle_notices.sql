@@ -1,16 +1,12 @@
-// Version 9 of the PostgreSQL store's schema: settle notices (Store::Watch and
-// Store::SubscribeSettled). A waiter marks an in-flight record with idem_watch; the complete,
-// release or purge of a marked record then sends NOTIFY idem_settled with the key's digest as
-// payload, delivered to listeners when (and only if) that transaction commits. Unmarked records
-// notify nothing: a NOTIFY serialises the commits of the transactions that send one, a cost
-// only requests somebody waits for should pay. docs/postgresql.md explains the column.
-#pragma once
+-- gateway: settle notices wake waiters on other gateways.
+--
+-- Version 9 of the PostgreSQL store's schema: settle notices (Store::Watch and
+-- Store::SubscribeSettled). A waiter marks an in-flight record with idem_watch; the complete,
+-- release or purge of a marked record then sends NOTIFY idem_settled with the key's digest as
+-- payload, delivered to listeners when (and only if) that transaction commits. Unmarked records
+-- notify nothing: a NOTIFY serialises the commits of the transactions that send one, a cost
+-- only requests somebody waits for should pay. docs/postgresql.md explains the column.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kSettleChannel = "idem_settled";
-
-inline constexpr const char* kSchemaV9SettleNotices = R"sql(
 ALTER TABLE idem_records ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
 
 -- The payload names the key as the gateway does (Scope::Digest): SHA-256 of tenant, client
@@ -104,57 +100,3 @@ BEGIN
   END LOOP;
   RETURN v_found;
 END $$;
-)sql";
-
-// Version 13: a completion's notice carries the response it stored, with the fingerprint of the
-// request it answers, when the three fit NOTIFY's 8000-byte payload (a response of up to 5,600
-// bytes as EncodeResponse writes it: 7,468 characters of base64). A subscriber then wakes its
-// waiters with the response instead of reading the record first (settle_notice.h has the
-// format; the digest still comes first, so a gateway that reads only the digest still works).
-// Releases and purges notify as in version 9.
-inline constexpr const char* kSchemaV13CarriedNotices = R"sql(
-CREATE OR REPLACE FUNCTION idem_notify_completed(
-    p_waited boolean, p_tenant text, p_client text, p_key text, p_fingerprint bytea,
-    p_response bytea)
-RETURNS void LANGUAGE sql VOLATILE AS $$
-  SELECT pg_notify('idem_settled',
-           encode(sha256(textsend(p_tenant) || '\x00'::bytea || textsend(p_client) ||
-                         '\x00'::bytea || textsend(p_key)), 'hex') ||
-           CASE WHEN octet_length(p_response) <= 5600
-                THEN ' ' || encode(p_fingerprint, 'hex') || ' ' || octet_length(p_response) ||
-                     ' ' || translate(encode(p_response, 'base64'), E'\n', '')
-                ELSE '' END)
-   WHERE p_waited
-$$;
-
-CREATE OR REPLACE FUNCTION idem_complete(
-    p_scope_id bytea, p_token bigint, p_response bytea, p_ttl_ms bigint, p_now bigint)
-RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_now bigint;
-  v_expires bigint;
-  v_row record;
-  v_retried boolean := false;
-BEGIN
-  PERFORM idem_lock_scope(p_scope_id);
-  v_now := idem_now(p_now);
-  v_expires := v_now + p_ttl_ms;
-  LOOP
-    BEGIN
-      UPDATE idem_records r SET state = 2, expires_ms = v_expires, response = p_response
-       WHERE r.scope_id = p_scope_id AND r.expires_ms > v_now AND r.state = 1
-         AND r.token = p_token
-      RETURNING r.waited, r.tenant, r.client, r.key, r.fingerprint INTO v_row;
-      IF NOT FOUND THEN RETURN false; END IF;
-      PERFORM idem_notify_completed(v_row.waited, v_row.tenant, v_row.client, v_row.key,
-                                    v_row.fingerprint, p_response);
-      RETURN true;
-    EXCEPTION WHEN check_violation THEN
-      IF v_retried OR NOT idem_ensure_partition(v_expires) THEN RAISE; END IF;
-      v_retried := true;
-    END;
-  END LOOP;
-END $$;
-)sql";
-
-}  // namespace idem::internal::pg

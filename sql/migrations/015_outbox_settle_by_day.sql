@@ -1,22 +1,20 @@
-// Schema version 15: idem.outbox_settle marks a batch one day partition at a time.
-//
-// Version 12's settle joined the batch's ids to idem.outbox on (id, day) with the day a column
-// of the batch: its kept generic plan looked each row up through an Append of every day
-// partition and pruned it again for every row (a nested loop's rescan). With the 31
-// partitions a 30-day retention keeps, that pruning was about a tenth of the settle's time:
-// 12.85 against 11.51 ms per 1,000 rows, alternating in one session (docs/emit.md,
-// "Measured"). This version loops over the batch's distinct days (one, or two around midnight)
-// and updates each with the day a scalar: the plan's partitions are pruned once, when it
-// starts, and each row is one index lookup in its partition. A statement built for the
-// partition by name (EXECUTE) measured no better, and would be planned at every call.
-//
-// Same signature, same effects, same result; the failed rows' stamp (rare) is unchanged.
-#pragma once
+-- emit layer: the relay's settle marks a batch one day partition at a time (idem.outbox_settle).
+--
+-- Schema version 15: idem.outbox_settle marks a batch one day partition at a time.
+--
+-- Version 12's settle joined the batch's ids to idem.outbox on (id, day) with the day a column
+-- of the batch: its kept generic plan looked each row up through an Append of every day
+-- partition and pruned it again for every row (a nested loop's rescan). With the 31
+-- partitions a 30-day retention keeps, that pruning was about a tenth of the settle's time:
+-- 12.85 against 11.51 ms per 1,000 rows, alternating in one session (docs/emit.md,
+-- "Measured"). This version loops over the batch's distinct days (one, or two around midnight)
+-- and updates each with the day a scalar: the plan's partitions are pruned once, when it
+-- starts, and each row is one index lookup in its partition. A statement built for the
+-- partition by name (EXECUTE) measured no better, and would be planned at every call.
+--
+-- Same signature, same effects, same result; the failed rows' stamp (rare) is unchanged.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxSettleByDaySql = R"sql(
--- The contract is version 12's (outbox_held_claim_sql.h): in the transaction that locked the
+-- The contract is version 12's (012_outbox_claims_as_row_locks.sql): in the transaction that locked the
 -- rows, marks the published ones with their stream sequence, stamps the failed ones, counts
 -- the attempt on both, forgets the batch's attempt record, and returns how many it marked.
 CREATE OR REPLACE FUNCTION idem.outbox_settle(p_batch text, p_ids bigint[], p_days integer[],
@@ -64,6 +62,3 @@ BEGIN
   END IF;
   RETURN v_count;
 END $$;
-)sql";
-
-}  // namespace idem::outbox::internal

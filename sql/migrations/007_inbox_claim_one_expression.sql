@@ -1,44 +1,42 @@
-// Schema version 7: idem.inbox_claim's fast path evaluates one expression before its day's
-// statement, instead of four statements, and keeps generic plans from its first call.
-//
-// PL/pgSQL prepares every expression of a function again in each transaction, so a claim -- one
-// call per transaction -- pays for each statement it runs beyond its evaluation. Version 5's
-// generated claim ran, before the binary search and the day's INSERT: an IF (arguments and
-// isolation level), a PERFORM (the pair's advisory lock), and two assignments (the base day and
-// the expiry day). Version 7 folds all four into one assignment:
-//
-//   v_day := CASE WHEN <arguments non-empty> AND <not REPEATABLE READ>
-//                      AND pg_advisory_xact_lock(<the pair's key>) IS NOT NULL
-//                 THEN <the expiry day for a 30-day retention> END;
-//
-// CASE evaluates its condition left to right and stops at the first false, so the lock is
-// taken (the same key as versions 2 to 6 and idem.inbox_claim_full: claims of both paths and
-// of either version serialise on it) only for valid arguments at a usable isolation level,
-// and always before the day's INSERT takes its snapshot. A NULL v_day (bad arguments,
-// REPEATABLE READ) matches no day of the search and falls through to idem.inbox_claim_full,
-// which raises the error as before.
-//
-// The generated claim also runs with plan_cache_mode = force_generic_plan (a SET clause of the
-// function; the caller's setting is back when it returns). It holds one INSERT per day
-// partition, and PostgreSQL plans each of them afresh for its first five executions in every
-// session before it settles on the generic plan it keeps: about 30 statements x 6 plannings
-// per connection, which a connection making a few thousand claims pays a good part of its
-// time for (measured: 10 to 20 us per claim over 2,000 to 10,000 claims per session). The
-// generic plan is what these statements end up with anyway: index probes on parameters, on
-// partitions named in the statement (no pruning to do). The setting holds for what the claim
-// calls too: idem.inbox_claim_full's statements are index probes on named partitions or on
-// the parent's tuple routing, and its by-name probes run through EXECUTE (planned each time).
-//
-// The expiry day is idem.inbox_expiry_day's for K = 30 in fewer operations: with t the UTC day number and h the md5 slot's signed 32-bit value,
-//   t + 30 + (h % 30 + 60 - t % 30) % 30
-// (h % 30 lies in (-30, 30), so the sum is positive and % 30 is the slot's offset from t,
-// modulo 30: the first day >= t + 30 congruent to the slot). Everything else -- the tables,
-// the rows, the binary search, the day statements, the general path -- is version 5's.
-#pragma once
+-- worker layer: the inbox claim's fast path in one expression and one statement.
+--
+-- Schema version 7: idem.inbox_claim's fast path evaluates one expression before its day's
+-- statement, instead of four statements, and keeps generic plans from its first call.
+--
+-- PL/pgSQL prepares every expression of a function again in each transaction, so a claim -- one
+-- call per transaction -- pays for each statement it runs beyond its evaluation. Version 5's
+-- generated claim ran, before the binary search and the day's INSERT: an IF (arguments and
+-- isolation level), a PERFORM (the pair's advisory lock), and two assignments (the base day and
+-- the expiry day). Version 7 folds all four into one assignment:
+--
+--   v_day := CASE WHEN <arguments non-empty> AND <not REPEATABLE READ>
+--                      AND pg_advisory_xact_lock(<the pair's key>) IS NOT NULL
+--                 THEN <the expiry day for a 30-day retention> END;
+--
+-- CASE evaluates its condition left to right and stops at the first false, so the lock is
+-- taken (the same key as versions 2 to 6 and idem.inbox_claim_full: claims of both paths and
+-- of either version serialise on it) only for valid arguments at a usable isolation level,
+-- and always before the day's INSERT takes its snapshot. A NULL v_day (bad arguments,
+-- REPEATABLE READ) matches no day of the search and falls through to idem.inbox_claim_full,
+-- which raises the error as before.
+--
+-- The generated claim also runs with plan_cache_mode = force_generic_plan (a SET clause of the
+-- function; the caller's setting is back when it returns). It holds one INSERT per day
+-- partition, and PostgreSQL plans each of them afresh for its first five executions in every
+-- session before it settles on the generic plan it keeps: about 30 statements x 6 plannings
+-- per connection, which a connection making a few thousand claims pays a good part of its
+-- time for (measured: 10 to 20 us per claim over 2,000 to 10,000 claims per session). The
+-- generic plan is what these statements end up with anyway: index probes on parameters, on
+-- partitions named in the statement (no pruning to do). The setting holds for what the claim
+-- calls too: idem.inbox_claim_full's statements are index probes on named partitions or on
+-- the parent's tuple routing, and its by-name probes run through EXECUTE (planned each time).
+--
+-- The expiry day is idem.inbox_expiry_day's for K = 30 in fewer operations: with t the UTC day number and h the md5 slot's signed 32-bit value,
+--   t + 30 + (h % 30 + 60 - t % 30) % 30
+-- (h % 30 lies in (-30, 30), so the sum is positive and % 30 is the slot's offset from t,
+-- modulo 30: the first day >= t + 30 congruent to the slot). Everything else -- the tables,
+-- the rows, the binary search, the day statements, the general path -- is version 5's.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kSchemaV7InboxLean = R"sql(
 CREATE OR REPLACE FUNCTION idem.inbox_dispatch_build() RETURNS void
 LANGUAGE plpgsql VOLATILE AS $g$
 DECLARE
@@ -90,6 +88,3 @@ END $b$$f$, cardinality(v_days), idem.inbox_claim_src(v_pairs, 1, cardinality(v_
 END $g$;
 
 SELECT idem.inbox_dispatch_build();
-)sql";
-
-}  // namespace idem::internal::pg

@@ -1,17 +1,15 @@
-// Version 10 of the PostgreSQL store's schema: long-running operations (Store::Accept), and an
-// idem_watch that no longer takes the scope lock (waiters of one key stop queueing on it).
-//
-// An accepted operation is an in-flight record (state 1) whose `response` column holds the
-// accepted response (a 202) until its job completes it; idem_begin hands that response to a
-// duplicate with outcome 4 (in flight), and a takeover after the lease clears it. The job ends
-// the operation from its own transaction with idem.operation_complete or
-// idem.operation_release, addressing the record as the gateway's admin API does: tenant digest
-// and key. docs/postgresql.md explains both.
-#pragma once
+-- gateway: long-running operations (accepted responses, operation_complete); idem_watch without the scope lock.
+--
+-- Version 10 of the PostgreSQL store's schema: long-running operations (Store::Accept), and an
+-- idem_watch that no longer takes the scope lock (waiters of one key stop queueing on it).
+--
+-- An accepted operation is an in-flight record (state 1) whose `response` column holds the
+-- accepted response (a 202) until its job completes it; idem_begin hands that response to a
+-- duplicate with outcome 4 (in flight), and a takeover after the lease clears it. The job ends
+-- the operation from its own transaction with idem.operation_complete or
+-- idem.operation_release, addressing the record as the gateway's admin API does: tenant digest
+-- and key. docs/postgresql.md explains both.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kSchemaV10Operations = R"sql(
 -- As version 1's, except for an in-flight record: o_response carries its accepted response (null
 -- when it has none), and a takeover clears it.
 CREATE OR REPLACE FUNCTION idem_begin(
@@ -204,6 +202,3 @@ BEGIN
     $body$;
   $create$;
 END $install$;
-)sql";
-
-}  // namespace idem::internal::pg

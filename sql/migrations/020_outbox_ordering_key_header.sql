@@ -1,23 +1,21 @@
-// Schema version 20: the relay publishes a row's ordering key as the message header
-// Idem-Ordering-Key, so a consumer can keep each key's order (docs/emit.md, "Ordering keys").
-//
-// The lock returns the key. idem.outbox_lock_keyed(limit, after, subjects, held, floor) is
-// version 19's idem.outbox_lock with one more column, ordering_key (NULL for a row without
-// one). A new name rather than a new result for the old one: relays of version 19 keep
-// calling idem.outbox_lock, unchanged, during an upgrade, and every migration still runs
-// over a newer schema (a function's result type cannot be changed by CREATE OR REPLACE).
-//
-// Keys a header can carry. A NATS header value cannot hold a line break (CR or LF would end
-// the header line and start another one: the rest of the key would become a header of its
-// own). idem.outbox_enqueue now refuses an ordering key holding a control character (U+0001
-// to U+001F, U+007F) with 22023, as it refuses such header values. A row enqueued before this
-// version with such a key is still published: the relay percent-encodes those characters
-// (and '%') in the header's value, which keeps rows of one key under one value.
-#pragma once
+-- emit layer: the relay's lock answers each row's ordering key, sent as the header Idem-Ordering-Key (idem.outbox_lock_keyed); idem.outbox_enqueue refuses keys with control characters.
+--
+-- The relay publishes a row's ordering key as the message header
+-- Idem-Ordering-Key, so a consumer can keep each key's order (docs/emit.md, "Ordering keys").
+--
+-- The lock returns the key. idem.outbox_lock_keyed(limit, after, subjects, held, floor) is
+-- version 19's idem.outbox_lock with one more column, ordering_key (NULL for a row without
+-- one). A new name rather than a new result for the old one: relays of version 19 keep
+-- calling idem.outbox_lock, unchanged, during an upgrade, and every migration still runs
+-- over a newer schema (a function's result type cannot be changed by CREATE OR REPLACE).
+--
+-- Keys a header can carry. A NATS header value cannot hold a line break (CR or LF would end
+-- the header line and start another one: the rest of the key would become a header of its
+-- own). idem.outbox_enqueue now refuses an ordering key holding a control character (U+0001
+-- to U+001F, U+007F) with 22023, as it refuses such header values. A row enqueued before this
+-- version with such a key is still published: the relay percent-encodes those characters
+-- (and '%') in the header's value, which keeps rows of one key under one value.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxKeyHeaderSql = R"sql(
 -- ---- enqueue: keys a header can carry ---------------------------------------------------------
 
 -- Version 19's enqueue; an ordering key also holds no control character.
@@ -142,6 +140,3 @@ LANGUAGE sql VOLATILE AS $$
          k.attempts, k.keyed, k.held_back
     FROM idem.outbox_lock_keyed(p_limit, p_after, p_subjects, p_held, p_floor) k
 $$;
-)sql";
-
-}  // namespace idem::outbox::internal

@@ -1,12 +1,10 @@
-// The SQL of the emit layer: the outbox table in schema `idem`, idem.outbox_enqueue (called in
-// the producer's transaction) and the functions `idem relay` claims, marks and parks rows with.
-// It is one migration of the PostgreSQL schema (see store/postgres/pg_schema.cc); every
-// statement is idempotent. docs/emit.md explains the design.
-#pragma once
+-- emit layer: the outbox (schema idem).
+--
+-- The SQL of the emit layer: the outbox table in schema `idem`, idem.outbox_enqueue (called in
+-- the producer's transaction) and the functions `idem relay` claims, marks and parks rows with.
+-- It is one migration of the PostgreSQL schema (listed in sql/sql_files.cmake); every
+-- statement is idempotent. docs/emit.md explains the design.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxSchemaSql = R"sql(
 CREATE SCHEMA IF NOT EXISTS idem;
 CREATE SEQUENCE IF NOT EXISTS idem.outbox_id_seq;
 
@@ -264,6 +262,3 @@ BEGIN
 END $$;
 
 SELECT idem.outbox_sweep(30, 2);
-)sql";
-
-}  // namespace idem::outbox::internal

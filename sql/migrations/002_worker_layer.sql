@@ -1,23 +1,20 @@
-// The SQL of the worker layer (schema version 2): the building blocks services call inside
-// their own transactions, from C++ (include/idem/worker.h) or any other language. docs/worker.md
-// explains each one.
-//
-// Unlike the record schema, whose name is configurable (the store URL's `schema=`), everything
-// here lives in the fixed schema `idem`, so every caller can write `idem.inbox_claim(...)`
-// without knowing how a store was configured. Every function names its tables schema-qualified
-// and so works whatever the caller's search_path. The exception is the intent functions:
-// they are thin wrappers of the record functions (idem_begin, idem_complete, idem_release) and
-// run with the search_path of the store schema whose migration first installed them
-// (SET search_path FROM CURRENT), which is where their records live.
-#pragma once
+-- worker layer (schema idem): inbox, ledger, state guard, intents.
+--
+-- The SQL of the worker layer (schema version 2): the building blocks services call inside
+-- their own transactions, from C++ (include/idem/worker.h) or any other language. docs/worker.md
+-- explains each one.
+--
+-- Unlike the record schema, whose name is configurable (the store URL's `schema=`), everything
+-- here lives in the fixed schema `idem`, so every caller can write `idem.inbox_claim(...)`
+-- without knowing how a store was configured. Every function names its tables schema-qualified
+-- and so works whatever the caller's search_path. The exception is the intent functions:
+-- they are thin wrappers of the record functions (idem_begin, idem_complete, idem_release) and
+-- run with the search_path of the store schema whose migration first installed them
+-- (SET search_path FROM CURRENT), which is where their records live.
+--
+-- Every statement is idempotent, like version 1's: a database where another store schema
+-- already installed the worker layer gets the same objects again.
 
-namespace idem::internal::pg {
-
-inline constexpr int kInboxPartitionLock = 3;  // with kLockNamespace, as in pg_schema_sql.h
-
-// Every statement is idempotent, like version 1's: a database where another store schema
-// already installed the worker layer gets the same objects again.
-inline constexpr const char* kSchemaV2Worker = R"sql(
 CREATE SCHEMA IF NOT EXISTS idem;
 
 -- ---- inbox: handler-level dedupe -----------------------------------------------------------
@@ -387,6 +384,3 @@ BEGIN
     $body$;
   $create$;
 END $install$;
-)sql";
-
-}  // namespace idem::internal::pg

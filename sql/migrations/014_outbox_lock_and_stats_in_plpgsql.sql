@@ -1,22 +1,20 @@
-// Schema version 14: idem.outbox_lock and idem.outbox_stats keep their plans for the session.
-//
-// Version 12 wrote the relay's lock as a SQL function. PostgreSQL 15 plans the body of a SQL
-// function that it cannot inline (this one has SET clauses and a data-modifying lock) afresh at
-// every call, and the plan of a statement over the partitioned idem.outbox covers every day
-// partition: with the 31 partitions a 30-day retention keeps, a lock of 1,000 rows cost 7.8 ms
-// of which about 4.4 ms was that planning, and a lock of one row (a relay keeping up with a
-// low rate, where this is per event) 4.3 ms against 0.36 ms (a psql loop; docs/emit.md,
-// "Measured"). PL/pgSQL keeps the statement's generic plan for the session. Same signature,
-// same query, same results.
-//
-// idem.outbox_stats (the relay's gauges, read every second, idle or not; an operator's query)
-// had the same cost: 3.7 to 4.1 ms a call with 31 partitions, 1.9 ms in PL/pgSQL.
-#pragma once
+-- emit layer: the relay's lock and gauges keep their plans (idem.outbox_lock, idem.outbox_stats in PL/pgSQL).
+--
+-- Schema version 14: idem.outbox_lock and idem.outbox_stats keep their plans for the session.
+--
+-- Version 12 wrote the relay's lock as a SQL function. PostgreSQL 15 plans the body of a SQL
+-- function that it cannot inline (this one has SET clauses and a data-modifying lock) afresh at
+-- every call, and the plan of a statement over the partitioned idem.outbox covers every day
+-- partition: with the 31 partitions a 30-day retention keeps, a lock of 1,000 rows cost 7.8 ms
+-- of which about 4.4 ms was that planning, and a lock of one row (a relay keeping up with a
+-- low rate, where this is per event) 4.3 ms against 0.36 ms (a psql loop; docs/emit.md,
+-- "Measured"). PL/pgSQL keeps the statement's generic plan for the session. Same signature,
+-- same query, same results.
+--
+-- idem.outbox_stats (the relay's gauges, read every second, idle or not; an operator's query)
+-- had the same cost: 3.7 to 4.1 ms a call with 31 partitions, 1.9 ms in PL/pgSQL.
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxLockKeptPlanSql = R"sql(
--- The contract is version 12's (outbox_held_claim_sql.h): up to p_limit pending rows above
+-- The contract is version 12's (012_outbox_claims_as_row_locks.sql): up to p_limit pending rows above
 -- p_after locked in the caller's transaction with SKIP LOCKED, in id order, keys whole.
 CREATE OR REPLACE FUNCTION idem.outbox_lock(p_limit integer, p_after bigint DEFAULT 0)
 RETURNS TABLE (id bigint, day integer, event_id text, subject text, payload bytea,
@@ -66,6 +64,3 @@ BEGIN
          (SELECT count(*) FROM idem.outbox o WHERE o.state = 2)
     INTO lag_seconds, pending, parked;
 END $$;
-)sql";
-
-}  // namespace idem::outbox::internal

@@ -1,35 +1,33 @@
-// Schema version 5: idem.inbox_claim's common case is one lock-and-lookup statement and one
-// insert.
-//
-// Version 4's claim ran about a dozen PL/pgSQL statements and three nested calls of the
-// dispatch function idem.inbox_at per claim, and PL/pgSQL sets each of them up again in every
-// transaction: about 4x the server time of a bare INSERT ... ON CONFLICT DO NOTHING.
-//
-// Version 5 generates idem.inbox_claim itself, next to idem.inbox_at, for the day partitions
-// that exist (idem.inbox_dispatch_build, rebuilt whenever a partition is created or dropped, as
-// in version 4). Its common case -- arguments valid, not REPEATABLE READ, the consumer on the
-// default 30-day retention with no recent change, and both partitions the claim can be in known
-// to the generated function -- runs:
-//   1. one statement that takes the pair's advisory lock, reads the consumer's retention row
-//      and computes the expiry day (idem.inbox_expiry_day, inlined for K = 30);
-//   2. a binary search on that day, then one statement naming its two partitions:
-//        INSERT INTO <day's partition> SELECT ... WHERE NOT EXISTS (<probe of day - 30's>)
-//        ON CONFLICT DO NOTHING
-//      which runs after the lock, so with a fresh snapshot (READ COMMITTED) it sees a claim
-//      committed meanwhile in the older partition, and ON CONFLICT finds one in the same day's.
-// Everything else (another retention, a recent retention change, a day without a partition or
-// whose older partition is unknown, invalid arguments) goes to idem.inbox_claim_full, version
-// 4's claim unchanged, which takes the same advisory lock again (it is re-entrant).
-//
-// So that the older partition is known, idem.inbox_ensure_partition(d) also creates d - 30
-// when that day is not past: in steady state the two already exist (claims of the last 30 days
-// sit in the next 60 days' partitions), and a fresh database gets there after the first claim
-// of each day. The table layout and rows are those of versions 2 to 4.
-#pragma once
+-- worker layer: a one-statement fast path for inbox claims.
+--
+-- Schema version 5: idem.inbox_claim's common case is one lock-and-lookup statement and one
+-- insert.
+--
+-- Version 4's claim ran about a dozen PL/pgSQL statements and three nested calls of the
+-- dispatch function idem.inbox_at per claim, and PL/pgSQL sets each of them up again in every
+-- transaction: about 4x the server time of a bare INSERT ... ON CONFLICT DO NOTHING.
+--
+-- Version 5 generates idem.inbox_claim itself, next to idem.inbox_at, for the day partitions
+-- that exist (idem.inbox_dispatch_build, rebuilt whenever a partition is created or dropped, as
+-- in version 4). Its common case -- arguments valid, not REPEATABLE READ, the consumer on the
+-- default 30-day retention with no recent change, and both partitions the claim can be in known
+-- to the generated function -- runs:
+--   1. one statement that takes the pair's advisory lock, reads the consumer's retention row
+--      and computes the expiry day (idem.inbox_expiry_day, inlined for K = 30);
+--   2. a binary search on that day, then one statement naming its two partitions:
+--        INSERT INTO <day's partition> SELECT ... WHERE NOT EXISTS (<probe of day - 30's>)
+--        ON CONFLICT DO NOTHING
+--      which runs after the lock, so with a fresh snapshot (READ COMMITTED) it sees a claim
+--      committed meanwhile in the older partition, and ON CONFLICT finds one in the same day's.
+-- Everything else (another retention, a recent retention change, a day without a partition or
+-- whose older partition is unknown, invalid arguments) goes to idem.inbox_claim_full, version
+-- 4's claim unchanged, which takes the same advisory lock again (it is re-entrant).
+--
+-- So that the older partition is known, idem.inbox_ensure_partition(d) also creates d - 30
+-- when that day is not past: in steady state the two already exist (claims of the last 30 days
+-- sit in the next 60 days' partitions), and a fresh database gets there after the first claim
+-- of each day. The table layout and rows are those of versions 2 to 4.
 
-namespace idem::internal::pg {
-
-inline constexpr const char* kSchemaV5InboxFast = R"sql(
 -- Version 4's claim, under another name: the general path (any retention, retention changes,
 -- partitions unknown to the generated functions, argument and isolation errors). Like every
 -- statement here it is idempotent (CREATE OR REPLACE), as the earlier versions' are: a second
@@ -223,6 +221,3 @@ BEGIN
 END $$;
 
 SELECT idem.inbox_dispatch_build();
-)sql";
-
-}  // namespace idem::internal::pg

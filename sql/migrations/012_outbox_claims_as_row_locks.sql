@@ -1,30 +1,28 @@
-// Schema version 12: the relay holds its claim as row locks in an open transaction instead of
-// writing a lease into every row.
-//
-// Up to version 11 a relay wrote each row twice: the claim (lease, attempt count, first
-// attempt) and the mark (published, stream sequence). The claim's write was about half of
-// PostgreSQL's CPU per published event. From this version a relay locks a batch with
-// idem.outbox_lock (FOR UPDATE SKIP LOCKED) in a transaction it keeps open while it publishes,
-// and marks the rows and commits in that same transaction (idem.outbox_settle). The lock is
-// the claim: other relays skip the rows; a relay that dies drops its connection and the rows
-// are free at once; a relay that hangs is cut off by idle_in_transaction_session_timeout, which
-// the relay sets to its claim lease.
-//
-// What the per-row write also gave, the time of a row's first publish attempt (the duplicate
-// window accounting needs it to survive a relay killed between publish and mark), is now one
-// row per batch in idem.outbox_attempts: committed on another connection before the batch is
-// published, deleted by the settle that marks it. A record left by a relay that died stays
-// until none of its rows is pending (idem.outbox_forget_attempts, run by the relay's sweep), and
-// the next lock of those rows reads their first attempt from it. A publish that fails is
-// stamped on its rows (first_attempt_at, attempts, error) by the settle.
-//
-// Version 3 to 11's claim, mark and release keep working, so relays of both versions may run
-// against one outbox during an upgrade: each skips the rows the other holds (a lease or a lock).
-#pragma once
+-- emit layer: the relay holds its claim as row locks (idem.outbox_lock, outbox_settle, outbox_attempts).
+--
+-- Schema version 12: the relay holds its claim as row locks in an open transaction instead of
+-- writing a lease into every row.
+--
+-- Up to version 11 a relay wrote each row twice: the claim (lease, attempt count, first
+-- attempt) and the mark (published, stream sequence). The claim's write was about half of
+-- PostgreSQL's CPU per published event. From this version a relay locks a batch with
+-- idem.outbox_lock (FOR UPDATE SKIP LOCKED) in a transaction it keeps open while it publishes,
+-- and marks the rows and commits in that same transaction (idem.outbox_settle). The lock is
+-- the claim: other relays skip the rows; a relay that dies drops its connection and the rows
+-- are free at once; a relay that hangs is cut off by idle_in_transaction_session_timeout, which
+-- the relay sets to its claim lease.
+--
+-- What the per-row write also gave, the time of a row's first publish attempt (the duplicate
+-- window accounting needs it to survive a relay killed between publish and mark), is now one
+-- row per batch in idem.outbox_attempts: committed on another connection before the batch is
+-- published, deleted by the settle that marks it. A record left by a relay that died stays
+-- until none of its rows is pending (idem.outbox_forget_attempts, run by the relay's sweep), and
+-- the next lock of those rows reads their first attempt from it. A publish that fails is
+-- stamped on its rows (first_attempt_at, attempts, error) by the settle.
+--
+-- Version 3 to 11's claim, mark and release keep working, so relays of both versions may run
+-- against one outbox during an upgrade: each skips the rows the other holds (a lease or a lock).
 
-namespace idem::outbox::internal {
-
-inline constexpr const char* kOutboxHeldClaimSql = R"sql(
 -- One row per batch being published (or left by a relay that died publishing it).
 CREATE TABLE IF NOT EXISTS idem.outbox_attempts (
   batch    text        PRIMARY KEY,
@@ -168,6 +166,3 @@ BEGIN
   GET DIAGNOSTICS v_count = ROW_COUNT;
   RETURN v_count;
 END $$;
-)sql";
-
-}  // namespace idem::outbox::internal
