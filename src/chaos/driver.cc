@@ -153,6 +153,14 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       }
       break;
     }
+    case FaultMode::kNatsLeaderKill: {
+      // As nats_restart, on a cluster: right after the success, with the event on its way, the
+      // node leading the R3 stream dies; another takes over and the killed one comes back.
+      std::lock_guard lock(server_mu_);
+      expect_success(SendUntilDone(op, op.amount), "send");
+      if (!pipeline_.KillStreamLeader()) HarnessFailed(op, pipeline_.error());
+      break;
+    }
     case FaultMode::kRedisRestart: {
       // The request is sent, and 0-3 ms later the gateway's Redis dies: the gateway answers
       // 503 while it is down (the client retries with the same key) and finds the record
