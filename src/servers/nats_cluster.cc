@@ -13,6 +13,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
+constexpr int64_t kPollWaitMs = 500;
+
 std::string NatsText(natsStatus s, jsErrCode code = static_cast<jsErrCode>(0)) {
   std::string text = natsStatus_GetText(s);
   const char* last = nats_GetLastError(nullptr);
@@ -24,7 +26,9 @@ std::string NatsText(natsStatus s, jsErrCode code = static_cast<jsErrCode>(0)) {
 // A short-lived connection to some running node, for one JetStream question.
 class Asker {
  public:
-  explicit Asker(const std::string& urls) {
+  // `wait_ms`: how long one JetStream request may take. Short for the questions that are
+  // polled (no stream leader answers during an election), longer for creating a stream.
+  Asker(const std::string& urls, int64_t wait_ms) {
     if (urls.empty()) {
       error_ = "no node is running";
       return;
@@ -38,7 +42,7 @@ class Asker {
     natsOptions_Destroy(opts);
     jsOptions jo;
     jsOptions_Init(&jo);
-    jo.Wait = 2000;
+    jo.Wait = wait_ms;
     if (s == NATS_OK) s = natsConnection_JetStream(&js_, conn_, &jo);
     if (s != NATS_OK) error_ = "connect to " + urls + ": " + NatsText(s);
   }
@@ -158,7 +162,7 @@ std::string NatsCluster::AddStream(const std::string& name,
   std::string error;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   for (;;) {
-    Asker asker(RunningUrls());
+    Asker asker(RunningUrls(), 5000);
     error = asker.error();
     if (error.empty()) {
       jsStreamInfo* info = nullptr;
@@ -175,7 +179,7 @@ std::string NatsCluster::AddStream(const std::string& name,
 }
 
 int NatsCluster::StreamLeader(const std::string& stream, std::string* error) {
-  Asker asker(RunningUrls());
+  Asker asker(RunningUrls(), kPollWaitMs);
   StreamState state;
   std::string e = ReadStreamState(asker, stream, &state);
   if (e.empty()) {
@@ -187,6 +191,24 @@ int NatsCluster::StreamLeader(const std::string& stream, std::string* error) {
     e = state.text + ": no leader now";
   }
   if (error != nullptr) *error = e;
+  return -1;
+}
+
+int NatsCluster::ConsumerLeader(const std::string& stream, const std::string& consumer) {
+  Asker asker(RunningUrls(), kPollWaitMs);
+  if (!asker.error().empty()) return -1;
+  jsConsumerInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  if (js_GetConsumerInfo(&info, asker.js(), stream.c_str(), consumer.c_str(), nullptr, &code) !=
+      NATS_OK) {
+    return -1;
+  }
+  std::string leader;
+  if (info->Cluster != nullptr && info->Cluster->Leader != nullptr) leader = info->Cluster->Leader;
+  jsConsumerInfo_Destroy(info);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!leader.empty() && nodes_[i]->server_name() == leader) return static_cast<int>(i);
+  }
   return -1;
 }
 
@@ -211,7 +233,7 @@ std::string NatsCluster::WaitStreamHealthy(const std::string& stream,
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string last;
   for (;;) {
-    Asker asker(RunningUrls());
+    Asker asker(RunningUrls(), kPollWaitMs);
     StreamState state;
     last = ReadStreamState(asker, stream, &state);
     if (last.empty()) {

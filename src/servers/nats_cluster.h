@@ -47,6 +47,9 @@ class NatsCluster {
   // running nodes). -1 while it has none (an election under way) or when JetStream does not
   // answer; `*error` (if given) then says why.
   int StreamLeader(const std::string& stream, std::string* error = nullptr);
+  // The index of the node that leads durable consumer `consumer` of `stream` (a raft group of
+  // its own, not always on the stream leader's node); -1 when none does or no answer came.
+  int ConsumerLeader(const std::string& stream, const std::string& consumer);
   // Waits up to `timeout` until `stream` has a leader that is not node `not_leader` (-1: any
   // node). The index of that leader, or -1 with `*error` (if given) set to the last state seen.
   int WaitStreamLeader(const std::string& stream, std::chrono::milliseconds timeout,

@@ -113,6 +113,7 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
   std::string error;
   const int leader = cluster_.StreamLeader("ORDERS", &error);
   ASSERT_GE(leader, 0) << error;
+  const int consumer_leader = cluster_.ConsumerLeader("ORDERS", "apply");
   const size_t applied_at_kill = log.applied();
   const auto killed_at = std::chrono::steady_clock::now();
   cluster_.Kill(leader);
@@ -157,6 +158,14 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
   for (const auto& m : messages) ++copies[m.msg_id];
   EXPECT_EQ(messages.size(), static_cast<size_t>(kEvents));
   for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " stored " << n << " times";
+  // The durable consumer idem consume created took the stream's three replicas (a leader and
+  // two followers), so it outlived its node too.
+  jsConsumerInfo* consumer = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  ASSERT_EQ(js_GetConsumerInfo(&consumer, reader.js(), "ORDERS", "apply", nullptr, &jerr), NATS_OK);
+  ASSERT_NE(consumer->Cluster, nullptr);
+  EXPECT_EQ(consumer->Cluster->ReplicasLen, 2);
+  jsConsumerInfo_Destroy(consumer);
 
   // Both daemons carried on: the same processes, ready again.
   EXPECT_TRUE(relay.process().Running()) << relay.process().Output();
@@ -164,8 +173,9 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
   EXPECT_TRUE(WaitUntil([&] { return relay.AdminStatus("/readyz") == 200; }, 10s));
   EXPECT_TRUE(WaitUntil([&] { return Http(consume.admin(), "GET", "/readyz").status == 200; },
                         10s));
-  std::cout << "leader node " << leader + 1 << " killed with " << applied_at_kill
-            << " events applied; new leader node " << new_leader + 1 << " after " << election_s
+  std::cout << "stream leader node " << leader + 1 << " (consumer leader node "
+            << consumer_leader + 1 << ") killed with " << applied_at_kill
+            << " events applied; new stream leader node " << new_leader + 1 << " after " << election_s
             << " s; flowing again after " << flowing_again_s << " s; " << kEvents
             << " events, " << total << " deliveries (" << total - kEvents
             << " redeliveries)\n";
