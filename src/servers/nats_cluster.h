@@ -64,6 +64,9 @@ class NatsCluster {
   std::string Restart(int i);
 
  private:
+  // Starts every node on new route ports; "" or what went wrong.
+  std::string StartNodes();
+
   std::vector<std::unique_ptr<NatsServer>> nodes_;
 };
 

@@ -73,6 +73,8 @@ void NatsServer::Kill() {
 
 bool NatsServer::Running() { return process_ && process_->Running(); }
 
+std::string NatsServer::Output() const { return process_ ? process_->Output() : ""; }
+
 std::optional<std::string> NatsServer::WaitForLine(const std::string& needle,
                                                    std::chrono::milliseconds timeout) {
   if (!process_) return std::nullopt;

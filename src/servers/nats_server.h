@@ -47,6 +47,8 @@ class NatsServer {
   // Same return convention as Start.
   std::string Restart();
   bool Running();
+  // What the running (or last) server wrote so far; "" before Start.
+  std::string Output() const;
   // Waits until the running server's output holds `needle`; the whole line, or nullopt on
   // timeout or when it is not running.
   std::optional<std::string> WaitForLine(const std::string& needle,
