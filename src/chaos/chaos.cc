@@ -108,7 +108,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   RunFacts facts;
   std::vector<FaultMode> runnable;
   for (FaultMode m : options.faults) {
-    std::string why = WhyNotRunnable(m, options.store, layer1);
+    std::string why = WhyNotRunnable(m, options.store, layer1, options.nats_cluster);
     if (m == FaultMode::kNatsRestart && !options.nats_url.empty()) {
       why = "needs a nats-server of its own (--nats given)";
     } else if (m == FaultMode::kPostgresRestart && !options.postgres_url.empty()) {
@@ -143,6 +143,7 @@ int RunChaos(const ChaosOptions& given, std::ostream& out, std::ostream& err) {
   pc.postgres_url = options.postgres_url;
   pc.nats_url = options.nats_url;
   pc.redis_url = options.redis_url;
+  pc.nats_nodes = options.nats_cluster;
   if (options.disabled_layers.count(3)) pc.duplicate_window = kNoDuplicateWindow;
   const bool movable_clock =
       std::any_of(options.faults.begin(), options.faults.end(), MovesTheClock);

@@ -27,6 +27,9 @@ struct ChaosOptions {
   std::string postgres_url;              // postgresql://... (needs CREATEDB)
   std::string nats_url;                  // nats://HOST:PORT, with JetStream
   std::string redis_url;                 // redis://... for --store redis
+  // NATS nodes to start (without nats_url): 1, one nats-server; 3, a cluster with the stream
+  // replicated on all three (--nats-cluster 3, which nats_leader_kill needs).
+  int nats_cluster = 1;
   // Where to copy the logs of every process the run started, whatever the outcome. Empty: a
   // run that ends with a duplicate, a loss or no verdict keeps them in a new temporary
   // directory, and one that is exactly once does not keep them.

@@ -11,8 +11,10 @@ namespace idem::chaos {
 using namespace std::chrono_literals;
 
 namespace {
-constexpr char kRelayDidNotCrash[] =
-    "the relay armed to crash after its next published batch did not crash within 10 s";
+std::string RelayDidNotCrash(const Pipeline& pipeline) {
+  return "the relay armed to crash after its next published batch did not crash within " +
+         std::to_string(pipeline.relay_crash_within().count()) + " s";
+}
 }  // namespace
 
 Driver::Driver(const std::vector<Operation>& plan, Pipeline& pipeline, const ChaosOptions& options)
@@ -106,7 +108,7 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       std::lock_guard lock(relay_mu_);
       const int before = pipeline_.ArmRelayCrash();
       expect_success(SendUntilDone(op, op.amount), "send");
-      if (!pipeline_.WaitForRelayCrash(before)) HarnessFailed(op, kRelayDidNotCrash);
+      if (!pipeline_.WaitForRelayCrash(before)) HarnessFailed(op, RelayDidNotCrash(pipeline_));
       break;
     }
     case FaultMode::kRelayOutage: {
@@ -120,7 +122,7 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       expect_success(SendUntilDone(op, op.amount), "send");
       const int before = pipeline_.ArmRelayCrash(/*hold_after_crash=*/true);
       const bool crashed = pipeline_.WaitForRelayCrash(before);
-      if (!crashed) HarnessFailed(op, kRelayDidNotCrash);
+      if (!crashed) HarnessFailed(op, RelayDidNotCrash(pipeline_));
       if (crashed && !pipeline_.RecordOutageBatch()) HarnessFailed(op, pipeline_.error());
       const bool shortened = crashed && pipeline_.SetDuplicateWindow(kOutageWindow);
       if (crashed && !shortened) HarnessFailed(op, pipeline_.error());
@@ -151,6 +153,14 @@ void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
       if (!(nats ? pipeline_.RestartNats() : pipeline_.RestartPostgres())) {
         HarnessFailed(op, pipeline_.error());
       }
+      break;
+    }
+    case FaultMode::kNatsLeaderKill: {
+      // As nats_restart, on a cluster: right after the success, with the event on its way, the
+      // node leading the R3 stream dies; another takes over and the killed one comes back.
+      std::lock_guard lock(server_mu_);
+      expect_success(SendUntilDone(op, op.amount), "send");
+      if (!pipeline_.KillStreamLeader()) HarnessFailed(op, pipeline_.error());
       break;
     }
     case FaultMode::kRedisRestart: {

@@ -20,6 +20,7 @@ std::string_view FaultModeName(FaultMode mode) {
     case FaultMode::kRelayOutage: return "relay_outage";
     case FaultMode::kRetryHours: return "retry_hours";
     case FaultMode::kRetryExpired: return "retry_expired";
+    case FaultMode::kNatsLeaderKill: return "nats_leader_kill";
   }
   return "?";
 }
@@ -70,6 +71,7 @@ int ExpectedLayer(FaultMode mode) {
     case FaultMode::kRedeliveryStorm: return 2;
     case FaultMode::kRelayKill: return 3;
     case FaultMode::kNatsRestart:
+    case FaultMode::kNatsLeaderKill:
     case FaultMode::kPostgresRestart: return 0;
     default: return 1;
   }
@@ -79,8 +81,16 @@ int ExpectedLayer(FaultMode mode) {
 
 namespace idem::chaos {
 
-std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1) {
+std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1,
+                           int nats_nodes) {
   switch (mode) {
+    case FaultMode::kNatsLeaderKill:
+      return nats_nodes >= 3 ? "" : "needs --nats-cluster 3 (a stream leader to kill)";
+    case FaultMode::kNatsRestart:
+      // A cluster's nodes are killed and restarted one at a time by nats_leader_kill.
+      return nats_nodes > 1 ? "needs one nats-server (with --nats-cluster, nats_leader_kill "
+                              "restarts the nodes)"
+                            : "";
     case FaultMode::kGatewayKill:
       return layer1 ? "" : "needs layer 1 (there is no gateway to kill)";
     case FaultMode::kRedisRestart:

@@ -27,6 +27,7 @@ enum class FaultMode {
   kRelayOutage,      // the relay killed after publish, before mark, down past the dup window
   kRetryHours,       // ... again at the end, with the clocks moved kHoursLater (within retention)
   kRetryExpired,     // ... again at the end, with the clocks moved past every retention
+  kNatsLeaderKill,   // the R3 stream's leader node SIGKILLed (--nats-cluster 3), then restarted
 };
 
 inline constexpr FaultMode kAllFaultModes[] = {
@@ -34,7 +35,8 @@ inline constexpr FaultMode kAllFaultModes[] = {
     FaultMode::kOtherBody,   FaultMode::kGatewayKill,  FaultMode::kConsumerKill,
     FaultMode::kRelayKill,   FaultMode::kRedeliveryStorm, FaultMode::kZombie,
     FaultMode::kNatsRestart, FaultMode::kPostgresRestart, FaultMode::kRedisRestart,
-    FaultMode::kConsumerReplay, FaultMode::kRelayOutage, FaultMode::kRetryHours};
+    FaultMode::kConsumerReplay, FaultMode::kRelayOutage, FaultMode::kRetryHours,
+    FaultMode::kNatsLeaderKill};
 // Modes run only when named in --faults (not by "all"): they demonstrate a limit instead of
 // checking a promise, so they make the run fail by design. retry_expired: a retry after every
 // retention has passed is a new request to every layer and counts as escaped.
@@ -53,7 +55,8 @@ inline bool MovesTheClock(FaultMode mode) {
 
 // "retry_soon", "retry_later", "concurrent", "other_body", "gateway_kill", "consumer_kill",
 // "relay_kill", "redelivery_storm", "zombie", "nats_restart", "postgres_restart",
-// "redis_restart", "consumer_replay", "relay_outage", "retry_hours", "retry_expired".
+// "redis_restart", "consumer_replay", "relay_outage", "retry_hours", "retry_expired",
+// "nats_leader_kill".
 std::string_view FaultModeName(FaultMode mode);
 // The mode named `name` (opt-in modes included), or nullopt.
 std::optional<FaultMode> ParseFaultMode(std::string_view name);
@@ -63,6 +66,8 @@ std::optional<std::vector<FaultMode>> ParseFaultList(std::string_view list, std:
 // whose duplicates (if any) may reach any layer.
 int ExpectedLayer(FaultMode mode);
 // Why `mode` cannot run in a run with these settings ("needs --store redis"), or "" if it can.
-std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1);
+// `nats_nodes`: the nodes of the NATS cluster the run starts (1: one nats-server).
+std::string WhyNotRunnable(FaultMode mode, const std::string& store, bool layer1,
+                           int nats_nodes = 1);
 
 }  // namespace idem::chaos

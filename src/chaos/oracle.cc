@@ -47,6 +47,7 @@ Outcome Attribute(FaultMode mode, const Evidence& ev) {
       // relay_kill showed layer 2 catches the relay had nothing to do with.
       return ev.stored_again > 0 && ev.rejected > 0 ? Outcome::kCaught2 : Outcome::kUnexercised;
     case FaultMode::kNatsRestart:
+    case FaultMode::kNatsLeaderKill:
     case FaultMode::kPostgresRestart:
       // A restart makes duplicates only by accident (a PubAck, an ack or a reply lost with the
       // connection); the evidence of the operation's own event says which layer dropped one.

@@ -19,6 +19,7 @@
 #include "chaos/pg_connect.h"
 #include "chaos/services.h"
 #include "servers/free_port.h"
+#include "servers/nats_cluster.h"
 #include "servers/nats_server.h"
 #include "servers/postgres_server.h"
 #include "servers/process.h"
@@ -36,6 +37,10 @@ struct Pipeline::Impl {
   servers::TempDir dir;
   std::unique_ptr<servers::PostgresServer> pg;
   std::unique_ptr<servers::NatsServer> nats;
+  // --nats-cluster 3: the nodes, in place of `nats`. Its calls are serialized by cluster_mu
+  // (the driver asks who leads, the supervisor thread kills and restarts nodes).
+  std::unique_ptr<servers::NatsCluster> cluster;
+  Mutex cluster_mu;
   std::unique_ptr<servers::RedisServer> redis;
   std::string db_url;       // the chaos database, as a postgresql:// URL
   std::string db_conninfo;  // ... as a libpq connection string
@@ -298,7 +303,17 @@ std::string Pipeline::StartServers() {
     p.pg = std::make_unique<servers::PostgresServer>();
     if (!p.pg->error().empty()) return "PostgreSQL: " + p.pg->error();
   }
-  if (c.nats_url.empty()) {
+  if (c.nats_url.empty() && c.nats_nodes > 1) {
+    MutexLock lock(p.cluster_mu);
+    p.cluster = std::make_unique<servers::NatsCluster>(c.nats_nodes);
+    if (auto e = p.cluster->Start(); !e.empty()) return "nats cluster: " + e;
+    p.nats_url = p.cluster->Urls();
+    // Replicated on every node; the relay's --create-stream then finds it and uses it.
+    if (auto e = p.cluster->AddStream(p.stream, {p.subject}, c.duplicate_window, c.nats_nodes);
+        !e.empty()) {
+      return "nats cluster: " + e;
+    }
+  } else if (c.nats_url.empty()) {
     p.nats = std::make_unique<servers::NatsServer>();
     if (auto e = p.nats->Start(); !e.empty()) return "nats-server: " + e;
     p.nats_url = p.nats->Url();
@@ -559,8 +574,12 @@ bool Pipeline::RecordOutageBatch() {
   return ok;
 }
 
+std::chrono::seconds Pipeline::relay_crash_within() const {
+  return impl_->config.nats_nodes > 1 ? 30s : 10s;
+}
+
 bool Pipeline::WaitForRelayCrash(int before) {
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto deadline = std::chrono::steady_clock::now() + relay_crash_within();
   while (std::chrono::steady_clock::now() < deadline) {
     if (relay_crashes_.load() > before) return true;
     std::this_thread::sleep_for(10ms);
@@ -588,6 +607,75 @@ bool Pipeline::RestartNats() {
     }
     return true;
   });
+}
+
+bool Pipeline::KillStreamLeader() {
+  Impl& p = *impl_;
+  if (!p.cluster) return false;
+  auto fail = [&p](std::string why) {
+    MutexLock lock(p.mu);
+    p.error = "nats_leader_kill: " + why;
+    return false;
+  };
+  std::string why;
+  int leader = -1;
+  Poll(kNatsComeback, [&] {  // an election may be under way (a restart, an earlier kill)
+    MutexLock lock(p.cluster_mu);
+    leader = p.cluster->StreamLeader(p.stream, &why);
+    return leader >= 0;
+  });
+  if (leader < 0) return fail("no node leads the stream: " + why);
+  // The outbox's newest row now: once the leader changed, the relay must publish every row up
+  // to it (the operation's own event among them) before the next fault.
+  PGconn* conn = Connect(conninfo());
+  const int64_t newest = QueryNumber(conn, "SELECT coalesce(max(id), 0) FROM idem.outbox", {});
+  // Killed and started again on the supervisor thread: a node is a child of the thread that
+  // starts it.
+  p.OnSupervisor([this, &p, leader] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
+    MutexLock lock(p.cluster_mu);
+    ++nats_restarts_;
+    p.cluster->Kill(leader);
+  });
+  int next = -1;
+  {
+    MutexLock lock(p.cluster_mu);
+    next = p.cluster->WaitStreamLeader(p.stream, kNatsComeback, leader, &why);
+  }
+  const std::string elected = next >= 0 ? "" : "no new stream leader: " + why;
+  const bool restarted = p.OnSupervisor([&p, leader] {
+    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
+    MutexLock lock(p.cluster_mu);
+    if (auto e = p.cluster->Restart(leader); !e.empty()) {
+      p.error = "nats_leader_kill: node " + std::to_string(leader + 1) + " restart: " + e;
+      p.broken = true;  // every later operation would only wait on it
+      return false;
+    }
+    return true;
+  });
+  if (!restarted || !elected.empty()) PQfinish(conn);
+  if (!restarted) return false;
+  if (!elected.empty()) return fail(elected);
+  std::string healthy;
+  {
+    MutexLock lock(p.cluster_mu);
+    healthy = p.cluster->WaitStreamHealthy(p.stream, kNatsComeback);
+  }
+  // The relay carried on through the leader change: without this wait the kills of a dense
+  // plan follow each other so closely that the stream has a leader only a second at a time,
+  // and the relay (backing off up to 5 s between attempts) rarely meets one.
+  const bool caught_up = healthy.empty() && Poll(kAppliedWithin, [&] {
+    if (PQstatus(conn) != CONNECTION_OK) PQreset(conn);
+    return QueryNumber(conn, "SELECT count(*) FROM idem.outbox WHERE state = 0 AND id <= $1",
+                       {std::to_string(newest)}) == 0;
+  });
+  PQfinish(conn);
+  if (!healthy.empty()) return fail("the restarted node did not catch up: " + healthy);
+  if (!caught_up) {
+    return fail("the relay did not publish the rows enqueued before the kill within " +
+                std::to_string(kAppliedWithin.count()) + " s of the new leader");
+  }
+  return true;
 }
 
 bool Pipeline::RestartPostgres() {
@@ -750,11 +838,17 @@ std::string Pipeline::CopyLogs(const std::filesystem::path& to) const {
   std::error_code ec;
   fs::create_directories(to, ec);
   if (ec) return "cannot create " + to.string() + ": " + ec.message();
-  std::vector<fs::path> dirs = {p.dir.path()};
-  if (p.pg) dirs.push_back(p.pg->dir());
-  if (p.nats) dirs.push_back(p.nats->dir());
-  if (p.redis) dirs.push_back(p.redis->dir());
-  for (const fs::path& dir : dirs) {
+  // Each directory with the prefix its files get: a cluster's nodes name their logs alike.
+  std::vector<std::pair<fs::path, std::string>> dirs = {{p.dir.path(), ""}};
+  if (p.pg) dirs.emplace_back(p.pg->dir(), "");
+  if (p.nats) dirs.emplace_back(p.nats->dir(), "");
+  if (p.cluster) {
+    for (int i = 0; i < p.cluster->size(); ++i) {
+      dirs.emplace_back(p.cluster->node(i).dir(), "n" + std::to_string(i + 1) + "-");
+    }
+  }
+  if (p.redis) dirs.emplace_back(p.redis->dir(), "");
+  for (const auto& [dir, prefix] : dirs) {
     fs::directory_iterator it(dir, ec);
     if (ec) return "cannot list " + dir.string() + ": " + ec.message();
     for (; it != fs::directory_iterator(); it.increment(ec)) {
@@ -762,7 +856,7 @@ std::string Pipeline::CopyLogs(const std::filesystem::path& to) const {
       std::error_code type_ec;
       const bool wanted = it->path().extension() == ".log" || name == "gateway.toml";
       if (!wanted || !it->is_regular_file(type_ec)) continue;
-      fs::copy_file(it->path(), to / name, fs::copy_options::overwrite_existing, ec);
+      fs::copy_file(it->path(), to / (prefix + name), fs::copy_options::overwrite_existing, ec);
       if (ec) return "cannot copy " + it->path().string() + ": " + ec.message();
     }
     if (ec) return "cannot list " + dir.string() + ": " + ec.message();

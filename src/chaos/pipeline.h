@@ -48,6 +48,10 @@ class Pipeline {
     std::chrono::milliseconds duplicate_window = kDuplicateWindow;
     // Servers to use instead of starting them (ChaosOptions); empty: start one.
     std::string postgres_url, nats_url, redis_url;
+    // The NATS nodes to start (without nats_url): 1, one nats-server; 3, a cluster whose
+    // stream is created with three replicas before the relay starts (the relay is given
+    // every node's URL and finds the stream there).
+    int nats_nodes = 1;
     // retry_hours / retry_expired run: the gateway is started with --unsafe-clock-offset-file
     // (a file in the run's directory, "0s" at first), so SetClockOffset can move it.
     bool movable_clock = false;
@@ -108,8 +112,12 @@ class Pipeline {
   // Waits (up to 30 s) until every row RecordOutageBatch recorded has been marked published.
   bool WaitForOutageRepublished();
   bool RecordOutageBatch();
-  // Waits (up to 10 s) until relay_crashes() exceeds `before`; false if it did not.
+  // Waits (up to relay_crash_within()) until relay_crashes() exceeds `before`; false if it
+  // did not.
   bool WaitForRelayCrash(int before);
+  // 10 s; 30 s on a cluster, where a nats_leader_kill's election (4 to 9 s, publishes refused
+  // meanwhile) may hold up the armed relay's next batch.
+  std::chrono::seconds relay_crash_within() const;
   // SIGKILL the consumer sidecar now; the supervisor starts it again.
   void KillConsumer();
 
@@ -124,6 +132,14 @@ class Pipeline {
   // SIGKILL nats-server and start it again on the same port and store directory (the relay and
   // the consumer reconnect on their own). False if it does not come back (error() says why).
   bool RestartNats();
+  // nats_leader_kill (a cluster only): SIGKILL the node that leads the stream now, wait (up
+  // to 60 s) until another node leads it, start the killed node again on its ports and store,
+  // and wait (up to 60 s) until it has caught up, so that the next kill never takes the
+  // stream's quorum away, and then until the relay has published every outbox row enqueued
+  // before the kill (up to 120 s), so that the stream has a leader between two kills for as
+  // long as the pipeline needs. Counted in nats_restarts(). False (error() says why) if a step
+  // failed; the run is broken() if the node did not start again.
+  bool KillStreamLeader();
   // SIGKILL PostgreSQL's postmaster and start it again on the same data directory and port
   // (crash recovery; every connection breaks). False if it does not come back.
   bool RestartPostgres();

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "idem/mutex.h"
+#include "worker/nats_servers.h"
 
 namespace idem::outbox {
 namespace {
@@ -119,7 +120,7 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
   state->ack_timeout = ack_timeout;
   natsOptions* opts = nullptr;
   natsStatus s = natsOptions_Create(&opts);
-  if (s == NATS_OK) s = natsOptions_SetURL(opts, url.c_str());
+  if (s == NATS_OK) s = worker::SetNatsServers(opts, url);
   if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);

@@ -49,6 +49,14 @@ std::string NatsServer::Launch() {
     out << "listen: 127.0.0.1:" << port_ << "\n"
         << "max_payload: " << options_.max_payload << "\n"
         << "jetstream {\n  store_dir: \"" << dir_.File("js") << "\"\n}\n";
+    if (options_.cluster) {
+      const Options::Cluster& c = *options_.cluster;
+      out << "server_name: " << c.server_name << "\n"
+          << "cluster {\n  name: " << c.name << "\n  listen: 127.0.0.1:" << c.port
+          << "\n  routes: [\n";
+      for (int route : c.routes) out << "    nats-route://127.0.0.1:" << route << "\n";
+      out << "  ]\n}\n";
+    }
   }
   const std::string log = dir_.File("nats-" + std::to_string(++launches_) + ".log");
   process_ = std::make_unique<Process>(std::vector<std::string>{FindNatsServer(), "-c", config},
@@ -65,11 +73,23 @@ void NatsServer::Kill() {
 
 bool NatsServer::Running() { return process_ && process_->Running(); }
 
+std::string NatsServer::Output() const { return process_ ? process_->Output() : ""; }
+
+std::optional<std::string> NatsServer::WaitForLine(const std::string& needle,
+                                                   std::chrono::milliseconds timeout) {
+  if (!process_) return std::nullopt;
+  return process_->WaitForLine(needle, timeout);
+}
+
 std::string NatsServer::Restart() {
   Kill();
   return Launch();
 }
 
 std::string NatsServer::Url() const { return "nats://127.0.0.1:" + std::to_string(port_); }
+
+std::string NatsServer::server_name() const {
+  return options_.cluster ? options_.cluster->server_name : std::string();
+}
 
 }  // namespace idem::servers

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "worker/delivery_policy.h"
+#include "worker/nats_servers.h"
 
 namespace idem::worker {
 namespace {
@@ -63,7 +64,7 @@ Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::strin
   std::unique_ptr<natsOptions, OptionsDeleter> opts(raw);
   std::unique_ptr<NatsConnection> c(new NatsConnection());
   c->listener_ = std::move(listener);
-  natsStatus s = natsOptions_SetURL(opts.get(), url.c_str());
+  natsStatus s = SetNatsServers(opts.get(), url);
   if (s == NATS_OK) s = natsOptions_SetName(opts.get(), name.c_str());
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts.get(), -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts.get(), 250);

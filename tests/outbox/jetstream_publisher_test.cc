@@ -9,6 +9,7 @@
 
 #include "outbox/emit_test_util.h"
 #include "outbox/jetstream_publisher.h"
+#include "util/free_port.h"
 #include "util/js_client.h"
 #include "util/nats_server.h"
 
@@ -58,6 +59,26 @@ TEST(JetStreamPublisherTest, SmallWindowPipelinedBatchesAreAllAckedOnce) {
   EXPECT_EQ(*sequences.begin(), 1u);
   EXPECT_EQ(*sequences.rbegin(), static_cast<uint64_t>(kBatches * kPerBatch));
   EXPECT_EQ(js.StreamMessages("PUB"), static_cast<uint64_t>(kBatches * kPerBatch));
+}
+
+// --nats takes every node of a cluster, comma-separated: the list is nats.c's server pool, so
+// the publisher connects although the first node is down (nats.c took such a list as one
+// malformed URL and never connected).
+TEST(JetStreamPublisherTest, ConnectsThroughAListWhoseFirstNodeIsDown) {
+  testing::NatsServer nats;
+  ASSERT_EQ(nats.Start(), "");
+  testing::JsClient js;
+  ASSERT_EQ(js.Connect(nats.Url()), "");
+  ASSERT_EQ(testing::AddStream(js.js(), "LIST", {"list.>"}, std::chrono::seconds(60)), "");
+  const std::string down = "nats://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+  auto publisher =
+      outbox::JetStreamPublisher::Connect(down + ", " + nats.Url(), std::chrono::seconds(5));
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  auto facts = (*publisher)->ReadStream("LIST");
+  ASSERT_TRUE(facts.ok()) << facts.status().ToString();
+  const auto results = (*publisher)->PublishBatch({{"id-1", "list.a", "payload", {}}}, 16);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].kind, outbox::PublishResult::Kind::kAcked) << results[0].error;
 }
 
 }  // namespace

@@ -38,10 +38,12 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
       "(the retry 3 h later by the gateway's clock, moved through its test-only\n"
       "--unsafe-clock-offset-file), and, only when named (not in 'all'), retry_expired: a retry\n"
       "25 h later, past every retention, which escapes by design (docs/chaos.md says how each\n"
-      "is injected).\n\n"
+      "is injected). nats_leader_kill (only with --nats-cluster 3) SIGKILLs the node that leads\n"
+      "the replicated stream and restarts it once another node leads.\n\n"
       "Examples:\n"
       "  idem chaos --ops 1000 --seed 7\n"
       "  idem chaos --duration 600 --faults gateway_kill,relay_kill\n"
+      "  idem chaos --nats-cluster 3 --ops 200 --faults nats_leader_kill,consumer_kill\n"
       "  idem chaos --ops 300 --disable-layer 1 --faults retry_soon,concurrent   # exit 1");
   auto* ops = cmd->add_option("--ops", flags->options.ops,
                               "Logical operations (payments) to run; with --duration, the most "
@@ -81,6 +83,12 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
                   "Use this running nats-server (nats://HOST:PORT, JetStream on) instead of\n"
                   "starting one: the run creates a stream CHAOS_<run> and deletes it at the end;\n"
                   "nats_restart is left out");
+  cmd->add_option("--nats-cluster", flags->options.nats_cluster,
+                  "Start this many NATS nodes: 1, one nats-server; 3, a cluster with the stream\n"
+                  "replicated on all three (R3), the relay and the consumer given every node's\n"
+                  "URL; nats_leader_kill needs it, nats_restart is left out")
+      ->capture_default_str()
+      ->check(CLI::IsMember({1, 3}));
   cmd->add_option("--redis", flags->options.redis_url,
                   "With --store redis: use this running Redis (redis://...) instead of starting\n"
                   "one; the gateway's keys get a prefix of the run's own; redis_restart is left\n"
@@ -107,6 +115,19 @@ std::function<int()> AddChaosCommand(CLI::App& app) {
     }
     // "all": every mode this run can inject (the report names the ones it cannot).
     if (flags->faults != "all") flags->options.faults = *faults;
+    if (flags->options.nats_cluster > 1 && !flags->options.nats_url.empty()) {
+      std::cerr << "idem chaos: --nats-cluster starts its own nodes; it cannot be combined with "
+                   "--nats\n";
+      return 2;
+    }
+    const bool leader_kill = std::find(flags->options.faults.begin(), flags->options.faults.end(),
+                                       chaos::FaultMode::kNatsLeaderKill) !=
+                             flags->options.faults.end();
+    if (leader_kill && flags->options.nats_cluster < 3) {
+      std::cerr << "idem chaos: --faults nats_leader_kill needs --nats-cluster 3 (a replicated "
+                   "stream whose leader can be killed)\n";
+      return 2;
+    }
     flags->options.disabled_layers = {flags->disabled.begin(), flags->disabled.end()};
     flags->options.progress = !flags->quiet;
     if (flags->options.duration_seconds > 0 && ops->count() == 0) {

@@ -69,7 +69,10 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
                   "The outbox's database: postgresql://USER[:PASS]@HOST:PORT/DB[?options] (as the\n"
                   "PostgreSQL store; the schema is created or upgraded on start)")
       ->required();
-  cmd->add_option("--nats", flags->nats, "The NATS server: nats://HOST:PORT")->required();
+  cmd->add_option("--nats", flags->nats,
+                  "The NATS server (nats://HOST:PORT), or every node of a cluster,\n"
+                  "comma-separated")
+      ->required();
   cmd->add_option("--stream", flags->stream,
                   "The JetStream stream the outbox's subjects belong to; it must exist (the relay\n"
                   "reads its duplicate window, subjects and size limit from it)");
