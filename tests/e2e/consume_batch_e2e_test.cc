@@ -74,43 +74,6 @@ Reply AckAll(const SeenRequest& r) {
   return Results(results);
 }
 
-// A message stored on a stream, with its headers.
-struct StoredMessage {
-  std::string error;
-  std::string data;
-  std::map<std::string, std::string> headers;
-};
-
-StoredMessage GetStored(JsClient& js, const std::string& stream, uint64_t sequence) {
-  StoredMessage out;
-  natsMsg* msg = nullptr;
-  jsErrCode jerr = static_cast<jsErrCode>(0);
-  const natsStatus s = js_GetMsg(&msg, js.js(), stream.c_str(), sequence, nullptr, &jerr);
-  if (s != NATS_OK) {
-    out.error = std::string("js_GetMsg: ") + natsStatus_GetText(s);
-    return out;
-  }
-  out.data.assign(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
-  const char** keys = nullptr;
-  int n = 0;
-  if (natsMsgHeader_Keys(msg, &keys, &n) == NATS_OK) {
-    for (int i = 0; i < n; ++i) {
-      const char* v = nullptr;
-      if (natsMsgHeader_Get(msg, keys[i], &v) == NATS_OK) out.headers[keys[i]] = v ? v : "";
-    }
-    free(static_cast<void*>(keys));
-  }
-  natsMsg_Destroy(msg);
-  return out;
-}
-
-// The value of `series` in a Prometheus text body, or -1.
-int64_t Metric(const std::string& body, const std::string& series) {
-  const size_t at = body.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stoll(body.substr(at + series.size() + 2));
-}
-
 class ConsumeBatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -134,7 +97,7 @@ class ConsumeBatchTest : public ::testing::Test {
   }
 
   int64_t ConsumeMetric(ConsumeProcess& p, const std::string& series) {
-    return Metric(Http(p.admin(), "GET", "/metrics").body, series);
+    return MetricValue(Http(p.admin(), "GET", "/metrics").body, series);
   }
 
   // Every item the service was sent, in the order it received them.
@@ -159,7 +122,7 @@ TEST_F(ConsumeBatchTest, TheEnvelopeCarriesEachMessagesKeySubjectStreamCountHead
             "");
   ASSERT_EQ(js_.Publish("orders.binary", std::string("\x00\xFF\xFE", 3)), "");
   ASSERT_EQ(js_.Publish("orders.created", "plain"), "");
-  RecordingService service(RecordingService::Responder(AckAll));
+  RecordingService service{RecordingService::Responder(AckAll)};
   auto consume = StartConsume(service.Url("/v1/batch?x=1"), {"--batch-size", "8"});
   ASSERT_TRUE(WaitFor([&] { return AllItems(service).size() == 3 && Settled(); }, 10s))
       << consume->Output();
@@ -224,7 +187,7 @@ TEST_F(ConsumeBatchTest, EachItemIsAckedRetriedOrRejectedToTheDeadLetterAsTheSer
   EXPECT_EQ(deliveries["d"], (std::vector<uint64_t>{1, 2})) << "left out: retried";
 
   ASSERT_EQ(js_.StreamMessages("DEAD"), 1u);
-  const StoredMessage dead = GetStored(js_, "DEAD", 1);
+  StoredMessage dead = js_.Get("DEAD", 1);
   ASSERT_EQ(dead.error, "");
   EXPECT_EQ(dead.data, "c");
   EXPECT_EQ(dead.headers["Idem-Dead-Reason"], "refused");
