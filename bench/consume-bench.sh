@@ -19,6 +19,7 @@
 #   bench/consume-bench.sh                   20,000 messages per run
 #   BENCH_MESSAGES=50000 bench/consume-bench.sh
 #   BENCH_GROUPS= bench/consume-bench.sh     only case 2 (BENCH_GROUPS lists the runtime cases)
+#   BENCH_BATCH_FLAGS="--max-in-flight 256" bench/consume-bench.sh  more flags for the batch case
 #   BENCH_SINK=threads bench/consume-bench.sh  the service with a thread per connection instead
 #                                            of one event-loop thread
 #
@@ -158,7 +159,7 @@ for round in 1 2; do
     read -r r a b c < <(consume_case "${binaries[$i]}" "SIDE_${i}_$round")
     c_rate[$i]+="$r "; c_all[$i]+="$a "; c_idem[$i]+="$b "; c_sink[$i]+="$c "
   done
-  read -r r a b c < <(consume_case "$idem" "BATCH_$round" --batch-size 32)
+  read -r r a b c < <(consume_case "$idem" "BATCH_$round" --batch-size 32 ${BENCH_BATCH_FLAGS:-})
   c_rate[batch]+="$r "; c_all[batch]+="$a "; c_idem[batch]+="$b "; c_sink[batch]+="$c "
 done
 side=$(best <<<"${c_rate[0]}")

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <unordered_map>
 
@@ -11,38 +12,124 @@ namespace idem::worker {
 
 using Json = nlohmann::json;
 
-std::string EncodeBatch(const std::vector<BatchItem>& items) {
-  Json messages = Json::array();
-  for (const BatchItem& item : items) {
-    Json m = Json::object();
-    m["idempotency_key"] = item.idempotency_key;
-    m["subject"] = item.subject;
-    m["stream"] = item.stream;
-    m["stream_sequence"] = item.stream_sequence;
-    m["delivery_count"] = item.delivery_count;
-    if (item.ordering_key) m["ordering_key"] = *item.ordering_key;
-    Json headers = Json::object();
-    for (const auto& [name, value] : item.headers) {
-      Json& slot = headers[std::string(name)];
-      if (slot.is_string()) {
-        slot = slot.get<std::string>() + ", " + std::string(value);
-      } else {
-        slot = value;
-      }
+namespace {
+
+// Appends `text`, valid UTF-8, as a JSON string: copied with only '"', '\\' and control
+// characters escaped.
+void AppendUtf8(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  size_t plain = 0;  // start of the run not yet copied
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(text.substr(plain, i - plain));
+    plain = i + 1;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += "\\u00";
+        out += kHex[c >> 4];
+        out += kHex[c & 0xF];
+        break;
     }
-    m["headers"] = std::move(headers);
-    if (internal::ValidUtf8(item.body)) {
-      m["body"] = item.body;
-    } else {
-      m["body_base64"] = internal::EncodeBase64(item.body);
-    }
-    messages.push_back(std::move(m));
   }
-  Json envelope = Json::object();
-  envelope["messages"] = std::move(messages);
-  // Keys, subjects and header values are not checked for UTF-8 here: keep what cannot be
-  // written rather than fail the whole batch (a key is visible ASCII; the rest comes from NATS).
-  return envelope.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out.append(text.substr(plain));
+  out += '"';
+}
+
+// Appends `text` as a JSON string; text that is not UTF-8 (a header value from a foreign
+// producer, say) goes through nlohmann's writer, which replaces what it cannot write with U+FFFD.
+void AppendString(std::string& out, std::string_view text) {
+  if (internal::ValidUtf8(text)) {
+    AppendUtf8(out, text);
+  } else {
+    out += Json(std::string(text)).dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+}
+
+void AppendNumber(std::string& out, uint64_t n) {
+  char buf[24];
+  const auto end = std::to_chars(buf, buf + sizeof buf, n).ptr;
+  out.append(buf, end);
+}
+
+}  // namespace
+
+// Written by hand rather than through nlohmann::json: building a json object per message cost
+// about 7 us per message (32 messages of 128 bytes), as much as the rest of the sidecar's work
+// on it; appending to one string costs a fraction of that. The tests parse the output back.
+std::string EncodeBatch(const std::vector<BatchItem>& items) {
+  size_t size = 16;
+  for (const BatchItem& item : items) size += 160 + item.body.size() * 4 / 3;
+  std::string out;
+  out.reserve(size);
+  out += "{\"messages\":[";
+  bool first = true;
+  for (const BatchItem& item : items) {
+    if (!first) out += ',';
+    first = false;
+    out += "{\"idempotency_key\":";
+    AppendString(out, item.idempotency_key);
+    out += ",\"subject\":";
+    AppendString(out, item.subject);
+    out += ",\"stream\":";
+    AppendString(out, item.stream);
+    out += ",\"stream_sequence\":";
+    AppendNumber(out, item.stream_sequence);
+    out += ",\"delivery_count\":";
+    AppendNumber(out, item.delivery_count);
+    if (item.ordering_key) {
+      out += ",\"ordering_key\":";
+      AppendString(out, *item.ordering_key);
+    }
+    out += ",\"headers\":{";
+    // A name that occurs more than once: one member, the values joined with ", ".
+    for (size_t i = 0; i < item.headers.size(); ++i) {
+      const std::string_view name = item.headers[i].first;
+      bool seen_before = false;
+      for (size_t j = 0; j < i && !seen_before; ++j) seen_before = item.headers[j].first == name;
+      if (seen_before) continue;
+      if (out.back() != '{') out += ',';
+      AppendString(out, name);
+      out += ':';
+      std::string joined(item.headers[i].second);
+      bool repeated = false;
+      for (size_t j = i + 1; j < item.headers.size(); ++j) {
+        if (item.headers[j].first != name) continue;
+        joined += ", ";
+        joined += item.headers[j].second;
+        repeated = true;
+      }
+      AppendString(out, repeated ? std::string_view(joined) : item.headers[i].second);
+    }
+    out += '}';
+    if (internal::ValidUtf8(item.body)) {
+      out += ",\"body\":";
+      AppendUtf8(out, item.body);
+    } else {
+      out += ",\"body_base64\":\"";
+      out += internal::EncodeBase64(item.body);
+      out += '"';
+    }
+    out += '}';
+  }
+  out += "]}";
+  return out;
 }
 
 std::string_view ItemOutcomeName(ItemResult::Outcome o) {

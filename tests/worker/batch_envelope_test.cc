@@ -64,6 +64,21 @@ TEST(BatchEnvelopeTest, ABodyThatIsNotUtf8GoesAsBase64) {
   }
 }
 
+TEST(BatchEnvelopeTest, QuotesBackslashesAndControlCharactersSurviveAndForeignBytesAreReplaced) {
+  const std::string tricky = std::string("say \"hi\"\\ \n\r\t\x01\x1f end\x00", 20) + "\xE2\x82\xAC";
+  BatchItem a = Item("k\"1", tricky);
+  a.subject = "orders.\"q\"";
+  a.headers = {{"X-Odd", "tab\there"}, {"X-Bad", "caf\xE9"}};  // Latin-1, not UTF-8
+  const Json doc = Json::parse(EncodeBatch({a}));
+  const Json& m = doc["messages"][0];
+  EXPECT_EQ(m["idempotency_key"], "k\"1");
+  EXPECT_EQ(m["subject"], "orders.\"q\"");
+  EXPECT_EQ(m["body"], tricky);
+  EXPECT_EQ(m["headers"]["X-Odd"], "tab\there");
+  EXPECT_EQ(m["headers"]["X-Bad"], "caf\xEF\xBF\xBD") << "U+FFFD for what is not UTF-8";
+  EXPECT_EQ(EncodeBatch({}), "{\"messages\":[]}");
+}
+
 TEST(BatchEnvelopeTest, ReadsOneResultPerKeyInTheBatchsOrder) {
   const auto r = DecodeBatchResults(
       R"({"results":[
