@@ -21,8 +21,9 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
       "consume",
-      "Deliver a NATS JetStream stream to an HTTP service, one POST per message, acking only\n"
-      "what the service accepted. JetStream redelivers (a lost ack, a restart, a timeout);\n"
+      "Deliver a NATS JetStream stream to an HTTP service, one POST per message (or JSON\n"
+      "batches: --batch-size), acking only what the service accepted. JetStream redelivers\n"
+      "(a lost ack, a restart, a timeout);\n"
       "every delivery of a message carries the same Idempotency-Key, so a service that claims\n"
       "the key in its own transaction (idem.inbox_claim, see docs/worker.md) or sits behind\n"
       "idem gateway applies each message once.\n\n"
