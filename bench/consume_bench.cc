@@ -9,7 +9,9 @@
 //                                                "cpu_us X"
 //   consume_bench sink [loop|threads]            a trivial HTTP service answering 200 on one
 //                                                event-loop thread (default) or a thread per
-//                                                connection; prints "listening on 127.0.0.1:PORT"
+//                                                connection (a batch from idem consume
+//                                                --batch-size: every item acked); prints
+//                                                "listening on 127.0.0.1:PORT"
 //   consume_bench drain NATS STREAM CONSUMER N   waits until CONSUMER (created by someone
 //                                                else) has acked all N messages; "msgs/s X"
 #include <libpq-fe.h>
@@ -24,6 +26,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -191,13 +194,26 @@ int Raw(const char* url, const std::string& stream, int n) {
   return 0;
 }
 
-// The trivial service's answer to every request: 200 "ok".
+// The trivial service's answer to every request: 200 "ok"; to a batch (header Idem-Batch), the
+// envelope read as a service would read it, and every item acked.
 boost::beast::http::response<boost::beast::http::string_body> SinkAnswer(
     const boost::beast::http::request<boost::beast::http::string_body>& req) {
   boost::beast::http::response<boost::beast::http::string_body> res{
       boost::beast::http::status::ok, 11};
   res.keep_alive(req.keep_alive());
-  res.body() = "ok\n";
+  if (req.find("Idem-Batch") != req.end()) {
+    const auto batch = nlohmann::json::parse(req.body(), nullptr, false);
+    nlohmann::json results = nlohmann::json::array();
+    if (batch.is_object() && batch.contains("messages")) {
+      for (const auto& m : batch["messages"]) {
+        results.push_back({{"idempotency_key", m["idempotency_key"]}, {"outcome", "ack"}});
+      }
+    }
+    res.set(boost::beast::http::field::content_type, "application/json");
+    res.body() = nlohmann::json{{"results", std::move(results)}}.dump();
+  } else {
+    res.body() = "ok\n";
+  }
   res.prepare_payload();
   return res;
 }

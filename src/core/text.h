@@ -47,6 +47,13 @@ std::string ToHex(const uint8_t* data, size_t n);
 // wrong when `text` is not that ("base64 text has 5 characters, not a multiple of 4").
 Result<std::string> DecodeBase64(std::string_view text);
 
+// `data` in standard base64 (RFC 4648 section 4, with padding): what DecodeBase64 reads back.
+std::string EncodeBase64(std::string_view data);
+
+// True when `text` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
+// above U+10FFFF), so it can go into a JSON string as it is.
+bool ValidUtf8(std::string_view text);
+
 // Parses `text` as a decimal integer in [min, max]; otherwise kInvalidArgument
 // "WHAT must be MIN to MAX (an integer), not 'TEXT'".
 Result<int64_t> ParseIntInRange(std::string_view what, std::string_view text, int64_t min,

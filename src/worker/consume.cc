@@ -23,6 +23,8 @@
 #include "gateway/http.h"
 #include "gateway/upstream_pool.h"
 #include "idem/mutex.h"
+#include "worker/batch_envelope.h"
+#include "worker/batch_plan.h"
 #include "worker/consume_metrics.h"
 #include "worker/crash_point.h"
 #include "worker/dead_letter.h"
@@ -78,6 +80,9 @@ std::optional<Duration> RetryAfter(const Response& res) {
 }
 
 std::string Ms(Duration d) { return std::to_string(d.count()) + " ms"; }
+
+// --batch-size, at most.
+constexpr int kMaxBatchSize = 1000;
 
 class Sidecar {
  public:
@@ -299,6 +304,15 @@ class Sidecar {
   const ConsumeMetrics& metrics() const { return metrics_; }
 
  private:
+  // What one delivery attempt of one message met, before the retry limits are applied.
+  struct Attempt {
+    Disposition d = Disposition::kNak;
+    std::string why;  // for the nak or term log line
+    std::optional<Duration> retry_after;
+    GiveUp give_up;            // status, failure and error body, for a dead letter
+    bool unreachable = false;  // the service could not be reached at all (never ends a message)
+  };
+
   // Unsettled stream sequences read at each bind to learn which ordering keys an earlier
   // process left messages of, at most.
   static constexpr uint64_t kMaxOutstandingScan = 20000;
@@ -396,7 +410,7 @@ class Sidecar {
       }
       cv_.NotifyAll();
     }
-    for (auto& m : now) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+    Start(std::move(now));
   }
 
   // Messages released by a settle or the ack floor (event loop): delivered, unless stopping.
@@ -413,14 +427,68 @@ class Sidecar {
       MutexLock lock(mu_);
       in_flight_ += static_cast<int>(messages.size());
     }
-    for (auto& m : messages) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+    Start(std::move(messages));
+  }
+
+  // Messages now in flight (event loop): one POST each; with --batch-size above 1, queued and
+  // sent in batches cut from everything that becomes ready before the loop's next turn (no
+  // waiting for more).
+  void Start(std::vector<std::shared_ptr<JsMessage>> messages) {
+    if (options_.batch_size <= 1) {
+      for (auto& m : messages) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+      return;
+    }
+    if (messages.empty()) return;
+    for (auto& m : messages) ready_.push_back(std::move(m));
+    if (flush_posted_) return;
+    flush_posted_ = true;
+    asio::post(io_, [this] { SendReady(); });
+  }
+
+  void SendReady() {
+    flush_posted_ = false;
+    std::vector<std::shared_ptr<JsMessage>> ready;
+    ready.swap(ready_);
+    std::vector<std::optional<std::string>> ordering_keys;
+    ordering_keys.reserve(ready.size());
+    std::vector<BatchCandidate> candidates;
+    candidates.reserve(ready.size());
+    for (const auto& m : ready) {
+      ordering_keys.push_back(OrderedDelivery::OrderingKey(*m));
+      const auto& ok = ordering_keys.back();
+      candidates.push_back({m->key(), ok ? std::optional<std::string_view>(*ok) : std::nullopt,
+                            m->stream_sequence()});
+    }
+    for (const auto& plan : PlanBatches(candidates, static_cast<size_t>(options_.batch_size))) {
+      std::vector<std::shared_ptr<JsMessage>> batch;
+      batch.reserve(plan.size());
+      for (size_t i : plan) batch.push_back(ready[i]);
+      asio::co_spawn(io_, DispatchBatch(std::move(batch)), asio::detached);
+    }
   }
 
   // One delivery, kept in progress with JetStream until settled, then whatever of its ordering
   // key may go next.
   Task<void> Dispatch(std::shared_ptr<JsMessage> m) {
     working_.emplace(m.get(), m);
-    co_await Deliver(m);
+    Attempt a = co_await Deliver(*m);
+    co_await Finish(std::move(m), std::move(a));
+  }
+
+  // One batch POST; then each message is settled on its own, as its item's answer says, exactly
+  // as a message delivered alone (Finish), without waiting for the others' dead letters.
+  Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch) {
+    for (const auto& m : batch) working_.emplace(m.get(), m);
+    std::vector<Attempt> attempts = co_await DeliverBatch(batch);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      asio::co_spawn(io_, Finish(std::move(batch[i]), std::move(attempts[i])), asio::detached);
+    }
+  }
+
+  // After a delivery attempt: the retry limits, the dead letter, the settle with NATS, the
+  // window, then whatever of its ordering key may go next.
+  Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a) {
+    co_await Settle(*m, std::move(a));
     working_.erase(m.get());
     Launch(ordered_.AfterSettle(*m));
   }
@@ -464,87 +532,192 @@ class Sidecar {
     }
   }
 
-  Task<void> Deliver(std::shared_ptr<JsMessage> m) {
+  Task<Attempt> Deliver(const JsMessage& m) {
     Request req{http::verb::post, path_, 11};
     bool content_type = false;
-    for (const auto& [name, value] : m->headers()) {
+    for (const auto& [name, value] : m.headers()) {
       if (!ForwardableHeader(name, value)) continue;
       if (internal::EqualsIgnoreCase(name, "content-type")) content_type = true;
       req.insert(name, value);
     }
     if (!content_type) req.set(http::field::content_type, "application/octet-stream");
-    req.set("Idempotency-Key", m->key());
-    req.set("Idem-Subject", m->subject());
-    req.set("Idem-Delivery-Count", std::to_string(m->delivery_count()));
-    req.set("Idem-Stream", m->stream());
-    req.set("Idem-Stream-Sequence", std::to_string(m->stream_sequence()));
-    if (auto ordering_key = OrderedDelivery::OrderingKey(*m)) {
+    req.set("Idempotency-Key", m.key());
+    req.set("Idem-Subject", m.subject());
+    req.set("Idem-Delivery-Count", std::to_string(m.delivery_count()));
+    req.set("Idem-Stream", m.stream());
+    req.set("Idem-Stream-Sequence", std::to_string(m.stream_sequence()));
+    if (auto ordering_key = OrderedDelivery::OrderingKey(m)) {
       req.set(kOrderingKeyHeader, *ordering_key);
     }
-    req.body() = std::string(m->data());
+    req.body() = std::string(m.data());
+    const UpstreamResult r = co_await Exchange(req);
+    if (r.failure != UpstreamResult::Failure::kNone) co_return FailedExchange(r);
+    Attempt a;
+    a.give_up.status = r.response.result_int();
+    a.give_up.failure = "http";
+    a.d = ClassifyHttpStatus(a.give_up.status);
+    if (a.d != Disposition::kAck) {  // the reason is logged only for a nak or a term
+      a.why = "HTTP " + std::to_string(a.give_up.status);
+      if (a.d == Disposition::kNak) a.retry_after = RetryAfter(r.response);
+      if (!r.response.body().empty()) a.why += ": " + r.response.body().substr(0, 200);
+      a.give_up.error_body = r.response.body().substr(0, kDeadLetterBodyBytes);
+    }
+    co_return a;
+  }
+
+  // One POST of `batch` as a JSON envelope (batch_envelope.h); an Attempt per message, in
+  // order. docs/worker.md ("Batch delivery") lists the rules: a transport failure or a non-2xx
+  // answer applies to every message (any non-2xx naks: the envelope itself may be what was
+  // refused); a 2xx answer that cannot be used naks every message; an item left out is naked.
+  Task<std::vector<Attempt>> DeliverBatch(const std::vector<std::shared_ptr<JsMessage>>& batch) {
+    std::vector<std::optional<std::string>> ordering_keys;
+    ordering_keys.reserve(batch.size());
+    std::vector<BatchItem> items;
+    items.reserve(batch.size());
+    std::vector<std::string_view> keys;
+    keys.reserve(batch.size());
+    for (const auto& m : batch) {
+      ordering_keys.push_back(OrderedDelivery::OrderingKey(*m));
+      BatchItem item{m->key(), m->subject(), m->stream(), m->stream_sequence(),
+                     m->delivery_count(), std::nullopt, {}, m->data()};
+      if (ordering_keys.back()) item.ordering_key = *ordering_keys.back();
+      for (const auto& [name, value] : m->headers()) {
+        if (ForwardableHeader(name, value)) item.headers.emplace_back(name, value);
+      }
+      items.push_back(std::move(item));
+      keys.push_back(m->key());
+    }
+    Request req{http::verb::post, path_, 11};
+    req.set(http::field::content_type, "application/json");
+    req.set(kBatchHeader, std::to_string(batch.size()));
+    req.body() = EncodeBatch(items);
+    const UpstreamResult r = co_await Exchange(req);
+    if (r.failure != UpstreamResult::Failure::kNone) {
+      co_return std::vector<Attempt>(batch.size(), FailedExchange(r));
+    }
+    const int status = r.response.result_int();
+    const std::string& body = r.response.body();
+    const std::string batch_of = "a batch of " + std::to_string(batch.size());
+    if (status / 100 != 2) {
+      Attempt a;
+      a.give_up.status = status;
+      a.give_up.failure = "http";
+      a.why = batch_of + " answered HTTP " + std::to_string(status);
+      if (!body.empty()) a.why += ": " + body.substr(0, 200);
+      a.retry_after = RetryAfter(r.response);
+      a.give_up.error_body = body.substr(0, kDeadLetterBodyBytes);
+      co_return std::vector<Attempt>(batch.size(), a);
+    }
+    auto results = DecodeBatchResults(body, keys);
+    if (!results.ok()) {
+      metrics_.CountError(ConsumeMetrics::kBatchResponse);
+      log_.Warn("batch", batch_of + " answered HTTP " + std::to_string(status) + " with a body " +
+                             "that cannot be used (" + results.status().message() +
+                             "); every message of it is naked");
+      Attempt a;
+      a.give_up.status = status;
+      a.give_up.failure = "batch-response";
+      a.why = "unusable batch response: " + results.status().message();
+      a.give_up.error_body = body.substr(0, kDeadLetterBodyBytes);
+      co_return std::vector<Attempt>(batch.size(), a);
+    }
+    const std::optional<Duration> retry_after = RetryAfter(r.response);
+    std::vector<Attempt> out(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ItemResult& item = (*results)[i];
+      Attempt& a = out[i];
+      a.give_up.status = status;
+      a.give_up.failure = "batch-item";
+      const std::string error = item.error.empty() ? "" : ": " + item.error.substr(0, 200);
+      switch (item.outcome) {
+        case ItemResult::Outcome::kAck:
+          a.d = Disposition::kAck;
+          break;
+        case ItemResult::Outcome::kRetry:
+          a.d = Disposition::kNak;
+          a.retry_after = item.retry_after ? item.retry_after : retry_after;
+          a.why = "the service answered retry" + error;
+          break;
+        case ItemResult::Outcome::kReject:
+          a.d = Disposition::kTerm;
+          a.why = "the service answered reject" + error;
+          break;
+        case ItemResult::Outcome::kMissing:
+          a.d = Disposition::kNak;
+          a.retry_after = retry_after;
+          a.give_up.failure = "batch-response";
+          a.why = "left out of the answer to " + batch_of;
+          break;
+      }
+      a.give_up.error_body = std::move(item.error);
+      if (a.give_up.error_body.size() > kDeadLetterBodyBytes) {
+        a.give_up.error_body.resize(kDeadLetterBodyBytes);
+      }
+    }
+    co_return out;
+  }
+
+  // One POST to the service, timed.
+  Task<UpstreamResult> Exchange(Request& req) {
     const auto start = std::chrono::steady_clock::now();
     UpstreamResult r = co_await upstream_->Exchange(req, options_.timeout);
     metrics_.delivery_seconds().Observe(std::chrono::duration<double>(
         std::chrono::steady_clock::now() - start).count());
+    co_return r;
+  }
 
-    Disposition d = Disposition::kNak;
-    std::string why;
-    std::optional<Duration> retry_after;
-    GiveUp give_up;  // what a dead letter would say
-    if (r.failure == UpstreamResult::Failure::kNone) {
-      give_up.status = r.response.result_int();
-      give_up.failure = "http";
-      d = ClassifyHttpStatus(give_up.status);
-      if (d != Disposition::kAck) {  // the reason is logged only for a nak or a term
-        why = "HTTP " + std::to_string(give_up.status);
-        if (d == Disposition::kNak) retry_after = RetryAfter(r.response);
-        if (!r.response.body().empty()) why += ": " + r.response.body().substr(0, 200);
-        give_up.error_body = r.response.body().substr(0, kDeadLetterBodyBytes);
-      }
-    } else {
-      switch (r.failure) {
-        case UpstreamResult::Failure::kTimeout:
-          metrics_.CountError(ConsumeMetrics::kTimeout);
-          why = "no answer within " + Ms(options_.timeout) + " (" + r.detail + ")";
-          give_up.failure = "timeout";
-          break;
-        case UpstreamResult::Failure::kConnect:
-          metrics_.CountError(ConsumeMetrics::kConnect);
-          why = r.detail;
-          give_up.failure = "connect";
-          break;
-        case UpstreamResult::Failure::kTooLarge:
-          metrics_.CountError(ConsumeMetrics::kTooLarge);
-          why = "answer larger than 16 MiB (" + r.detail + ")";
-          give_up.failure = "too-large";
-          break;
-        default:
-          metrics_.CountError(ConsumeMetrics::kBroken);
-          why = r.detail;
-          give_up.failure = "broken";
-          break;
-      }
+  // The attempt of a POST that got no usable HTTP answer, counted once per POST.
+  Attempt FailedExchange(const UpstreamResult& r) {
+    Attempt a;
+    switch (r.failure) {
+      case UpstreamResult::Failure::kTimeout:
+        metrics_.CountError(ConsumeMetrics::kTimeout);
+        a.why = "no answer within " + Ms(options_.timeout) + " (" + r.detail + ")";
+        a.give_up.failure = "timeout";
+        break;
+      case UpstreamResult::Failure::kConnect:
+        metrics_.CountError(ConsumeMetrics::kConnect);
+        a.why = r.detail;
+        a.give_up.failure = "connect";
+        a.unreachable = true;
+        break;
+      case UpstreamResult::Failure::kTooLarge:
+        metrics_.CountError(ConsumeMetrics::kTooLarge);
+        a.why = "answer larger than 16 MiB (" + r.detail + ")";
+        a.give_up.failure = "too-large";
+        break;
+      default:
+        metrics_.CountError(ConsumeMetrics::kBroken);
+        a.why = r.detail;
+        a.give_up.failure = "broken";
+        break;
     }
+    return a;
+  }
 
+  // One message's attempt settled: a failure counts against the retry limits and may give it
+  // up (dead letter, then term); then ack, nak or term with NATS, and the window is freed.
+  Task<void> Settle(JsMessage& m, Attempt a) {
+    Disposition d = a.d;
+    GiveUp& give_up = a.give_up;
     std::string term_note;
     if (d == Disposition::kAck) {
-      failures_.Forget(m->stream_sequence());
+      failures_.Forget(m.stream_sequence());
     } else {
       give_up.failing_for =
-          failures_.Failed(m->stream_sequence(), std::chrono::steady_clock::now());
-      give_up.reason =
-          d == Disposition::kTerm
-              ? GiveUpReason::kRefused
-              : RetryLimitReached(m->delivery_count(), give_up.failing_for,
-                                  r.failure == UpstreamResult::Failure::kConnect, limits_);
+          failures_.Failed(m.stream_sequence(), std::chrono::steady_clock::now());
+      give_up.reason = d == Disposition::kTerm
+                           ? GiveUpReason::kRefused
+                           : RetryLimitReached(m.delivery_count(), give_up.failing_for,
+                                               a.unreachable, limits_);
       if (give_up.reason != GiveUpReason::kNone) {
-        give_up.why = why;
+        give_up.why = a.why;
         if (give_up.reason != GiveUpReason::kRefused) metrics_.Count(ConsumeMetrics::kLimitReached);
-        d = co_await DeadLetter(*m, give_up, &term_note);
-        if (d == Disposition::kTerm) failures_.Forget(m->stream_sequence());
+        d = co_await DeadLetter(m, give_up, &term_note);
+        if (d == Disposition::kTerm) failures_.Forget(m.stream_sequence());
       }
     }
-    Settle(*m, d, why, retry_after, term_note);
+    SettleWithNats(m, d, a.why, a.retry_after, term_note);
     bool wake;
     {
       MutexLock lock(mu_);
@@ -557,8 +730,8 @@ class Sidecar {
   }
 
   // `term_note` says why a terminated message was given up and where it went.
-  void Settle(JsMessage& m, Disposition d, const std::string& why,
-              std::optional<Duration> retry_after, const std::string& term_note) {
+  void SettleWithNats(JsMessage& m, Disposition d, const std::string& why,
+                      std::optional<Duration> retry_after, const std::string& term_note) {
     // The message, for the log lines (an ack that succeeds logs none).
     auto what = [&m] {
       return "key " + m.key() + " (" + m.stream() + " #" + std::to_string(m.stream_sequence()) +
@@ -728,6 +901,8 @@ class Sidecar {
   // ack-floor loops run.
   OrderedDelivery ordered_;
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
+  std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
+  bool flush_posted_ = false;                       // SendReady is posted
   bool ticking_ = false;
   asio::thread_pool polling_{1};       // consumer-info requests, off the event loop
   std::atomic<int64_t> ack_wait_ms_;  // the consumer's own, once bound
@@ -758,6 +933,9 @@ int RunConsume(const ConsumeOptions& in) {
   }
   if (options.max_in_flight < 1) return fail("--max-in-flight must be at least 1");
   if (options.max_ack_pending < 1) return fail("--max-ack-pending must be at least 1");
+  if (options.batch_size < 1 || options.batch_size > kMaxBatchSize) {
+    return fail("--batch-size must be 1 to " + std::to_string(kMaxBatchSize));
+  }
   if (options.timeout.count() < 1) return fail("--timeout must be positive");
   if (!options.dead_letter.empty() && !ValidSubject(options.dead_letter, /*wildcards=*/false)) {
     return fail("--dead-letter '" + options.dead_letter +
@@ -780,6 +958,11 @@ int RunConsume(const ConsumeOptions& in) {
   // short pause of the process would let NATS redeliver.
   if (options.ack_wait < Duration(1000)) {
     return fail("--ack-wait (" + Ms(options.ack_wait) + ") must be at least 1 s");
+  }
+  if (options.batch_size > options.max_in_flight) {
+    log.Warn("config", "--batch-size " + std::to_string(options.batch_size) +
+                           " is above --max-in-flight; a batch holds at most " +
+                           std::to_string(options.max_in_flight) + " messages");
   }
   if (options.max_ack_pending < options.max_in_flight) {
     log.Warn("config", "--max-ack-pending " + std::to_string(options.max_ack_pending) +
@@ -807,6 +990,9 @@ int RunConsume(const ConsumeOptions& in) {
   log.Info("listening", "consume " + options.stream + "/" + options.consumer + " from " +
                             options.nats_url + " to " + options.deliver + ", " + admin_text +
                             ", max in flight " + std::to_string(options.max_in_flight) +
+                            (options.batch_size > 1
+                                 ? ", batches of up to " + std::to_string(options.batch_size)
+                                 : std::string()) +
                             ", timeout " + Ms(options.timeout) + ", ack wait " +
                             Ms(options.ack_wait) + ", max deliver " +
                             std::to_string(options.max_deliver) + ", max retry time " +

@@ -21,6 +21,9 @@ struct ConsumeOptions {
   std::string admin_listen;    // HOST:PORT for /healthz /readyz /metrics; empty: none
   int64_t max_ack_pending = 1000;  // only when the consumer is created
   int max_in_flight = 64;          // messages being delivered (not held for order), at most
+  // Messages per POST, at most: 1 posts each message on its own; above 1, every POST is a JSON
+  // batch envelope (batch_envelope.h) of up to this many, answered per item.
+  int batch_size = 1;
   Duration timeout{30000};         // one delivery, connect to answer; then nak
   Duration ack_wait{0};            // 0: max(30 s, 2 x timeout), at least 1 s; only when the
                                    // consumer is created (in-progress acks every third of it)

@@ -11,7 +11,7 @@ std::string ConsumeMetrics::Render(int64_t in_flight, bool nats_connected,
                                                    "dropped"};
   static constexpr std::string_view kErrors[] = {"timeout",   "connect",    "broken",
                                                  "too_large", "ack_failed", "nats_fetch",
-                                                 "dead_letter_failed"};
+                                                 "dead_letter_failed", "batch_response"};
   std::string out;
   out += "# HELP idem_consume_messages_total Messages by what became of each delivery attempt.\n";
   out += "# TYPE idem_consume_messages_total counter\n";
@@ -40,7 +40,7 @@ std::string ConsumeMetrics::Render(int64_t in_flight, bool nats_connected,
   out += "# TYPE idem_consume_consumer_bound gauge\n";
   out += fmt::format("idem_consume_consumer_bound {}\n", consumer_bound ? 1 : 0);
   delivery_seconds_.Write(out, "idem_consume_delivery_seconds",
-                          "Time of each delivery to the service, to its answer or failure.");
+                          "Time of each POST to the service (one message, or one batch), to its answer or failure.");
   return out;
 }
 

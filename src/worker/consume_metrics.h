@@ -23,8 +23,10 @@ class ConsumeMetrics {
   enum Outcome { kDelivered, kAcked, kNaked, kTermed, kDeadLettered, kLimitReached, kDropped,
                  kOutcomeCount };
   // Why an attempt failed or a broker call did. Names are the `kind` label values.
+  // Delivery errors count POSTs (a batch that times out is one), kBatchResponse a 2xx answer to
+  // a batch that could not be read (every message of it naked).
   enum Error { kTimeout, kConnect, kBroken, kTooLarge, kAckFailed, kNatsFetch, kDeadLetterFailed,
-               kErrorCount };
+               kBatchResponse, kErrorCount };
 
   void Count(Outcome o, uint64_t n = 1) { outcomes_[o].fetch_add(n, std::memory_order_relaxed); }
   void CountError(Error e) { errors_[e].fetch_add(1, std::memory_order_relaxed); }

@@ -82,5 +82,29 @@ TEST(TextTest, PercentDecodingInStrictForm) {
   }
 }
 
+TEST(TextTest, Base64EncodesWhatDecodeBase64ReadsBack) {
+  EXPECT_EQ(EncodeBase64(""), "");
+  EXPECT_EQ(EncodeBase64("f"), "Zg==");
+  EXPECT_EQ(EncodeBase64("fo"), "Zm8=");
+  EXPECT_EQ(EncodeBase64("foo"), "Zm9v");
+  const std::string binary("\x00\xff\x10 \x80", 5);
+  auto back = DecodeBase64(EncodeBase64(binary));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, binary);
+}
+
+TEST(TextTest, ValidUtf8AcceptsWellFormedTextOnly) {
+  for (std::string ok : {"", "ascii", "caf\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80",
+                         "\xF4\x8F\xBF\xBF", "\xED\x9F\xBF"}) {
+    EXPECT_TRUE(ValidUtf8(ok)) << ok;
+  }
+  for (std::string bad : {"\x80", "\xC3", "\xC0\xAF", "\xC1\xBF", "\xE0\x80\xAF",
+                          "\xED\xA0\x80", "\xF0\x80\x80\xAF", "\xF4\x90\x80\x80",
+                          "\xF5\x80\x80\x80", "\xFF", "a\xE2\x82", "\xE2\x28\xA1"}) {
+    EXPECT_FALSE(ValidUtf8(bad)) << bad.size();
+  }
+  EXPECT_TRUE(ValidUtf8(std::string("nul \0 inside", 13)));
+}
+
 }  // namespace
 }  // namespace idem::internal

@@ -24,43 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
 
-// A message stored on a stream, with its headers.
-struct StoredMessage {
-  std::string error;
-  std::string data;
-  std::map<std::string, std::string> headers;
-};
-
-StoredMessage GetStored(JsClient& js, const std::string& stream, uint64_t sequence) {
-  StoredMessage out;
-  natsMsg* msg = nullptr;
-  jsErrCode jerr = static_cast<jsErrCode>(0);
-  const natsStatus s = js_GetMsg(&msg, js.js(), stream.c_str(), sequence, nullptr, &jerr);
-  if (s != NATS_OK) {
-    out.error = std::string("js_GetMsg: ") + natsStatus_GetText(s);
-    return out;
-  }
-  out.data.assign(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
-  const char** keys = nullptr;
-  int n = 0;
-  if (natsMsgHeader_Keys(msg, &keys, &n) == NATS_OK) {
-    for (int i = 0; i < n; ++i) {
-      const char* v = nullptr;
-      if (natsMsgHeader_Get(msg, keys[i], &v) == NATS_OK) out.headers[keys[i]] = v ? v : "";
-    }
-    free(static_cast<void*>(keys));
-  }
-  natsMsg_Destroy(msg);
-  return out;
-}
-
-// The value of `name{label}` in a Prometheus text body, or -1.
-int64_t Metric(const std::string& body, const std::string& series) {
-  const size_t at = body.find("\n" + series + " ");
-  if (at == std::string::npos) return -1;
-  return std::stoll(body.substr(at + series.size() + 2));
-}
-
 class ConsumePoisonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -86,7 +49,7 @@ class ConsumePoisonTest : public ::testing::Test {
   }
 
   int64_t ConsumeMetric(ConsumeProcess& p, const std::string& series) {
-    return Metric(Http(p.admin(), "GET", "/metrics").body, series);
+    return MetricValue(Http(p.admin(), "GET", "/metrics").body, series);
   }
 
   // Runs `idem consume` with `extra` flags to its exit; the exit status and its output.
@@ -128,7 +91,7 @@ TEST_F(ConsumePoisonTest, ServerErrorForeverIsDeadLetteredAtMaxDeliverAndNeverRe
   const auto seen = service.seen();
   EXPECT_EQ(seen.back().Header("Idem-Delivery-Count"), "3");
 
-  const StoredMessage dead = GetStored(js_, "DEAD", 1);
+  const StoredMessage dead = js_.Get("DEAD", 1);
   ASSERT_EQ(dead.error, "");
   EXPECT_EQ(dead.data, "poison");
   auto h = [&](const std::string& name) {
@@ -210,7 +173,7 @@ TEST_F(ConsumePoisonTest, RetryTimeLimitGivesUpAMessageFailingTooLong) {
   ASSERT_TRUE(WaitFor([&] { return js_.StreamMessages("DEAD") == 1 && Settled(); }, 10s))
       << consume->Output();
   EXPECT_GE(SteadyClock::now() - published, 300ms);
-  const StoredMessage dead = GetStored(js_, "DEAD", 1);
+  const StoredMessage dead = js_.Get("DEAD", 1);
   ASSERT_EQ(dead.error, "");
   EXPECT_EQ(dead.headers.at("Idem-Dead-Reason"), "max-retry-time");
   EXPECT_GE(std::stoll(dead.headers.at("Idem-Failing-For-Ms")), 300);

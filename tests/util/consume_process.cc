@@ -33,4 +33,10 @@ std::string ConsumeProcess::Start() {
   return "";
 }
 
+int64_t MetricValue(const std::string& body, const std::string& series) {
+  const size_t at = body.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stoll(body.substr(at + series.size() + 2));
+}
+
 }  // namespace idem::testing

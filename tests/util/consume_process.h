@@ -4,6 +4,7 @@
 // tests.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,9 @@ struct ConsumeArgs {
   std::string crash_point;         // IDEM_TEST_CRASH_POINT for the child; empty: none
   bool admin = true;               // --admin-listen 127.0.0.1:0
 };
+
+// The value of `series` (a metric name with its labels) in a Prometheus text body, or -1.
+int64_t MetricValue(const std::string& body, const std::string& series);
 
 class ConsumeProcess {
  public:

@@ -94,4 +94,27 @@ uint64_t JsClient::StreamMessages(const std::string& stream) {
   return n;
 }
 
+StoredMessage JsClient::Get(const std::string& stream, uint64_t sequence) {
+  StoredMessage out;
+  natsMsg* msg = nullptr;
+  jsErrCode jerr = static_cast<jsErrCode>(0);
+  const natsStatus s = js_GetMsg(&msg, js_, stream.c_str(), sequence, nullptr, &jerr);
+  if (s != NATS_OK) {
+    out.error = std::string("js_GetMsg: ") + natsStatus_GetText(s);
+    return out;
+  }
+  out.data.assign(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  const char** keys = nullptr;
+  int n = 0;
+  if (natsMsgHeader_Keys(msg, &keys, &n) == NATS_OK) {
+    for (int i = 0; i < n; ++i) {
+      const char* v = nullptr;
+      if (natsMsgHeader_Get(msg, keys[i], &v) == NATS_OK) out.headers[keys[i]] = v ? v : "";
+    }
+    free(static_cast<void*>(keys));
+  }
+  natsMsg_Destroy(msg);
+  return out;
+}
+
 }  // namespace idem::testing

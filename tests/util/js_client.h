@@ -6,12 +6,19 @@
 #include <nats/nats.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace idem::testing {
 
+// A message stored on a stream, with its headers (the first value of each name).
+struct StoredMessage {
+  std::string error;  // "" when read
+  std::string data;
+  std::map<std::string, std::string> headers;
+};
 class JsClient {
  public:
   JsClient() = default;
@@ -39,6 +46,8 @@ class JsClient {
   std::string Counts(const std::string& stream, const std::string& consumer, ConsumerCounts* out);
   // Messages stored on `stream` (0 if it does not exist).
   uint64_t StreamMessages(const std::string& stream);
+  // The message stored on `stream` at `sequence`.
+  StoredMessage Get(const std::string& stream, uint64_t sequence);
 
   natsConnection* conn() { return conn_; }
   jsCtx* js() { return js_; }

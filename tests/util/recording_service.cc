@@ -24,7 +24,12 @@ std::string SeenRequest::Header(const std::string& name) const {
   return {};
 }
 
-RecordingService::RecordingService(Handler handler) : handler_(std::move(handler)) {
+RecordingService::RecordingService(Handler handler)
+    : RecordingService(Responder([handler = std::move(handler)](const SeenRequest& r) {
+        return Reply{handler ? handler(r) : 200, {}, {}};
+      })) {}
+
+RecordingService::RecordingService(Responder responder) : responder_(std::move(responder)) {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -106,11 +111,13 @@ void RecordingService::Serve(int fd) {
       std::lock_guard lock(mu_);
       seen_.push_back(seen);
     }
-    const int status = handler_ ? handler_(seen) : 200;
+    Reply reply = responder_(seen);
     if (stopping_) break;
-    http::response<http::string_body> res{static_cast<http::status>(status), 11};
+    http::response<http::string_body> res{static_cast<http::status>(reply.status), 11};
     res.keep_alive(req.keep_alive());
-    res.body() = "status " + std::to_string(status) + "\n";
+    for (const auto& [name, value] : reply.headers) res.set(name, value);
+    res.body() = reply.body.empty() ? "status " + std::to_string(reply.status) + "\n"
+                                    : std::move(reply.body);
     res.prepare_payload();
     http::write(socket, res, ec);
     if (ec || !res.keep_alive()) break;

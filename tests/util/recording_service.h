@@ -1,5 +1,6 @@
 // An in-process HTTP service for `idem consume` tests: records every request it gets and
-// answers with whatever the test's handler decides (a status, after an optional wait). One
+// answers with whatever the test's handler decides (a status, or a whole Reply with a body and
+// headers, after an optional wait). One
 // thread per connection; the destructor closes every connection and joins every thread, and
 // wakes handlers blocked in WaitUntilStopped().
 #pragma once
@@ -23,13 +24,22 @@ struct SeenRequest {
   std::string Header(const std::string& name) const;  // first match, case-insensitive, or ""
 };
 
+struct Reply {
+  int status = 200;
+  std::string body;  // empty: "status N\n"
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
 class RecordingService {
  public:
   // Returns the HTTP status to answer with. Runs on the connection's thread.
   using Handler = std::function<int(const SeenRequest&)>;
+  // Returns the whole answer. Runs on the connection's thread.
+  using Responder = std::function<Reply(const SeenRequest&)>;
 
   // Listens on 127.0.0.1, a free port. The default handler answers 200.
   explicit RecordingService(Handler handler = nullptr);
+  explicit RecordingService(Responder responder);
   ~RecordingService();
 
   int port() const { return port_; }
@@ -42,7 +52,7 @@ class RecordingService {
  private:
   void Serve(int fd);
 
-  Handler handler_;
+  Responder responder_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};

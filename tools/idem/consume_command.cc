@@ -21,8 +21,9 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
       "consume",
-      "Deliver a NATS JetStream stream to an HTTP service, one POST per message, acking only\n"
-      "what the service accepted. JetStream redelivers (a lost ack, a restart, a timeout);\n"
+      "Deliver a NATS JetStream stream to an HTTP service, one POST per message (or JSON\n"
+      "batches: --batch-size), acking only what the service accepted. JetStream redelivers\n"
+      "(a lost ack, a restart, a timeout);\n"
       "every delivery of a message carries the same Idempotency-Key, so a service that claims\n"
       "the key in its own transaction (idem.inbox_claim, see docs/worker.md) or sits behind\n"
       "idem gateway applies each message once.\n\n"
@@ -79,8 +80,18 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--max-in-flight", o.max_in_flight,
                   "Deliveries this process runs at once (its bounded window)")
       ->capture_default_str();
+  cmd->add_option("--batch-size", o.batch_size,
+                  "Messages per POST, at most. 1: one POST per message as above. Above 1: every\n"
+                  "POST is a JSON envelope {\"messages\":[...]} (header Idem-Batch: N) that the\n"
+                  "service answers 2xx with {\"results\":[{\"idempotency_key\",\"outcome\":\n"
+                  "\"ack\"|\"retry\"|\"reject\"}]}; an item left out is retried, a body that\n"
+                  "cannot be read or any non-2xx retries the whole batch (docs/worker.md). A\n"
+                  "batch is cut from what is ready, no waiting; it never holds two messages of\n"
+                  "one ordering key; --max-in-flight still counts messages (1 to 1000)")
+      ->capture_default_str();
   cmd->add_option("--timeout", flags->timeout,
-                  "One delivery, connect to answer (250ms, 30s, 2m); then nak and redeliver")
+                  "One delivery (one POST, a whole batch with --batch-size), connect to answer\n"
+                  "(250ms, 30s, 2m); then nak and redeliver")
       ->capture_default_str();
   cmd->add_option("--ack-wait", flags->ack_wait,
                   "How long NATS waits for a settlement before redelivering, when the consumer\n"
