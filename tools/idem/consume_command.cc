@@ -1,5 +1,6 @@
 #include "consume_command.h"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -77,9 +78,10 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
                   "Unacked messages NATS lets out to this consumer (all its instances), when\n"
                   "the consumer is created")
       ->capture_default_str();
-  cmd->add_option("--max-in-flight", o.max_in_flight,
-                  "Deliveries this process runs at once (its bounded window)")
-      ->capture_default_str();
+  CLI::Option* max_in_flight =
+      cmd->add_option("--max-in-flight", o.max_in_flight,
+                      "Messages this process has out at once (its bounded window). Default 64,\n"
+                      "or 4 x --batch-size when that is larger, so several batches run at once");
   cmd->add_option("--batch-size", o.batch_size,
                   "Messages per POST, at most. 1: one POST per message as above. Above 1: every\n"
                   "POST is a JSON envelope {\"messages\":[...]} (header Idem-Batch: N) that the\n"
@@ -110,7 +112,7 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
 
-  return [flags]() -> int {
+  return [flags, max_in_flight]() -> int {
     worker::ConsumeOptions options = flags->options;
     auto duration = [](const std::string& flag, const std::string& text, Duration* out) {
       auto d = ParseDuration(text);
@@ -129,6 +131,9 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
       return 2;
     }
     options.log_json = flags->log_format == "json";
+    if (max_in_flight->count() == 0) {
+      options.max_in_flight = std::max(options.max_in_flight, 4 * options.batch_size);
+    }
     return worker::RunConsume(options);
   };
 }
