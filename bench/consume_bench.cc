@@ -1,6 +1,8 @@
 // The worker layer's consume-side benchmarks, driven by bench/consume-bench.sh:
 //
-//   consume_bench publish NATS STREAM N          a file stream on STREAM.> with N messages
+//   consume_bench publish NATS STREAM N [KEYS]   a file stream on STREAM.> with N messages;
+//                                                with KEYS, message i carries the header
+//                                                Idem-Ordering-Key: k<i % KEYS>
 //   consume_bench runtime NATS STREAM PG N inbox|noinbox|guard [GROUP]
 //        JetStreamConsumer, a one-row INSERT per message as the business write, with or
 //        without the inbox claim (or with the cheapest guard there is: see Runtime), GROUP
@@ -72,7 +74,7 @@ struct Nats {
   }
 };
 
-int Publish(const char* url, const std::string& stream, int n) {
+int Publish(const char* url, const std::string& stream, int n, int keys) {
   Nats c;
   if (natsStatus s = c.Connect(url); s != NATS_OK) return Fail("connect", s);
   const std::string subjects = stream + ".>";
@@ -93,8 +95,18 @@ int Publish(const char* url, const std::string& stream, int n) {
     jsPubOptions po;
     jsPubOptions_Init(&po);
     po.MsgId = id.c_str();
-    natsStatus s = js_PublishAsync(c.js, subject.c_str(), body.data(),
-                                   static_cast<int>(body.size()), &po);
+    natsStatus s;
+    if (keys > 0) {
+      natsMsg* msg = nullptr;
+      s = natsMsg_Create(&msg, subject.c_str(), nullptr, body.data(), static_cast<int>(body.size()));
+      if (s == NATS_OK) {
+        s = natsMsgHeader_Set(msg, "Idem-Ordering-Key", ("k" + std::to_string(i % keys)).c_str());
+      }
+      if (s == NATS_OK) s = js_PublishMsgAsync(c.js, &msg, &po);
+      if (msg != nullptr) natsMsg_Destroy(msg);  // left to us only when the publish failed
+    } else {
+      s = js_PublishAsync(c.js, subject.c_str(), body.data(), static_cast<int>(body.size()), &po);
+    }
     if (s != NATS_OK) return Fail("publish", s);
     if (i % 1000 == 999) js_PublishAsyncComplete(c.js, nullptr);
   }
@@ -301,7 +313,9 @@ int Drain(const char* url, const std::string& stream, const std::string& consume
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "publish" && argc == 5) return Publish(argv[2], argv[3], std::atoi(argv[4]));
+  if (mode == "publish" && (argc == 5 || argc == 6)) {
+    return Publish(argv[2], argv[3], std::atoi(argv[4]), argc == 6 ? std::atoi(argv[5]) : 0);
+  }
   if (mode == "runtime" && (argc == 7 || argc == 8)) {
     return Runtime(argv[2], argv[3], argv[4], std::atoi(argv[5]), argv[6],
                    argc == 8 ? std::atoi(argv[7]) : 1);

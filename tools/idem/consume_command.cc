@@ -81,7 +81,8 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   CLI::Option* max_in_flight =
       cmd->add_option("--max-in-flight", o.max_in_flight,
                       "Messages this process has out at once (its bounded window). Default 64,\n"
-                      "or 4 x --batch-size when that is larger, so several batches run at once");
+                      "or 16 x --batch-size (at most --max-ack-pending) when that is larger,\n"
+                      "so several batches run at once");
   cmd->add_option("--batch-size", o.batch_size,
                   "Messages per POST, at most. 1: one POST per message as above. Above 1: every\n"
                   "POST is a JSON envelope {\"messages\":[...]} (header Idem-Batch: N) that the\n"
@@ -132,7 +133,12 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
     }
     options.log_json = flags->log_format == "json";
     if (max_in_flight->count() == 0) {
-      options.max_in_flight = std::max(options.max_in_flight, 4 * options.batch_size);
+      // Enough batches out at once to keep the service and the fetches busy (measured in
+      // bench/consume-bench.sh: 16 batches of 32 delivered 0.59x to 0.73x of a raw
+      // pull-and-ack loop, 4 of them 0.38x to 0.43x), within what NATS lets out.
+      const int64_t batches = std::min<int64_t>(16 * int64_t{options.batch_size},
+                                                options.max_ack_pending);
+      options.max_in_flight = static_cast<int>(std::max<int64_t>(options.max_in_flight, batches));
     }
     return worker::RunConsume(options);
   };
