@@ -144,7 +144,7 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
                   "passed. The outbox sweep is not moved. Off by default")
       ->group("Testing");
 
-  return [flags, cmd]() -> int {
+  return [flags]() -> int {
     auto fail = [](const std::string& message) {
       std::cerr << "idem sweep: " << message << "\n";
       return 2;
