@@ -32,6 +32,28 @@ namespace idem::chaos {
 using servers::Process;
 using namespace std::chrono_literals;
 
+namespace {
+
+// How long the harness waits for the pipeline on a loaded machine; polls end as soon as what
+// they wait for is there. A 12,936-fault run beside two compilers saw a stream not yet back
+// 10 s after a nats-server restart, and an event not yet applied 30 s after its payment (its
+// relay and consumer restarted meanwhile): faults left half-injected, listed as problems.
+constexpr auto kNatsComeback = 60s;
+constexpr std::chrono::seconds kAppliedWithin{120};
+
+// Polls `f` every 50 ms until it returns true or `limit` passes.
+template <typename F>
+bool Poll(std::chrono::milliseconds limit, F f) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!f()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+}  // namespace
+
 struct Pipeline::Impl {
   Config config;
   servers::TempDir dir;
@@ -157,20 +179,17 @@ struct Pipeline::Impl {
             "--max-deliver", "0"};
   }
 
-  // True once the stream exists (the relay creates it after it starts listening), within 60 s
-  // (nats-server may be restarting, as in the mode nats_restart).
+  // True once the stream exists (the relay creates it after it starts listening; nats-server
+  // may be restarting, as in the mode nats_restart).
   bool StreamExists() {
-    const auto give_up_at = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < give_up_at) {
-      if (auto admin = Admin(); admin.ok()) {
-        jsStreamInfo* info = nullptr;
-        natsStatus s = js_GetStreamInfo(&info, (*admin)->js(), stream.c_str(), nullptr, nullptr);
-        if (info != nullptr) jsStreamInfo_Destroy(info);
-        if (s == NATS_OK) return true;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    return false;
+    return Poll(kNatsComeback, [&] {
+      auto admin = Admin();
+      if (!admin.ok()) return false;
+      jsStreamInfo* info = nullptr;
+      natsStatus s = js_GetStreamInfo(&info, (*admin)->js(), stream.c_str(), nullptr, nullptr);
+      if (info != nullptr) jsStreamInfo_Destroy(info);
+      return s == NATS_OK;
+    });
   }
 
   std::string LaunchConsumer() IDEM_REQUIRES(mu) {
@@ -404,24 +423,6 @@ int64_t QueryNumber(PGconn* conn, const char* sql, const std::vector<std::string
   }
   PQclear(r);
   return out;
-}
-
-// How long the harness waits for the pipeline on a loaded machine; polls end as soon as what
-// they wait for is there. A 12,936-fault run beside two compilers saw a stream not yet back
-// 10 s after a nats-server restart, and an event not yet applied 30 s after its payment (its
-// relay and consumer restarted meanwhile): faults left half-injected, listed as problems.
-constexpr auto kNatsComeback = 60s;
-constexpr std::chrono::seconds kAppliedWithin{120};
-
-// Polls `f` every 50 ms until it returns true or `limit` passes.
-template <typename F>
-bool Poll(std::chrono::milliseconds limit, F f) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!f()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
 }
 
 }  // namespace

@@ -22,11 +22,14 @@
 #include <utility>
 #include <vector>
 
+#include "idem/outbox.h"
+
 namespace idem::worker {
 
-// The message header that carries a message's ordering key (set by `idem relay` from the
-// outbox row's ordering key). Messages without it are not ordered.
-inline constexpr std::string_view kOrderingKeyHeader = "Idem-Ordering-Key";
+// The message header that carries a message's ordering key, the one `idem relay` sets from the
+// outbox row's ordering key (idem::outbox::kOrderingKeyHeader). Messages without it are not
+// ordered.
+inline constexpr std::string_view kOrderingKeyHeader = outbox::kOrderingKeyHeader;
 
 class KeyOrder {
  public:
