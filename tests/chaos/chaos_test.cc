@@ -19,6 +19,7 @@
 #include "util/process.h"
 #include "util/redis_server.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -50,7 +51,7 @@ bool KeptLog(const ChaosRun& run, const std::string& prefix) {
 
 ChaosRun RunChaos(std::vector<std::string> args) {
   TempDir dir;
-  std::vector<std::string> argv = {IDEM_BINARY, "chaos", "--json", "--quiet"};
+  std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "chaos", "--json", "--quiet"};
   argv.insert(argv.end(), args.begin(), args.end());
   Process chaos(argv, dir.File("chaos.log"));
   ChaosRun run;

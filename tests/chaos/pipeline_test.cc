@@ -7,6 +7,7 @@
 #include "chaos/pipeline.h"
 #include "servers/free_port.h"
 #include "servers/http_client.h"
+#include "util/build_tree.h"
 
 namespace idem::chaos {
 namespace {
@@ -31,7 +32,7 @@ bool WaitFor(F f, std::chrono::milliseconds limit) {
 
 Pipeline::Config RedisPipeline(std::chrono::milliseconds comeback) {
   Pipeline::Config c;
-  c.idem_binary = IDEM_BINARY;
+  c.idem_binary = idem::build_tree::kIdemBinary;
   c.store = "redis";
   c.gateway_comeback = comeback;
   return c;
@@ -85,7 +86,7 @@ TEST(ChaosPipelineTest, AGatewayThatCannotComeBackBreaksTheRun) {
 // new one, and the next injection succeeds at once.
 TEST(ChaosPipelineTest, AClosedHarnessNatsConnectionIsReplaced) {
   Pipeline::Config c;
-  c.idem_binary = IDEM_BINARY;
+  c.idem_binary = idem::build_tree::kIdemBinary;
   c.store = "memory";
   Pipeline pipeline(c);
   ASSERT_EQ(pipeline.StartServers(), "");

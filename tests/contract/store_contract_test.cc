@@ -16,6 +16,7 @@
 
 #include "idem/fingerprint.h"
 #include "util/notice_log.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -763,7 +764,7 @@ Child SpawnChild(const std::string& url, const std::string& durable, const std::
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
-    execl(IDEM_STORE_CHILD, IDEM_STORE_CHILD, url.c_str(), tenant.c_str(), key.c_str(),
+    execl(idem::build_tree::kStoreChild, idem::build_tree::kStoreChild, url.c_str(), tenant.c_str(), key.c_str(),
           mode.c_str(), durable.empty() ? static_cast<char*>(nullptr) : durable.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);

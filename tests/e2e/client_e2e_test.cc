@@ -12,6 +12,7 @@
 #include "util/http_client.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -22,7 +23,7 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 class ClientE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<Process>(std::vector<std::string>{EXAMPLE_SERVICE, "127.0.0.1:0"},
+    service_ = std::make_unique<Process>(std::vector<std::string>{idem::build_tree::kExampleService, "127.0.0.1:0"},
                                          dir_.File("service.log"));
     auto line = service_->WaitForLine("listening on", 10s);
     ASSERT_TRUE(line) << service_->Output();
@@ -32,7 +33,7 @@ class ClientE2eTest : public ::testing::Test {
   void StartGateway(const std::string& config) {
     std::ofstream(dir_.File("gateway.toml")) << config;
     gateway_ = std::make_unique<Process>(
-        std::vector<std::string>{IDEM_BINARY, "gateway", "--listen", "127.0.0.1:0",
+        std::vector<std::string>{idem::build_tree::kIdemBinary, "gateway", "--listen", "127.0.0.1:0",
                                  "--admin-listen", "127.0.0.1:0", "--upstream",
                                  "http://" + service_address_, "--store", "memory", "--config",
                                  dir_.File("gateway.toml")},
@@ -62,7 +63,7 @@ TEST_F(ClientE2eTest, IdemCallThroughLostAnswersAndA409GetsTheReplayAndRunsOnce)
   StartGateway(
       "[[route]]\npath_prefix = \"/v1/payments\"\nlease = \"2s\"\nkey_format = \"uuidv7\"\n");
   FlakyProxy proxy(gateway_address_, /*drop=*/2);
-  Process call({IDEM_BINARY, "call", "-v", "-d", R"({"amount":250})", "-H",
+  Process call({idem::build_tree::kIdemBinary, "call", "-v", "-d", R"({"amount":250})", "-H",
                 "Content-Type: application/json", "-H", "X-Sleep-Ms: 1000", "--attempts", "8",
                 "--deadline", "20s", "--timeout", "5s",
                 "http://" + proxy.address() + "/v1/payments"},
@@ -92,7 +93,7 @@ TEST_F(ClientE2eTest, IdemCallDoesNotRetryA422) {
   StartGateway("[[route]]\npath_prefix = \"/pay\"\n");
   ASSERT_EQ(Http(gateway_address_, "POST", "/pay", {{"Idempotency-Key", "k-422"}}, "one").status,
             201);
-  Process call({IDEM_BINARY, "call", "-d", "two", "--key", "k-422",
+  Process call({idem::build_tree::kIdemBinary, "call", "-d", "two", "--key", "k-422",
                 "http://" + gateway_address_ + "/pay"},
                dir_.File("call.log"));
   auto status = call.WaitForExit(30s);

@@ -21,6 +21,7 @@
 #include "util/process.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -30,7 +31,7 @@ using namespace std::chrono_literals;
 class CompletionDurabilityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
+    auto [service, address] = StartExampleService(idem::build_tree::kExampleService, dir_.File("service.log"));
     ASSERT_NE(service, nullptr) << address;
     service_ = std::move(service);
     service_address_ = address;
@@ -45,7 +46,7 @@ class CompletionDurabilityTest : public ::testing::Test {
       args.insert(args.end(), {"--config", dir_.File("gateway.toml")});
     }
     GatewayProcess started =
-        StartGatewayProcess(IDEM_BINARY, service_address_, "sqlite:" + dir_.File("idem.db"),
+        StartGatewayProcess(idem::build_tree::kIdemBinary, service_address_, "sqlite:" + dir_.File("idem.db"),
                             dir_.File("gateway.log"), args);
     ASSERT_NE(started.process, nullptr) << started.address;
     gateway_ = std::move(started.process);

@@ -16,6 +16,7 @@
 #include "util/js_client.h"
 #include "util/nats_server.h"
 #include "util/recording_service.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -43,7 +44,7 @@ class ConsumeTest : public ::testing::Test {
   std::unique_ptr<ConsumeProcess> StartConsume(const std::string& deliver,
                                                std::vector<std::string> extra = {}) {
     auto p = std::make_unique<ConsumeProcess>(
-        IDEM_BINARY, ConsumeArgs{nats_.Url(), "ORDERS", "svc", deliver, std::move(extra)});
+        idem::build_tree::kIdemBinary, ConsumeArgs{nats_.Url(), "ORDERS", "svc", deliver, std::move(extra)});
     const std::string error = p->Start();
     EXPECT_EQ(error, "");
     return p;
@@ -234,7 +235,7 @@ TEST_F(ConsumeTest, BadFlagsAreReportedWithExitCode2) {
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"--ack-wait", "500ms"},
         std::vector<std::string>{"--max-in-flight", "0"}}) {
-    std::vector<std::string> argv = {IDEM_BINARY, "consume", "--nats", nats_.Url(), "--stream",
+    std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "consume", "--nats", nats_.Url(), "--stream",
                                      "ORDERS", "--consumer", "svc", "--deliver",
                                      "http://127.0.0.1:1/x"};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -246,7 +247,7 @@ TEST_F(ConsumeTest, BadFlagsAreReportedWithExitCode2) {
     EXPECT_NE(p.Output().find("must"), std::string::npos) << p.Output();
   }
   TempDir dir;
-  Process p({IDEM_BINARY, "consume", "--nats", nats_.Url(), "--stream", "ORDERS", "--consumer",
+  Process p({idem::build_tree::kIdemBinary, "consume", "--nats", nats_.Url(), "--stream", "ORDERS", "--consumer",
              "svc", "--deliver", "ftp://127.0.0.1/x"},
             dir.File("out.log"));
   auto status = p.WaitForExit(10s);

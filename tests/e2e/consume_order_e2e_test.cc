@@ -19,6 +19,7 @@
 #include "util/nats_server.h"
 #include "util/recording_service.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -36,7 +37,7 @@ class ConsumeOrderTest : public ::testing::Test {
   std::unique_ptr<ConsumeProcess> StartConsume(const std::string& deliver,
                                                std::vector<std::string> extra) {
     auto p = std::make_unique<ConsumeProcess>(
-        IDEM_BINARY, ConsumeArgs{nats_.Url(), "EVENTS", "svc", deliver, std::move(extra)});
+        idem::build_tree::kIdemBinary, ConsumeArgs{nats_.Url(), "EVENTS", "svc", deliver, std::move(extra)});
     const std::string error = p->Start();
     EXPECT_EQ(error, "");
     return p;

@@ -17,6 +17,7 @@
 #include "util/nats_server.h"
 #include "util/recording_service.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -35,7 +36,7 @@ class ConsumePoisonTest : public ::testing::Test {
   std::unique_ptr<ConsumeProcess> StartConsume(const std::string& deliver,
                                                std::vector<std::string> extra = {}) {
     auto p = std::make_unique<ConsumeProcess>(
-        IDEM_BINARY, ConsumeArgs{nats_.Url(), "ORDERS", "svc", deliver, std::move(extra)});
+        idem::build_tree::kIdemBinary, ConsumeArgs{nats_.Url(), "ORDERS", "svc", deliver, std::move(extra)});
     const std::string error = p->Start();
     EXPECT_EQ(error, "");
     return p;
@@ -55,7 +56,7 @@ class ConsumePoisonTest : public ::testing::Test {
   // Runs `idem consume` with `extra` flags to its exit; the exit status and its output.
   std::pair<int, std::string> RunToExit(const std::string& stream, std::vector<std::string> extra,
                                         std::chrono::milliseconds* took = nullptr) {
-    std::vector<std::string> argv = {IDEM_BINARY, "consume", "--nats", nats_.Url(), "--stream",
+    std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "consume", "--nats", nats_.Url(), "--stream",
                                      stream, "--consumer", "svc", "--deliver",
                                      "http://127.0.0.1:1/x"};
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -241,7 +242,7 @@ TEST_F(ConsumePoisonTest, BadSubjectsAndLimitsExitTwo) {
 
 TEST_F(ConsumePoisonTest, NatsNotReachableAtStartIsWaitedFor) {
   TempDir dir;
-  Process p({IDEM_BINARY, "consume", "--nats", "nats://127.0.0.1:1", "--stream", "ORDERS",
+  Process p({idem::build_tree::kIdemBinary, "consume", "--nats", "nats://127.0.0.1:1", "--stream", "ORDERS",
              "--consumer", "svc", "--deliver", "http://127.0.0.1:1/x"},
             dir.File("out.log"));
   ASSERT_TRUE(p.WaitForLine("cannot reach", 10s)) << p.Output();

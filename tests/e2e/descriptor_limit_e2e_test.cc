@@ -15,6 +15,7 @@
 #include "util/raw_upstream.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -50,7 +51,7 @@ class DescriptorLimitTest : public ::testing::Test {
  protected:
   void Start(long max_open_files, std::vector<std::string> args) {
     args.insert(args.end(), {"--threads", "1"});
-    GatewayProcess g = StartGatewayProcess(IDEM_BINARY, upstream_.address(), "memory",
+    GatewayProcess g = StartGatewayProcess(idem::build_tree::kIdemBinary, upstream_.address(), "memory",
                                            dir_.File("gateway.log"), args, max_open_files);
     ASSERT_NE(g.process, nullptr) << g.address;
     gateway_ = std::move(g.process);

@@ -19,6 +19,7 @@
 #include "util/process.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -40,7 +41,7 @@ class GatewayTest : public ::testing::Test {
   void SetUp() override { StartService(); }
 
   void StartService() {
-    auto [service, address] = StartExampleService(EXAMPLE_SERVICE, dir_.File("service.log"));
+    auto [service, address] = StartExampleService(idem::build_tree::kExampleService, dir_.File("service.log"));
     ASSERT_NE(service, nullptr) << address;
     service_ = std::move(service);
     service_address_ = address;
@@ -58,7 +59,7 @@ class GatewayTest : public ::testing::Test {
     }
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     GatewayProcess started =
-        StartGatewayProcess(IDEM_BINARY, service_address_, store,
+        StartGatewayProcess(idem::build_tree::kIdemBinary, service_address_, store,
                             dir_.File("gateway-" + std::to_string(++starts_) + ".log"), args);
     ASSERT_NE(started.process, nullptr) << started.address;
     gateway_ = std::move(started.process);
@@ -684,7 +685,7 @@ TEST_F(GatewayTest, AClockOffsetFileMovesTheRunningGatewaysClock) {
   EXPECT_EQ(Executions("later"), 2);
 
   // A file that cannot be read at start is a clear error, not a gateway on the real clock.
-  Process bad({IDEM_BINARY, "gateway", "--upstream", "http://" + service_address_,
+  Process bad({idem::build_tree::kIdemBinary, "gateway", "--upstream", "http://" + service_address_,
                "--listen", "127.0.0.1:0", "--store", "memory", "--unsafe-clock-offset-file",
                dir_.File("no-such-file")},
               dir_.File("bad-clock.log"));
@@ -808,7 +809,7 @@ TEST_F(GatewayTest, BufferedRequestLinesAppearSoonAndNoneIsLostOnSigterm) {
 
 TEST_F(GatewayTest, BadConfigurationIsAClearErrorAndExitCode2) {
   std::ofstream(dir_.File("bad.toml")) << "[[route]]\npath_prefix = \"/x\"\nlease = \"soon\"\n";
-  Process p({IDEM_BINARY, "gateway", "--upstream", "http://" + service_address_, "--config",
+  Process p({idem::build_tree::kIdemBinary, "gateway", "--upstream", "http://" + service_address_, "--config",
              dir_.File("bad.toml")},
             dir_.File("bad.log"));
   const std::optional<int> status = p.WaitForExit(10s);

@@ -9,6 +9,7 @@
 #include "util/http_client.h"
 #include "util/raw_upstream.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -24,7 +25,7 @@ class InterimTest : public ::testing::Test {
  protected:
   void Start(RawUpstream::Responder respond) {
     upstream_ = std::make_unique<RawUpstream>(std::move(respond));
-    GatewayProcess g = StartGatewayProcess(IDEM_BINARY, upstream_->address(), "memory",
+    GatewayProcess g = StartGatewayProcess(idem::build_tree::kIdemBinary, upstream_->address(), "memory",
                                            dir_.File("gateway.log"));
     ASSERT_NE(g.process, nullptr) << g.address;
     gateway_ = std::move(g.process);

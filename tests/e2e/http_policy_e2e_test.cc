@@ -10,6 +10,7 @@
 #include "util/http_client.h"
 #include "util/raw_upstream.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -29,7 +30,7 @@ path_prefix = "/"
 key = "off"
 )";
     GatewayProcess g =
-        StartGatewayProcess(IDEM_BINARY, upstream_->address(), "memory", dir_.File("gateway.log"),
+        StartGatewayProcess(idem::build_tree::kIdemBinary, upstream_->address(), "memory", dir_.File("gateway.log"),
                             {"--config", dir_.File("gateway.toml")});
     ASSERT_NE(g.process, nullptr) << g.address;
     gateway_ = std::move(g.process);

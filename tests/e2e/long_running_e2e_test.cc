@@ -16,6 +16,7 @@
 #include "util/redis_server.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -73,7 +74,7 @@ long_running = true
 )";
     admin_address_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
     service_ = std::make_unique<Process>(
-        std::vector<std::string>{LONG_RUNNING_SERVICE, "127.0.0.1:0", "--admin", admin_address_},
+        std::vector<std::string>{idem::build_tree::kLongRunningService, "127.0.0.1:0", "--admin", admin_address_},
         dir_.File("service.log"));
     auto line = service_->WaitForLine("listening on", 10s);
     ASSERT_TRUE(line) << service_->Output();
@@ -86,7 +87,7 @@ long_running = true
     std::vector<std::string> args = {"--config", dir_.File("gateway.toml")};
     if (i == 0) args.insert(args.end(), {"--admin-listen", admin_address_});
     GatewayProcess gateway =
-        StartGatewayProcess(IDEM_BINARY, service_address_, store_url_,
+        StartGatewayProcess(idem::build_tree::kIdemBinary, service_address_, store_url_,
                             dir_.File("gateway-" + std::to_string(i) + ".log"), args);
     ASSERT_NE(gateway.process, nullptr) << gateway.address;
     if (gateways_.size() <= static_cast<size_t>(i)) gateways_.resize(i + 1);

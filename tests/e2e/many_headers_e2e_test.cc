@@ -17,6 +17,7 @@
 #include "util/gateway_process.h"
 #include "util/raw_upstream.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -38,7 +39,7 @@ TEST(ManyHeadersTest, ExchangesWithManyFieldsAreNotDelayedByNagle) {
            "Content-Type: text/plain\r\nContent-Length: 7\r\n\r\ncreated";
   });
   GatewayProcess g =
-      StartGatewayProcess(IDEM_BINARY, upstream.address(), "memory", dir.File("gateway.log"));
+      StartGatewayProcess(idem::build_tree::kIdemBinary, upstream.address(), "memory", dir.File("gateway.log"));
   ASSERT_NE(g.process, nullptr) << g.address;
 
   // Seven exchanges, each on its own connection, so the median is a typical one; the first

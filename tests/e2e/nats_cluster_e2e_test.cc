@@ -22,6 +22,7 @@
 #include "util/nats_cluster.h"
 #include "util/recording_service.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -86,7 +87,7 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
                       "--batch", "20"},
                      dir_.File("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ConsumeProcess consume(IDEM_BINARY,
+  ConsumeProcess consume(idem::build_tree::kIdemBinary,
                          {cluster_.Urls(), "ORDERS", "apply", service.Url("/apply"),
                           {"--ack-wait", "2s", "--timeout", "1s", "--max-in-flight", "16"}});
   ASSERT_EQ(consume.Start(), "");

@@ -16,6 +16,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -28,7 +29,7 @@ class PaymentsTest : public ::testing::Test {
     ASSERT_EQ(server_.error(), "");
     database_ = server_.CreateDatabase();
     service_ = std::make_unique<Process>(
-        std::vector<std::string>{PAYMENTS_SERVICE, server_.Url(database_), "127.0.0.1:0"},
+        std::vector<std::string>{idem::build_tree::kPaymentsService, server_.Url(database_), "127.0.0.1:0"},
         dir_.File("service.log"));
     auto line = service_->WaitForLine("listening on", 20s);
     ASSERT_TRUE(line.has_value()) << service_->Output();
@@ -40,7 +41,7 @@ path_prefix = "/v1/payments"
 key = "required"
 lease = "1s"
 )";
-    gateway_ = StartGatewayProcess(IDEM_BINARY, service_address_, server_.Url(database_),
+    gateway_ = StartGatewayProcess(idem::build_tree::kIdemBinary, service_address_, server_.Url(database_),
                                    dir_.File("gateway.log"),
                                    {"--config", dir_.File("gateway.toml")});
     ASSERT_NE(gateway_.process, nullptr) << gateway_.address;

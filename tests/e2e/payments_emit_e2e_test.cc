@@ -23,6 +23,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -44,7 +45,7 @@ class PaymentsEmitTest : public ::testing::Test {
     ASSERT_EQ(js_.AddStream("PAYMENTS", {"payments.>"}, 120000), "");
     // The service installs idem's schema (records, worker layer, outbox) before it listens.
     service_ = std::make_unique<Process>(
-        std::vector<std::string>{PAYMENTS_SERVICE, pg_.Url(database_), "127.0.0.1:0"},
+        std::vector<std::string>{idem::build_tree::kPaymentsService, pg_.Url(database_), "127.0.0.1:0"},
         dir_.File("service.log"));
     auto line = service_->WaitForLine("listening on", 20s);
     ASSERT_TRUE(line.has_value()) << service_->Output();
@@ -56,7 +57,7 @@ path_prefix = "/v1/payments"
 key = "required"
 lease = "30s"
 )";
-    gateway_ = StartGatewayProcess(IDEM_BINARY, service_address_, pg_.Url(database_),
+    gateway_ = StartGatewayProcess(idem::build_tree::kIdemBinary, service_address_, pg_.Url(database_),
                                    dir_.File("gateway.log"),
                                    {"--config", dir_.File("gateway.toml")});
     ASSERT_NE(gateway_.process, nullptr) << gateway_.address;
@@ -77,7 +78,7 @@ lease = "30s"
   std::unique_ptr<Process> StartConsumer(const std::string& crash_point = "") {
     if (!crash_point.empty()) setenv("IDEM_TEST_CRASH_POINT", crash_point.c_str(), 1);
     auto consumer = std::make_unique<Process>(
-        std::vector<std::string>{PAYMENTS_CONSUMER, nats_.Url(), pg_.Url(database_), "PAYMENTS",
+        std::vector<std::string>{idem::build_tree::kPaymentsConsumer, nats_.Url(), pg_.Url(database_), "PAYMENTS",
                                  "settlement", "1"},
         dir_.File("consumer-" + std::to_string(++consumers_) + ".log"));
     if (!crash_point.empty()) unsetenv("IDEM_TEST_CRASH_POINT");

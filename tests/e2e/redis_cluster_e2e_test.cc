@@ -16,6 +16,7 @@
 #include "util/http_client.h"
 #include "util/redis_cluster.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -33,7 +34,7 @@ class RedisClusterGatewayTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(cluster_.Start(), "");
-    ASSERT_EQ(fleet_.Start(IDEM_BINARY, EXAMPLE_SERVICE, dir_.path().string(),
+    ASSERT_EQ(fleet_.Start(idem::build_tree::kIdemBinary, idem::build_tree::kExampleService, dir_.path().string(),
                            cluster_.Url("&prefix=e2e&timeout_ms=1000"), 2),
               "");
   }

@@ -20,6 +20,7 @@
 #include "util/redis_server.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -79,7 +80,7 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
     server_ = GetParam().make();
     const std::string error = server_->Start();
     ASSERT_EQ(error, "") << "cannot start the " << GetParam().name << " server";
-    ASSERT_EQ(fleet_.Start(IDEM_BINARY, EXAMPLE_SERVICE, dir_.path().string(),
+    ASSERT_EQ(fleet_.Start(idem::build_tree::kIdemBinary, idem::build_tree::kExampleService, dir_.path().string(),
                            server_->StoreUrl(), 2),
               "");
   }
@@ -352,7 +353,7 @@ TEST_P(SharedStoreTest, KillingTheStoreUnderLoadNeverRunsAKeyTwiceAndNeverHangs)
 TEST_P(SharedStoreTest, AStoreRestartDuringCompletionsRunsNoKeyTwice) {
   std::ofstream(dir_.File("lease.toml")) << "[[route]]\npath_prefix = \"/\"\nlease = \"8s\"\n";
   GatewayProcess gateway =
-      StartGatewayProcess(IDEM_BINARY, fleet_.service_address, server_->StoreUrl(),
+      StartGatewayProcess(idem::build_tree::kIdemBinary, fleet_.service_address, server_->StoreUrl(),
                           dir_.File("gateway-lease.log"), {"--config", dir_.File("lease.toml")});
   ASSERT_NE(gateway.process, nullptr) << gateway.address;
   constexpr int kRequests = 6;
@@ -415,11 +416,11 @@ TEST(RedisLateBeginTest, AClaimThatRanAfterItsTimeoutHoldsTheKeyForOneLeaseThenR
   TempDir dir;
   RedisServer redis;
   ASSERT_EQ(redis.Start(), "");
-  auto [service, service_address] = StartExampleService(EXAMPLE_SERVICE, dir.File("service.log"));
+  auto [service, service_address] = StartExampleService(idem::build_tree::kExampleService, dir.File("service.log"));
   ASSERT_NE(service, nullptr) << service_address;
   std::ofstream(dir.File("lease.toml")) << "[[route]]\npath_prefix = \"/\"\nlease = \"3s\"\n";
   GatewayProcess gateway = StartGatewayProcess(
-      IDEM_BINARY, service_address, redis.Url("?timeout_ms=300&connect_timeout_ms=300"),
+      idem::build_tree::kIdemBinary, service_address, redis.Url("?timeout_ms=300&connect_timeout_ms=300"),
       dir.File("gateway.log"), {"--config", dir.File("lease.toml")});
   ASSERT_NE(gateway.process, nullptr) << gateway.address;
   auto post = [&] {

@@ -17,6 +17,7 @@
 #include "util/redis_server.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -33,7 +34,7 @@ class TieredGatewayTest : public ::testing::Test {
     PostgresServer& pg = own_pg_ ? *own_pg_ : SharedPostgresServer();
     ASSERT_EQ(pg.error(), "");
     durable_url_ = pg.Url(pg.CreateDatabase()) + "?timeout_ms=2000&connect_timeout=1";
-    ASSERT_EQ(fleet_.Start(IDEM_BINARY, EXAMPLE_SERVICE, dir_.path().string(),
+    ASSERT_EQ(fleet_.Start(idem::build_tree::kIdemBinary, idem::build_tree::kExampleService, dir_.path().string(),
                            redis_.Url("?timeout_ms=500&connect_timeout_ms=300"), 2,
                            {"--durable-store", durable_url_}),
               "");

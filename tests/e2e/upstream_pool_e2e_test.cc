@@ -12,6 +12,7 @@
 #include "util/http_client.h"
 #include "util/raw_upstream.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -21,7 +22,7 @@ TEST(UpstreamPoolTest, ConnectionsTheUpstreamClosedWhileIdleAreNeverReused) {
   RawUpstream upstream;
   upstream.CloseAfterEachAnswer();
   GatewayProcess g =
-      StartGatewayProcess(IDEM_BINARY, upstream.address(), "memory", dir.File("gateway.log"));
+      StartGatewayProcess(idem::build_tree::kIdemBinary, upstream.address(), "memory", dir.File("gateway.log"));
   ASSERT_NE(g.process, nullptr) << g.address;
   constexpr int kRequests = 6;
   for (int i = 0; i < kRequests; ++i) {

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "gateway/proxy.h"
+#include "util/build_tree.h"
 
 namespace idem::gateway {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 using Row = std::vector<std::string>;
 
 std::string ReadDocs() {
-  std::ifstream in(std::string(IDEM_SOURCE_DIR) + "/docs/gateway.md");
+  std::ifstream in(std::string(idem::build_tree::kSourceDir) + "/docs/gateway.md");
   std::stringstream text;
   text << in.rdbuf();
   return text.str();

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "util/http_client.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 
@@ -93,7 +94,7 @@ std::string AddStream(jsCtx* js, const std::string& name, const std::vector<std:
 
 RelayProcess::RelayProcess(const std::vector<std::string>& args, const std::string& log_path,
                            const std::string& crash_point) {
-  std::vector<std::string> argv = {IDEM_BINARY, "relay", "--admin-listen", "127.0.0.1:0"};
+  std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "relay", "--admin-listen", "127.0.0.1:0"};
   argv.insert(argv.end(), args.begin(), args.end());
   // The child inherits the environment at fork; set the crash point around the start only.
   if (!crash_point.empty()) setenv("IDEM_RELAY_TEST_CRASH_POINT", crash_point.c_str(), 1);

@@ -19,6 +19,7 @@
 #include "store/postgres/postgres_store.h"
 #include "util/js_client.h"
 #include "util/nats_server.h"
+#include "util/build_tree.h"
 
 namespace idem {
 namespace {
@@ -89,7 +90,7 @@ bool ExitedWith(const std::optional<int>& status, int code) {
 // refused at start, not by the first sweep an hour later.
 TEST_F(RelayTest, RetentionBeyondTheSweepsBoundIsRefusedAtStart) {
   ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
-  testing::Process relay({IDEM_BINARY, "relay", "--db", pg().Url(database_), "--nats", nats_.Url(),
+  testing::Process relay({idem::build_tree::kIdemBinary, "relay", "--db", pg().Url(database_), "--nats", nats_.Url(),
                           "--stream", "ORDERS", "--retention-days", "367"},
                          Log("retention.log"));
   EXPECT_TRUE(ExitedWith(relay.WaitForExit(seconds(10)), 2)) << relay.Output();
@@ -98,7 +99,7 @@ TEST_F(RelayTest, RetentionBeyondTheSweepsBoundIsRefusedAtStart) {
 }
 
 TEST_F(RelayTest, MissingStreamIsAClearErrorAndCreateStreamCreatesIt) {
-  testing::Process missing({IDEM_BINARY, "relay", "--db", pg().Url(database_), "--nats",
+  testing::Process missing({idem::build_tree::kIdemBinary, "relay", "--db", pg().Url(database_), "--nats",
                             nats_.Url(), "--stream", "NOPE"},
                            Log("missing.log"));
   const auto status = missing.WaitForExit(seconds(30));
@@ -621,7 +622,7 @@ TEST_F(RelayTest, SubjectsFlagNarrowsWhatARelayTakes) {
   for (const auto& [subjects, message] : std::vector<std::pair<std::string, std::string>>{
            {"short.>", "--subjects 'short.>' is not within stream ORD's subjects (orders.>)"},
            {"orders..x", "--subjects: 'orders..x' is not a NATS subject pattern"}}) {
-    testing::Process refused({IDEM_BINARY, "relay", "--db", pg().Url(database_), "--nats",
+    testing::Process refused({idem::build_tree::kIdemBinary, "relay", "--db", pg().Url(database_), "--nats",
                               nats_.Url(), "--stream", "ORD", "--subjects", subjects},
                              Log("refused.log"));
     const auto status = refused.WaitForExit(seconds(30));

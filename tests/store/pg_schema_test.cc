@@ -20,6 +20,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem {
 namespace {
@@ -132,7 +133,7 @@ class PgSchemaTest : public ::testing::Test {
 
   // `idem migrate --print-sql [--store URL]`: its exit code, what it printed in *output.
   int PrintSql(const std::string& url, std::string* output) {
-    std::vector<std::string> argv = {IDEM_BINARY, "migrate", "--print-sql"};
+    std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "migrate", "--print-sql"};
     if (!url.empty()) {
       argv.push_back("--store");
       argv.push_back(url);
@@ -272,7 +273,7 @@ TEST_F(PgSchemaTest, PrintSqlWantsAPostgresStoreAndAStoreOrTheFlag) {
   std::string output;
   EXPECT_EQ(PrintSql("sqlite:x.db", &output), 1);
   EXPECT_NE(output.find("for PostgreSQL stores"), std::string::npos) << output;
-  EXPECT_EQ(Run({IDEM_BINARY, "migrate"}, &output), 2) << output;
+  EXPECT_EQ(Run({idem::build_tree::kIdemBinary, "migrate"}, &output), 2) << output;
   EXPECT_NE(output.find("--store"), std::string::npos) << output;
 }
 

@@ -18,6 +18,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem {
 namespace {
@@ -428,7 +429,7 @@ TEST(PostgresExampleTest, TheTransactionExampleRecordsExactlyOnePayment) {
   ASSERT_EQ(server.error(), "");
   const std::string database = server.CreateDatabase();
   testing::TempDir dir;
-  testing::Process example({POSTGRES_TRANSACTION_EXAMPLE, server.Url(database)},
+  testing::Process example({idem::build_tree::kPostgresTransactionExample, server.Url(database)},
                            dir.File("example.log"));
   const auto status = example.WaitForExit(seconds(60));
   ASSERT_TRUE(status.has_value()) << example.Output();
@@ -446,7 +447,7 @@ TEST(PostgresMigrateTest, IdemMigrateCreatesTheSchemaAndIsSafeToRunAgain) {
   const std::string database = server.CreateDatabase();
   testing::TempDir dir;
   for (int run = 1; run <= 2; ++run) {
-    testing::Process migrate({IDEM_BINARY, "migrate", "--store", server.Url(database)},
+    testing::Process migrate({idem::build_tree::kIdemBinary, "migrate", "--store", server.Url(database)},
                              dir.File("migrate-" + std::to_string(run) + ".log"));
     const auto status = migrate.WaitForExit(seconds(60));
     ASSERT_TRUE(status.has_value()) << migrate.Output();
@@ -462,7 +463,7 @@ TEST(PostgresMigrateTest, IdemMigrateCreatesTheSchemaAndIsSafeToRunAgain) {
   EXPECT_EQ(server.Query(database, "SELECT to_regprocedure('idem.inbox_claim(text, text)') IS NOT NULL"),
             "t");
 
-  testing::Process bad({IDEM_BINARY, "migrate", "--store", "postgresql://u:pw@127.0.0.1:1/x"},
+  testing::Process bad({idem::build_tree::kIdemBinary, "migrate", "--store", "postgresql://u:pw@127.0.0.1:1/x"},
                        dir.File("migrate-bad.log"));
   const auto status = bad.WaitForExit(seconds(60));
   ASSERT_TRUE(status.has_value());

@@ -28,6 +28,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
@@ -123,7 +124,7 @@ class EffectsTest : public ::testing::Test {
   // `group`: the runtime's messages_per_transaction.
   std::unique_ptr<Process> StartRuntime(const std::string& crash_point = "",
                                         const std::string& consumer = "workers", int group = 1) {
-    auto p = Spawn({LEDGER_CONSUMER, nats_.Url(), "PAY", consumer, pg_->ConnInfo(db_),
+    auto p = Spawn({idem::build_tree::kLedgerConsumer, nats_.Url(), "PAY", consumer, pg_->ConnInfo(db_),
                     "--ack-wait-ms", "1500", "--messages-per-transaction", std::to_string(group)},
                    dir_.File("runtime-" + std::to_string(++launches_) + ".log"), crash_point);
     EXPECT_TRUE(p->WaitForLine("pulling from", 15s)) << p->Output();
@@ -311,7 +312,7 @@ TEST_F(RuntimeDatabaseRestartTest, PostgresKilledAndRestartedMidRun) {
 // --- examples/payments/consumer.cc ------------------------------------------------------------
 
 TEST_F(EffectsTest, PaymentsExampleConsumerSettlesEachPaymentOnce) {
-  auto consumer = Spawn({PAYMENTS_CONSUMER, nats_.Url(), pg_->Url(db_)},
+  auto consumer = Spawn({idem::build_tree::kPaymentsConsumer, nats_.Url(), pg_->Url(db_)},
                         dir_.File("payments-consumer.log"));
   ASSERT_TRUE(consumer->WaitForLine("pulling from", 15s)) << consumer->Output();
   // Another worker refunded p-3 already: settling it must be refused, not applied.
@@ -346,7 +347,7 @@ class SidecarTest : public EffectsTest {
  protected:
   std::unique_ptr<Process> StartService(const std::string& crash_point = "") {
     if (service_port_ == 0) service_port_ = FreeLoopbackPort();
-    auto p = Spawn({LEDGER_SERVICE, pg_->ConnInfo(db_), std::to_string(service_port_)},
+    auto p = Spawn({idem::build_tree::kLedgerService, pg_->ConnInfo(db_), std::to_string(service_port_)},
                    dir_.File("service-" + std::to_string(++launches_) + ".log"), crash_point);
     EXPECT_TRUE(p->WaitForLine("listening on", 10s)) << p->Output();
     return p;
@@ -364,7 +365,7 @@ class SidecarTest : public EffectsTest {
       flags.push_back(f);
     }
     auto c = std::make_unique<ConsumeProcess>(
-        IDEM_BINARY,
+        idem::build_tree::kIdemBinary,
         ConsumeArgs{nats_.Url(), "PAY", "sidecar",
                     "http://127.0.0.1:" + std::to_string(port ? port : service_port_) + "/apply",
                     std::move(flags), crash_point});

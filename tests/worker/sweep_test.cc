@@ -13,6 +13,7 @@
 #include "util/process.h"
 #include "util/temp_dir.h"
 #include "worker/pg_worker_fixture.h"
+#include "util/build_tree.h"
 
 namespace idem::worker_test {
 namespace {
@@ -35,7 +36,7 @@ class SweepTest : public PgWorkerTest {
   }
   // Runs the binary; returns its exit code (-1: no exit within 30 s, or killed).
   int Run(const std::vector<std::string>& args, std::string* output = nullptr) {
-    std::vector<std::string> argv = {IDEM_BINARY, "sweep"};
+    std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "sweep"};
     argv.insert(argv.end(), args.begin(), args.end());
     testing::Process p(argv, dir_.File("sweep-" + std::to_string(++runs_) + ".log"));
     const auto status = p.WaitForExit(seconds(30));
@@ -173,7 +174,7 @@ TEST_F(SweepTest, FlagsExitCodesAndTheDaemon) {
       << out;
   EXPECT_NE(out.find("error"), std::string::npos) << out;
 
-  testing::Process daemon({IDEM_BINARY, "sweep", "--db", db, "--every", "1h"},
+  testing::Process daemon({idem::build_tree::kIdemBinary, "sweep", "--db", db, "--every", "1h"},
                           dir_.File("daemon.log"));
   ASSERT_TRUE(daemon.WaitForLine("sweep: inbox: dropped", seconds(30))) << daemon.Output();
   const int status = daemon.Stop(SIGTERM, seconds(10));
