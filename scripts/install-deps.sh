@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build ccache g++ clang-14 pkg-config
+  cmake ninja-build ccache lld g++ clang-14 pkg-config
   libboost1.81-dev libssl-dev libsqlite3-dev sqlite3
   libhiredis-dev redis-server libpq-dev postgresql
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
