@@ -150,6 +150,20 @@ std::string PostgresServer::CreateDatabase() {
   return name;
 }
 
+std::string PostgresServer::CopyDatabase(const std::string& template_database) {
+  const std::string name = "t_" + std::to_string(++databases_);
+  // FILE_COPY copies the template's files in one step (a few tens of milliseconds), where the
+  // default strategy writes every page through the WAL.
+  const std::string answer = Query(
+      "postgres", "CREATE DATABASE " + name + " TEMPLATE " + template_database +
+                      " STRATEGY FILE_COPY");
+  if (answer.rfind("ERROR", 0) == 0) {
+    error_ = answer;
+    return "";
+  }
+  return name;
+}
+
 std::string PostgresServer::Query(const std::string& database, const std::string& sql) const {
   PGconn* conn = PQconnectdb((ConnInfo(database) + " connect_timeout=5").c_str());
   std::string out;

@@ -33,6 +33,9 @@ class PostgresServer {
   std::string ConnInfo(const std::string& database) const;
   // Creates a new empty database ("t_1", "t_2", ...) and returns its name.
   std::string CreateDatabase();
+  // Creates a new database ("t_N") as a copy of `template_database`, which no session may be
+  // connected to, and returns its name; "" (and the server's message in error()) on failure.
+  std::string CopyDatabase(const std::string& template_database);
   // Runs `sql` on `database`; returns the first column of the first row ("" if none), or
   // "ERROR: ..." on failure.
   std::string Query(const std::string& database, const std::string& sql) const;

@@ -4,7 +4,7 @@
 #include <atomic>
 
 #include "contract/store_contract.h"
-#include "util/postgres_server.h"
+#include "util/migrated_database.h"
 #include "util/redis_server.h"
 
 namespace idem::testing {
@@ -18,7 +18,7 @@ ContractTarget TieredTarget() {
                         },
                         // PostgreSQL drops whole expired day partitions; Redis expires by itself.
                         /*sweep_counts=*/false};
-  target.fresh_durable_url = [](const TempDir&) { return FreshPostgresUrl(); };
+  target.fresh_durable_url = [](const TempDir&) { return MigratedPostgresUrl(); };
   return target;
 }
 

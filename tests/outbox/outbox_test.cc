@@ -14,6 +14,7 @@
 #include "store/postgres/pg_schema.h"
 #include "store/postgres/pg_sql_files.h"
 #include "store/postgres/postgres_store.h"
+#include "util/migrated_database.h"
 #include "util/wait_for.h"
 
 namespace idem {
@@ -28,9 +29,8 @@ class OutboxTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(server().error(), "");
-    database_ = server().CreateDatabase();
-    auto migrated = MigratePostgresSchema(server().Url(database_));
-    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
+    database_ = testing::MigratedDatabase(server());
+    ASSERT_NE(database_, "");
   }
   static testing::PostgresServer& server() { return SharedPostgresServer(); }
   PgConn Connect() { return ConnectPg(server(), database_); }

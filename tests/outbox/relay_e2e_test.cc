@@ -20,6 +20,7 @@
 #include "util/js_client.h"
 #include "util/nats_server.h"
 #include "util/build_tree.h"
+#include "util/migrated_database.h"
 
 namespace idem {
 namespace {
@@ -39,9 +40,8 @@ class RelayTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(pg().error(), "");
-    database_ = pg().CreateDatabase();
-    auto migrated = MigratePostgresSchema(pg().Url(database_));
-    ASSERT_TRUE(migrated.ok()) << migrated.status().ToString();
+    database_ = testing::MigratedDatabase(pg());
+    ASSERT_NE(database_, "");
     ASSERT_EQ(nats_.Start(), "");
     ASSERT_EQ(js_.Connect(nats_.Url()), "");
   }

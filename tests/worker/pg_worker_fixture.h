@@ -15,6 +15,7 @@
 
 #include "idem/store.h"
 #include "store/postgres/postgres_store.h"
+#include "util/migrated_database.h"
 #include "util/postgres_server.h"
 
 namespace idem::worker_test {
@@ -57,9 +58,8 @@ class PgWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_EQ(server_.error(), "");
-    database_ = server_.CreateDatabase();
-    auto version = MigratePostgresSchema(server_.Url(database_));
-    ASSERT_TRUE(version.ok()) << version.status().ToString();
+    database_ = testing::MigratedDatabase(server_);
+    ASSERT_NE(database_, "");
   }
   std::unique_ptr<Conn> Connect() {
     auto c = std::make_unique<Conn>(server_.ConnInfo(database_));
