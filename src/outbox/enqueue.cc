@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/outbox.h"
+#include "pg/pg_connection.h"
 #include "store/postgres/pg_calls.h"
-#include "store/postgres/pg_connection.h"
 
 namespace idem::outbox {
 

@@ -10,7 +10,7 @@
 
 #include "idem/scope.h"
 #include "idem/worker.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_connection.h"
 #include "worker/worker_common.h"
 
 namespace idem::worker {

@@ -10,9 +10,9 @@
 #include "outbox/emit_test_util.h"
 #include "outbox/outbox_db.h"
 #include "outbox/subject_match.h"
-#include "store/postgres/pg_binary_array.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_sql_files.h"
+#include "pg/pg_binary_array.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_sql_files.h"
 #include "store/postgres/postgres_store.h"
 #include "util/wait_for.h"
 

@@ -10,7 +10,7 @@
 
 #include "idem/record.h"
 #include "idem/store.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_connection.h"
 
 namespace idem::internal::pg {
 

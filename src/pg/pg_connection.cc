@@ -1,4 +1,4 @@
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_connection.h"
 
 #include <poll.h>
 
