@@ -5,118 +5,14 @@
 #include <cstring>
 #include <utility>
 
+#include "pg/pg_errors.h"
+
 namespace idem::internal::pg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string TrimmedError(const char* message) {
-  std::string text = message != nullptr ? message : "";
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text.empty() ? "unknown error" : text;
-}
-
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 }  // namespace
-
-// ---- PgParams --------------------------------------------------------------------------------
-
-PgParams& PgParams::Text(std::string value) {
-  lengths_.push_back(static_cast<int>(value.size()));
-  values_.push_back(std::move(value));
-  null_.push_back(false);
-  formats_.push_back(0);
-  return *this;
-}
-
-PgParams& PgParams::Bytes(std::string value) {
-  Text(std::move(value));
-  formats_.back() = 1;
-  return *this;
-}
-
-PgParams& PgParams::Null() {
-  Text("");
-  null_.back() = true;
-  return *this;
-}
-
-const char* const* PgParams::values() const {
-  pointers_.clear();
-  for (size_t i = 0; i < values_.size(); ++i) {
-    pointers_.push_back(null_[i] ? nullptr : values_[i].data());
-  }
-  return pointers_.data();
-}
-
-// ---- errors ----------------------------------------------------------------------------------
-
-Status FromPgResult(const PGresult* result, PGconn* conn, std::string_view op) {
-  std::string message = "postgresql " + std::string(op) + ": ";
-  const char* sqlstate = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
-  if (result != nullptr && PQresultErrorMessage(result)[0] != '\0') {
-    message += TrimmedError(PQresultErrorMessage(result));
-  } else {
-    message += TrimmedError(conn != nullptr ? PQerrorMessage(conn) : nullptr);
-  }
-  const std::string_view code = sqlstate != nullptr ? sqlstate : "";
-  if (code.empty() || (conn != nullptr && PQstatus(conn) != CONNECTION_OK)) {
-    return UnavailableError(std::move(message));
-  }
-  message += " (SQLSTATE " + std::string(code) + ")";
-  if (StartsWith(code, "08") || StartsWith(code, "53") || StartsWith(code, "57") ||
-      StartsWith(code, "40") || code == "55P03" || code == "58000" || code == "58030") {
-    return UnavailableError(std::move(message));  // connection, resources, shutdown, timeouts
-  }
-  if (StartsWith(code, "42") || code == "55000" || StartsWith(code, "3F") ||
-      StartsWith(code, "25")) {
-    return FailedPreconditionError(std::move(message));  // no schema, wrong transaction state
-  }
-  // idem's own SQLSTATEs (class ID), raised by the worker layer (sql/schema/worker.sql).
-  if (code == "ID001") return AlreadyExistsError(std::move(message));  // ledger txn id reused
-  if (code == "ID002") return FailedPreconditionError(std::move(message));  // ledger immutable
-  if (StartsWith(code, "22")) return InvalidArgumentError(std::move(message));
-  if (StartsWith(code, "XX")) return DataLossError(std::move(message));
-  return InternalError(std::move(message));
-}
-
-Status CheckResult(const PGresult* result, PGconn* conn, std::string_view op) {
-  const ExecStatusType status = PQresultStatus(result);
-  if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return Status::Ok();
-  return FromPgResult(result, conn, op);
-}
-
-// ---- binary columns --------------------------------------------------------------------------
-
-bool ColumnIsNull(const PGresult* result, int row, int column) {
-  return PQgetisnull(result, row, column) != 0;
-}
-
-std::string_view ColumnBytes(const PGresult* result, int row, int column) {
-  return {PQgetvalue(result, row, column),
-          static_cast<size_t>(PQgetlength(result, row, column))};
-}
-
-Result<int64_t> ColumnInt(const PGresult* result, int row, int column) {
-  if (ColumnIsNull(result, row, column)) {
-    return DataLossError("column " + std::to_string(column) + " is NULL");
-  }
-  const std::string_view bytes = ColumnBytes(result, row, column);
-  if (bytes.size() != 1 && bytes.size() != 2 && bytes.size() != 4 && bytes.size() != 8) {
-    return DataLossError("column " + std::to_string(column) + " is not a binary integer");
-  }
-  uint64_t value = 0;
-  for (unsigned char c : bytes) value = (value << 8) | c;
-  // Sign-extend the narrower widths.
-  const int bits = static_cast<int>(bytes.size()) * 8;
-  if (bits < 64 && (value >> (bits - 1)) != 0) value |= ~uint64_t{0} << bits;
-  return static_cast<int64_t>(value);
-}
-
-// ---- PgConnection ----------------------------------------------------------------------------
 
 Result<std::unique_ptr<PgConnection>> PgConnection::Connect(
     const std::vector<std::string>& keywords, const std::vector<std::string>& values,
