@@ -23,7 +23,7 @@ endfunction()
 file(WRITE "${OUTPUT}.tmp"
   "// Generated at build time by cmake/embed_sql.cmake from the files of sql/ (listed in\n"
   "// sql/sql_files.cmake). Do not edit: edit the SQL files.\n"
-  "#include \"store/postgres/pg_sql_files.h\"\n\n"
+  "#include \"pg/pg_sql_files.h\"\n\n"
   "namespace idem::internal::pg {\n"
   "namespace {\n\n")
 append_files(kSchema "${SCHEMA}")

@@ -5,8 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "idem/outbox.h"
-#include "store/postgres/pg_calls.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_errors.h"
+#include "pg/pg_params.h"
+#include "pg/pg_result.h"
 
 namespace idem::outbox {
 

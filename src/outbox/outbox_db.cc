@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "store/postgres/pg_binary_array.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_binary_array.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_url.h"
 
 namespace idem::outbox {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "idem/status.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_connection.h"
 
 namespace idem::outbox {
 

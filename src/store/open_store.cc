@@ -3,9 +3,9 @@
 
 #include "core/text.h"
 #include "idem/store.h"
+#include "pg/pg_url.h"
 #include "store/memory/memory_store.h"
 #include "store/redis/redis_store.h"
-#include "store/postgres/pg_url.h"
 #include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
 #include "store/tiered/tiered_store.h"

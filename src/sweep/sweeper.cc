@@ -1,9 +1,9 @@
 #include "sweep/sweeper.h"
 
 #include "outbox/outbox_db.h"
-#include "store/postgres/pg_connection.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_connection.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_url.h"
 
 namespace idem::sweep {
 

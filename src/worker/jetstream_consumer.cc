@@ -13,7 +13,7 @@
 #include <span>
 
 #include "core/text.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_result.h"
 #include "worker/crash_point.h"
 #include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"

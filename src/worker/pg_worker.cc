@@ -1,7 +1,7 @@
 // The worker layer on PostgreSQL (include/idem/worker.h): each call is one round trip running
 // one function of schema `idem` (sql/schema/worker.sql) on the caller's connection,
-// inside the caller's transaction. Errors convert in the PostgreSQL driver's one place
-// (FromPgResult).
+// inside the caller's transaction. Errors convert in the PostgreSQL module's one place
+// (FromPgResult, pg/pg_errors.h).
 #include <libpq-fe.h>
 
 #include <cerrno>
@@ -10,7 +10,9 @@
 
 #include "idem/scope.h"
 #include "idem/worker.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_errors.h"
+#include "pg/pg_params.h"
+#include "pg/pg_result.h"
 #include "worker/worker_common.h"
 
 namespace idem::worker {

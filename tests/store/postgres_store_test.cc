@@ -14,7 +14,7 @@
 #include "idem/fingerprint.h"
 #include "idem/postgres.h"
 #include "idem/store.h"
-#include "store/postgres/pg_schema.h"
+#include "pg/pg_schema.h"
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"

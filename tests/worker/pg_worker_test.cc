@@ -16,8 +16,8 @@
 
 #include "idem/store.h"
 #include "idem/worker.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_sql_files.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_sql_files.h"
 #include "store/postgres/postgres_store.h"
 #include "worker/pg_worker_fixture.h"
 

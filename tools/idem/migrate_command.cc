@@ -3,9 +3,9 @@
 #include <chrono>
 
 #include "idem/store.h"
-#include "store/postgres/pg_connection.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_connection.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_url.h"
 
 namespace idem::cli {
 namespace {

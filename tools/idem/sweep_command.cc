@@ -13,7 +13,7 @@
 
 #include "idem/gateway_options.h"
 #include "outbox/admin_server.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_url.h"
 #include "sweep/sweeper.h"
 
 namespace idem::cli {

@@ -32,15 +32,6 @@ PgParams& AddNow(PgParams& params, NowParam now) {
   return now ? params.Int(ToMillis(*now)) : params.Null();
 }
 
-Status ExpectOneRow(const PGresult* result, int columns) {
-  if (PQntuples(result) != 1 || PQnfields(result) != columns) {
-    return DataLossError("expected 1 row of " + std::to_string(columns) + " columns, got " +
-                         std::to_string(PQntuples(result)) + " of " +
-                         std::to_string(PQnfields(result)));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 std::string ScopeId(const Scope& scope) {
@@ -163,18 +154,6 @@ Result<BeginOutcome> DecodeBegin(const PGresult* result) {
       return BeginOutcome(Mismatch{});
   }
   return DataLossError("idem_begin returned unknown outcome " + std::to_string(*outcome));
-}
-
-Result<bool> DecodeBool(const PGresult* result) {
-  IDEM_RETURN_IF_ERROR(ExpectOneRow(result, 1));
-  auto value = ColumnInt(result, 0, 0);
-  if (!value.ok()) return value.status();
-  return *value != 0;
-}
-
-Result<int64_t> DecodeInt(const PGresult* result) {
-  IDEM_RETURN_IF_ERROR(ExpectOneRow(result, 1));
-  return ColumnInt(result, 0, 0);
 }
 
 Result<std::optional<Record>> DecodeGet(const PGresult* result, const Scope& scope) {

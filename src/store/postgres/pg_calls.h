@@ -10,7 +10,8 @@
 
 #include "idem/record.h"
 #include "idem/store.h"
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_params.h"
+#include "pg/pg_result.h"
 
 namespace idem::internal::pg {
 
@@ -73,10 +74,9 @@ PgParams ReleaseParams(const Scope& scope, FencingToken token, NowParam now);
 PgParams PurgeParams(const Scope& scope, NowParam now);
 PgParams GetParams(const Scope& scope, NowParam now);
 
-// Decoders of binary-format results. kDataLoss when the row is not what the SQL promises.
+// Decoders of binary-format results (DecodeBool and DecodeInt: pg_result.h). kDataLoss when
+// the row is not what the SQL promises.
 Result<BeginOutcome> DecodeBegin(const PGresult* result);
-Result<bool> DecodeBool(const PGresult* result);
-Result<int64_t> DecodeInt(const PGresult* result);
 Result<std::optional<Record>> DecodeGet(const PGresult* result, const Scope& scope);
 
 }  // namespace idem::internal::pg

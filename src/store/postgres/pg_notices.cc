@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "store/postgres/pg_connection.h"
+#include "pg/pg_connection.h"
 #include "store/settle_listener.h"
 #include "store/settle_notice.h"
 

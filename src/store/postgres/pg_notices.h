@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "idem/store.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_url.h"
 
 namespace idem::internal::pg {
 

@@ -3,11 +3,11 @@
 #include <utility>
 
 #include "core/store_checks.h"
+#include "pg/pg_pool.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_url.h"
 #include "store/postgres/pg_calls.h"
 #include "store/postgres/pg_notices.h"
-#include "store/postgres/pg_pool.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_url.h"
 #include "store/tiers.h"
 
 namespace idem {

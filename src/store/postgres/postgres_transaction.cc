@@ -4,6 +4,9 @@
 
 #include "idem/postgres.h"
 #include "core/store_checks.h"
+#include "pg/pg_errors.h"
+#include "pg/pg_params.h"
+#include "pg/pg_result.h"
 #include "store/postgres/pg_calls.h"
 
 namespace idem::postgres {

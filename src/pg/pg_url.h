@@ -1,4 +1,4 @@
-// Parsing of PostgreSQL store URLs:
+// Parsing of PostgreSQL URLs (the store, idem migrate, idem relay and idem sweep take them):
 //   postgresql://USER[:PASS]@HOST[:PORT]/DB[?OPTIONS]     (postgres:// also accepted)
 // Options, joined with '&':
 //   pool_size=N               connections in the pool (1 to 1024; default 16)

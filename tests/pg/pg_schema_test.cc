@@ -13,10 +13,10 @@
 #include <sstream>
 #include <string>
 
-#include "store/postgres/pg_connection.h"
-#include "store/postgres/pg_schema.h"
-#include "store/postgres/pg_sql_files.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_connection.h"
+#include "pg/pg_schema.h"
+#include "pg/pg_sql_files.h"
+#include "pg/pg_url.h"
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"

@@ -1,10 +1,10 @@
-#include "store/postgres/pg_schema.h"
+#include "pg/pg_schema.h"
 
 #include <cstdlib>
 #include <string_view>
 #include <vector>
 
-#include "store/postgres/pg_sql_files.h"
+#include "pg/pg_sql_files.h"
 
 namespace idem::internal::pg {
 namespace {

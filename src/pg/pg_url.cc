@@ -1,4 +1,4 @@
-#include "store/postgres/pg_url.h"
+#include "pg/pg_url.h"
 
 #include <libpq-fe.h>
 

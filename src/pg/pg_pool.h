@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "idem/mutex.h"
-#include "store/postgres/pg_connection.h"
-#include "store/postgres/pg_url.h"
+#include "pg/pg_connection.h"
+#include "pg/pg_url.h"
 
 namespace idem::internal::pg {
 

@@ -1,4 +1,5 @@
-// Creating and migrating the PostgreSQL store's schema.
+// Creating and migrating idem's PostgreSQL schema: the record store's, the worker layer's and
+// the outbox's, under one version number.
 //
 // The SQL lives in sql/ at the repository root (sql/README.md): sql/schema/ is the current
 // schema, which a fresh install applies; sql/migrations/ holds one file per version, which bring
@@ -8,8 +9,8 @@
 #include <string>
 
 #include "idem/status.h"
-#include "store/postgres/pg_connection.h"
-#include "store/postgres/pg_schema_version.h"  // kSchemaVersion, generated from sql/sql_files.cmake
+#include "pg/pg_connection.h"
+#include "pg/pg_schema_version.h"  // kSchemaVersion, generated from sql/sql_files.cmake
 
 namespace idem::internal::pg {
 

@@ -1,4 +1,4 @@
-#include "store/postgres/pg_pool.h"
+#include "pg/pg_pool.h"
 
 #include <algorithm>
 #include <optional>

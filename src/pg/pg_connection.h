@@ -1,5 +1,5 @@
-// One libpq connection whose every wait is bounded, plus the small value types around it:
-// query parameters, an owned result, and the one place PostgreSQL errors become idem statuses.
+// One libpq connection whose every wait is bounded. Its statements' parameters (pg_params.h),
+// results (pg_result.h) and errors (pg_errors.h) have files of their own.
 //
 // Thread safety: a PgConnection is used by one thread at a time (the pool hands it out).
 #pragma once
@@ -7,56 +7,16 @@
 #include <libpq-fe.h>
 
 #include <chrono>
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "idem/status.h"
+#include "pg/pg_params.h"
+#include "pg/pg_result.h"
 
 namespace idem::internal::pg {
-
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
-
-// Parameters of one statement: text for numbers and strings, binary for bytea, or NULL.
-class PgParams {
- public:
-  PgParams& Text(std::string value);
-  PgParams& Bytes(std::string value);
-  PgParams& Int(int64_t value) { return Text(std::to_string(value)); }
-  PgParams& Null();
-
-  int size() const { return static_cast<int>(values_.size()); }
-  // Pointer arrays for libpq; valid while this object lives and is not changed.
-  const char* const* values() const;
-  const int* lengths() const { return lengths_.data(); }
-  const int* formats() const { return formats_.data(); }
-
- private:
-  std::vector<std::string> values_;
-  std::vector<bool> null_;
-  std::vector<int> lengths_;
-  std::vector<int> formats_;
-  mutable std::vector<const char*> pointers_;
-};
-
-// The one place PostgreSQL failures become statuses. `result` may be null (the connection
-// failed before a result arrived). Connection problems, timeouts, lock timeouts, deadlocks and
-// a server shutting down are kUnavailable; a missing function or table (schema not created)
-// and the wrong isolation level are kFailedPrecondition; bad data is kInvalidArgument; a
-// ledger txn id reused for another account or amount (SQLSTATE ID001) is kAlreadyExists.
-Status FromPgResult(const PGresult* result, PGconn* conn, std::string_view op);
-// REQUIRES: result is not null. Ok when the status is PGRES_COMMAND_OK or PGRES_TUPLES_OK.
-Status CheckResult(const PGresult* result, PGconn* conn, std::string_view op);
-
-// Binary-format result columns.
-Result<int64_t> ColumnInt(const PGresult* result, int row, int column);
-bool ColumnIsNull(const PGresult* result, int row, int column);
-std::string_view ColumnBytes(const PGresult* result, int row, int column);
 
 class PgConnection {
  public:

@@ -1,0 +1,51 @@
+# The include arrows of the house (docs/architecture.md, "The source tree"), checked on the
+# sources themselves: run by ctest as house.include_rules (label unit),
+#   cmake -DSOURCE_DIR=<repository root> -P tests/house/include_rules.cmake
+# Fails naming each file and line that includes a header its directory may not use.
+
+set(violations "")
+
+# Checks every #include "..." of the sources under `dir` against `mode`: ONLY (each include must
+# start with one of the prefixes) or NEVER (none may).
+function(check_includes dir mode)
+  file(GLOB_RECURSE files "${SOURCE_DIR}/${dir}/*.h" "${SOURCE_DIR}/${dir}/*.cc")
+  foreach(path IN LISTS files)
+    file(STRINGS "${path}" lines REGEX "^#include \"")
+    file(RELATIVE_PATH shown "${SOURCE_DIR}" "${path}")
+    get_filename_component(own_dir "${path}" DIRECTORY)
+    foreach(line IN LISTS lines)
+      string(REGEX REPLACE "^#include \"([^\"]*)\".*" "\\1" header "${line}")
+      # A header beside the file itself (tools/idem's "migrate_command.h") is its own.
+      if(NOT header MATCHES "/" AND EXISTS "${own_dir}/${header}")
+        continue()
+      endif()
+      set(matched FALSE)
+      foreach(prefix IN LISTS ARGN)
+        string(FIND "${header}" "${prefix}" at)
+        if(at EQUAL 0)
+          set(matched TRUE)
+        endif()
+      endforeach()
+      if((mode STREQUAL "ONLY" AND NOT matched) OR (mode STREQUAL "NEVER" AND matched))
+        string(REPLACE ";" " " listed "${ARGN}")
+        string(APPEND violations "  ${shown}: ${line}  (${dir} ${mode} ${listed})\n")
+      endif()
+    endforeach()
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+endfunction()
+
+# src/pg, the one PostgreSQL module: below every layer that uses it.
+check_includes(src/pg ONLY idem/ core/ pg/)
+# The stores know nothing of the layers built on them.
+check_includes(src/store NEVER outbox/ worker/ gateway/ sweep/ chaos/ client/)
+# The layers on PostgreSQL reach it through src/pg, never through the store's internals.
+check_includes(src/outbox NEVER store/)
+check_includes(src/worker NEVER store/postgres/)
+check_includes(src/sweep NEVER store/)
+check_includes(tools NEVER store/postgres/)
+
+if(violations)
+  message(FATAL_ERROR "includes against the house's rules:\n${violations}")
+endif()
+message(STATUS "include rules hold")
