@@ -78,10 +78,12 @@ TEST_F(SweepTest, OnceDropsTheExpiredInboxPartitionsAndKeepsTheRecentOnes) {
   ASSERT_EQ(Run({"--db", db, "--once", "--unsafe-clock-offset", "61d"}, &out), 0) << out;
   EXPECT_NE(out.find("inbox: dropped 5 claim(s)"), std::string::npos) << out;
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "0");
-  // No partition of a day before the moved "today" is left.
+  // No partition of a day before the moved "today" is left. (The CASE: PostgreSQL may apply
+  // the date test to a table of another name before the join has left it out.)
   EXPECT_EQ(Sql("SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-                "WHERE i.inhparent = 'idem.inbox'::regclass AND to_date(substring(c.relname "
-                "FROM 8), 'YYYYMMDD') < ((now() + interval '61 days') AT TIME ZONE 'UTC')::date"),
+                "WHERE i.inhparent = 'idem.inbox'::regclass AND CASE WHEN c.relname ~ "
+                "'^inbox_p[0-9]{8}$' THEN to_date(substring(c.relname FROM 8), 'YYYYMMDD') END "
+                "< ((now() + interval '61 days') AT TIME ZONE 'UTC')::date"),
             "0");
 }
 
