@@ -44,6 +44,7 @@
 #include <string>
 #include <string_view>
 
+#include "idem/clock.h"
 #include "idem/status.h"
 
 typedef struct pg_conn PGconn;   // libpq-fe.h
@@ -160,19 +161,25 @@ Result<bool> IntentRelease(PGconn* conn, std::string_view intent_id, uint64_t to
 // The same calls with the same contracts, on a SQLite connection inside the caller's
 // transaction. The tables (idem_inbox, idem_ledger, idem_balances, idem_states) are created on
 // first use, in the caller's transaction. SQLite has no partitions: InboxSweep deletes the
-// claims past their retention, in batches, off the hot path.
+// claims past their retention, in batches, off the hot path. SQLite has no clock of its own
+// either: the calls that stamp or compare a time read `clock` (the system clock by default; a
+// test passes a ManualClock).
 
-Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view message_id);
+Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view message_id,
+                        const Clock& clock = *SystemClock());
 Status InboxRetention(sqlite3* db, std::string_view consumer, std::chrono::seconds keep);
 // Deletes up to `limit` claims past their retention (oldest first); returns how many. Call it
 // in its own short transaction, repeatedly while it returns `limit`.
-Result<int64_t> InboxSweep(sqlite3* db, int64_t limit = 10000);
+Result<int64_t> InboxSweep(sqlite3* db, int64_t limit = 10000,
+                           const Clock& clock = *SystemClock());
 Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_view txn_id,
-                          int64_t amount, std::string_view meta_json = "{}");
+                          int64_t amount, std::string_view meta_json = "{}",
+                          const Clock& clock = *SystemClock());
 Result<int64_t> LedgerBalance(sqlite3* db, std::string_view account);
 Result<TransitionOutcome> Transition(sqlite3* db, std::string_view kind, std::string_view id,
                                      std::string_view to_state,
-                                     std::span<const std::string_view> allowed_from);
+                                     std::span<const std::string_view> allowed_from,
+                                     const Clock& clock = *SystemClock());
 Result<std::string> StateOf(sqlite3* db, std::string_view kind, std::string_view id);
 // Side-effect intents with the PostgreSQL calls' contracts: records of the SQLite store's
 // tables (idem_records, idem_meta, created on first use) in the caller's database, scope
@@ -180,9 +187,12 @@ Result<std::string> StateOf(sqlite3* db, std::string_view kind, std::string_view
 // sees them and shares their fencing tokens. Start the transaction with BEGIN IMMEDIATE when
 // several connections may begin the same intent, and COMMIT IntentBegin's before the call.
 Result<IntentBegun> IntentBegin(sqlite3* db, std::string_view intent_id,
-                                std::chrono::milliseconds lease = std::chrono::seconds(30));
+                                std::chrono::milliseconds lease = std::chrono::seconds(30),
+                                const Clock& clock = *SystemClock());
 Result<bool> IntentSent(sqlite3* db, std::string_view intent_id, uint64_t token,
-                        std::chrono::seconds keep = std::chrono::hours(24 * 30));
-Result<bool> IntentRelease(sqlite3* db, std::string_view intent_id, uint64_t token);
+                        std::chrono::seconds keep = std::chrono::hours(24 * 30),
+                        const Clock& clock = *SystemClock());
+Result<bool> IntentRelease(sqlite3* db, std::string_view intent_id, uint64_t token,
+                           const Clock& clock = *SystemClock());
 
 }  // namespace idem::worker

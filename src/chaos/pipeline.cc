@@ -18,6 +18,7 @@
 #include "chaos/nats_admin.h"
 #include "chaos/pg_connect.h"
 #include "chaos/services.h"
+#include "nats/nats_status.h"
 #include "servers/free_port.h"
 #include "servers/nats_cluster.h"
 #include "servers/nats_server.h"
@@ -526,7 +527,7 @@ bool Pipeline::SetDuplicateWindow(std::chrono::milliseconds window) {
       if (updated != nullptr) jsStreamInfo_Destroy(updated);
     }
     if (info != nullptr) jsStreamInfo_Destroy(info);
-    done = s == NATS_OK ? Status() : worker::FromNats(s, "setting the stream's window", jerr);
+    done = s == NATS_OK ? Status() : internal::FromNats(s, "setting the stream's window", jerr);
     return done.ok();
   });
   if (!done.ok()) {
@@ -744,7 +745,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
     jsErrCode jerr = static_cast<jsErrCode>(0);
     natsStatus s = js_AddConsumer(&info, (*admin)->js(), p.stream.c_str(), &cc, nullptr, &jerr);
     if (info != nullptr) jsConsumerInfo_Destroy(info);
-    created = s == NATS_OK ? Status() : worker::FromNats(s, "create consumer " + name, jerr);
+    created = s == NATS_OK ? Status() : internal::FromNats(s, "create consumer " + name, jerr);
     return created.ok();
   });
   if (!created.ok()) {
@@ -783,7 +784,7 @@ bool Pipeline::ReplayFrom(const std::string& op) {
                                      &jerr);
     // Not found: an earlier attempt that timed out on our side did delete it.
     if (s != NATS_OK && jerr == JSConsumerNotFoundErr) s = NATS_OK;
-    deleted = s == NATS_OK ? Status() : worker::FromNats(s, "delete consumer " + name, jerr);
+    deleted = s == NATS_OK ? Status() : internal::FromNats(s, "delete consumer " + name, jerr);
     return deleted.ok();
   });
   if (!launch_error.empty()) return fail(launch_error);

@@ -10,17 +10,8 @@
 namespace idem::gateway {
 namespace {
 
-Response Text(http::status status, std::string body, std::string_view type, const Request& req) {
-  Response res{status, req.version()};
-  res.set(http::field::content_type, type);
-  res.keep_alive(req.keep_alive());
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
-}
-
 Response Json(http::status status, const nlohmann::json& j, const Request& req) {
-  return Text(status, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+  return admin::TextResponse(status, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
               "application/json", req);
 }
 
@@ -126,110 +117,107 @@ Task<Response> EndOperation(Services& s, Request& req, OperationEnd end) {
   co_return std::move(res);
 }
 
-}  // namespace
-
-// Every response is built into one named local and returned once: g++ 12 mishandles
-// temporaries inside co_return and co_await expressions.
-Task<Response> HandleAdminRequest(Services& s, Request& req) {
-  const std::string_view target = req.target();
-  const std::string_view path = TargetPath(target);
-  const bool get = req.method() == http::verb::get;
-  const bool del = req.method() == http::verb::delete_;
-  Response res;
-  if (get && path == "/healthz") {
-    res = Text(http::status::ok, "ok\n", "text/plain", req);
-  } else if (get && path == "/metrics") {
-    res = Text(http::status::ok, s.metrics.Render(), "text/plain; version=0.0.4", req);
-  } else if (get && path == "/readyz") {
-    Scope probe{"idem-readiness-probe", "", "probe"};
-    Result<std::optional<Record>> r =
-        co_await s.store.AsyncGet(std::move(probe), asio::use_awaitable);
-    // Degraded (the tiered store on PostgreSQL alone) is still ready: requests are served.
-    const std::string degraded = r.ok() ? s.store.store().Degradation() : std::string();
-    // Completions the store would not take: the store fails for writes even if it reads, so
-    // a load balancer should send traffic elsewhere until they are stored.
-    const size_t pending = s.pending.size();
+// GET /readyz: a store read, and no completion held unstored.
+Task<admin::Readiness> Readiness(Services& s) {
+  Scope probe{"idem-readiness-probe", "", "probe"};
+  Result<std::optional<Record>> r =
+      co_await s.store.AsyncGet(std::move(probe), asio::use_awaitable);
+  if (!r.ok()) {
+    s.log.Error("not_ready", r.status().ToString());
+    co_return admin::Readiness::NotReady("store unavailable: " + r.status().ToString());
+  }
+  // Completions the store would not take: the store fails for writes even if it reads, so
+  // a load balancer should send traffic elsewhere until they are stored.
+  if (const size_t pending = s.pending.size(); pending > 0) {
     const std::string unstored =
-        pending == 0 ? std::string()
-                     : std::to_string(pending) +
-                           " completion(s) answered but not stored yet; retrying them";
-    res = !r.ok()             ? Text(http::status::service_unavailable,
-                                     "store unavailable: " + r.status().ToString() + "\n",
-                                     "text/plain", req)
-          : !unstored.empty() ? Text(http::status::service_unavailable,
-                                     "store failing writes: " + unstored + "\n", "text/plain",
-                                     req)
-          : degraded.empty()  ? Text(http::status::ok, "ready\n", "text/plain", req)
-                              : Text(http::status::ok, "ready, degraded: " + degraded + "\n",
-                                     "text/plain", req);
+        std::to_string(pending) + " completion(s) answered but not stored yet; retrying them";
+    s.log.Error("not_ready", unstored);
+    co_return admin::Readiness::NotReady("store failing writes: " + unstored);
+  }
+  // Degraded (the tiered store on PostgreSQL alone) is still ready: requests are served.
+  const std::string degraded = s.store.store().Degradation();
+  co_return admin::Readiness::Ready(degraded.empty() ? degraded : "degraded: " + degraded);
+}
+
+// GET and DELETE /v1/records?key=K[&tenant=T | &tenant_digest=HEX].
+Task<Response> Records(Services& s, Request& req) {
+  const bool get = req.method() == http::verb::get;
+  const std::string_view query = TargetQuery(req.target());
+  auto key = ParseIdempotencyKey(QueryParam(query, "key"));
+  std::string tenant = QueryParam(query, "tenant_digest");
+  Status tenant_status = Status::Ok();
+  if (tenant.empty()) {
+    const std::string raw = QueryParam(query, "tenant");
+    if (!raw.empty()) {
+      auto digest = Sha256Hex(raw);
+      if (digest.ok()) tenant = *digest;
+      else tenant_status = digest.status();  // never fall back to the anonymous tenant
+    }
+  }
+  Response res;
+  if (!tenant_status.ok()) {
+    res = Failure(s, tenant_status, "cannot digest the tenant", req);
+  } else if (!key.ok()) {
+    res = MakeProblem(AnswerFor(Cause::kKeyMalformed),
+                      "query parameter key: " + key.status().message(), req.version(),
+                      req.keep_alive());
+  } else if (get) {
+    Scope scope{std::move(tenant), "", std::move(*key)};
+    const std::string digest = scope.Digest();
+    Result<std::optional<Record>> r =
+        co_await s.store.AsyncGet(std::move(scope), asio::use_awaitable);
     if (!r.ok()) {
-      s.log.Error("not_ready", r.status().ToString());
-    } else if (!unstored.empty()) {
-      s.log.Error("not_ready", unstored);
-    }
-  } else if (path == "/v1/records" && (get || del)) {
-    const std::string_view query = TargetQuery(target);
-    auto key = ParseIdempotencyKey(QueryParam(query, "key"));
-    std::string tenant = QueryParam(query, "tenant_digest");
-    Status tenant_status = Status::Ok();
-    if (tenant.empty()) {
-      const std::string raw = QueryParam(query, "tenant");
-      if (!raw.empty()) {
-        auto digest = Sha256Hex(raw);
-        if (digest.ok()) tenant = *digest;
-        else tenant_status = digest.status();  // never fall back to the anonymous tenant
-      }
-    }
-    if (!tenant_status.ok()) {
-      res = Failure(s, tenant_status, "cannot digest the tenant", req);
-    } else if (!key.ok()) {
-      res = MakeProblem(AnswerFor(Cause::kKeyMalformed),
-                        "query parameter key: " + key.status().message(), req.version(),
-                        req.keep_alive());
-    } else if (get) {
-      Scope scope{std::move(tenant), "", std::move(*key)};
-      const std::string digest = scope.Digest();
-      Result<std::optional<Record>> r =
-          co_await s.store.AsyncGet(std::move(scope), asio::use_awaitable);
-      if (!r.ok()) {
-        res = Failure(s, r.status(), "get key " + digest, req);
-      } else if (!r->has_value()) {
-        res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
-                          "no live record for this key and tenant", req.version(),
-                          req.keep_alive());
-      } else {
-        res = Json(http::status::ok, RecordJson(**r), req);
-      }
+      res = Failure(s, r.status(), "get key " + digest, req);
+    } else if (!r->has_value()) {
+      res = MakeProblem(AnswerFor(Cause::kAdminNotFound), "no live record for this key and tenant",
+                        req.version(), req.keep_alive());
     } else {
-      Scope scope{std::move(tenant), "", std::move(*key)};
-      const std::string digest = scope.Digest();
-      const Scope purge_scope = scope;
-      Result<bool> purged = co_await s.store.AsyncPurge(std::move(scope), asio::use_awaitable);
-      if (!purged.ok()) {
-        res = Failure(s, purged.status(), "purge key " + digest, req);
-      } else if (!*purged) {
-        res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
-                          "no live record for this key and tenant", req.version(),
-                          req.keep_alive());
-      } else {
-        // A completion still held for the key would answer its retries after the purge.
-        if (s.pending.DropAny(purge_scope)) s.metrics.PendingCompletionDropped();
-        s.waiters.Notify(digest);  // a waiter here may claim the key now
-        s.log.Info("purge", "key " + digest + " purged by an operator");
-        res = Json(http::status::ok, nlohmann::json{{"purged", true}}, req);
-      }
+      res = Json(http::status::ok, RecordJson(**r), req);
     }
-  } else if (req.method() == http::verb::post && path == "/v1/operations/complete") {
-    res = co_await EndOperation(s, req, OperationEnd::kComplete);
-  } else if (req.method() == http::verb::post && path == "/v1/operations/release") {
-    res = co_await EndOperation(s, req, OperationEnd::kRelease);
   } else {
-    res = MakeProblem(AnswerFor(Cause::kAdminNotFound),
-                      "admin endpoints: /healthz /readyz /metrics /v1/records?key= "
-                      "POST /v1/operations/complete POST /v1/operations/release",
-                      req.version(), req.keep_alive());
+    Scope scope{std::move(tenant), "", std::move(*key)};
+    const std::string digest = scope.Digest();
+    const Scope purge_scope = scope;
+    Result<bool> purged = co_await s.store.AsyncPurge(std::move(scope), asio::use_awaitable);
+    if (!purged.ok()) {
+      res = Failure(s, purged.status(), "purge key " + digest, req);
+    } else if (!*purged) {
+      res = MakeProblem(AnswerFor(Cause::kAdminNotFound), "no live record for this key and tenant",
+                        req.version(), req.keep_alive());
+    } else {
+      // A completion still held for the key would answer its retries after the purge.
+      if (s.pending.DropAny(purge_scope)) s.metrics.PendingCompletionDropped();
+      s.waiters.Notify(digest);  // a waiter here may claim the key now
+      s.log.Info("purge", "key " + digest + " purged by an operator");
+      res = Json(http::status::ok, nlohmann::json{{"purged", true}}, req);
+    }
   }
   co_return std::move(res);
+}
+
+}  // namespace
+
+admin::AdminRoutes AdminRoutesFor(Services& s) {
+  admin::AdminRoutes routes;
+  routes.readiness = [&s] { return Readiness(s); };
+  routes.metrics = [&s] { return s.metrics.Render(); };
+  auto records = [&s](Request& req) { return Records(s, req); };
+  routes.endpoints = {
+      {http::verb::get, "/v1/records", records},
+      {http::verb::delete_, "/v1/records", records},
+      {http::verb::post, "/v1/operations/complete",
+       [&s](Request& req) { return EndOperation(s, req, OperationEnd::kComplete); }},
+      {http::verb::post, "/v1/operations/release",
+       [&s](Request& req) { return EndOperation(s, req, OperationEnd::kRelease); }},
+  };
+  // As problem details, as every other answer of the gateway.
+  routes.not_found = [](const Request& req) {
+    return MakeProblem(AnswerFor(Cause::kAdminNotFound),
+                       "admin endpoints: /healthz /readyz /metrics /v1/records?key= "
+                       "POST /v1/operations/complete POST /v1/operations/release",
+                       req.version(), req.keep_alive());
+  };
+  return routes;
 }
 
 }  // namespace idem::gateway

@@ -1,5 +1,5 @@
-// The admin listener: health, readiness, metrics, record inspection and purge, and the end of
-// long-running operations.
+// The gateway's admin listener: health, readiness, metrics, record inspection and purge, and the
+// end of long-running operations.
 //
 //   GET    /healthz                       200 while the process runs
 //   GET    /readyz                        200 when the store answers ("ready, degraded: ..."
@@ -12,13 +12,18 @@
 //   POST   /v1/operations/release         ... or gives the key up after a transient failure
 // `tenant` is the tenant header's value as clients send it (it is hashed the same way), or
 // `tenant_digest` its SHA-256 hex as the record JSON shows it (logs show only a digest of the
-// whole scope, never the tenant).
+// whole scope, never the tenant). Anything else is 404 not-found, as problem details.
+//
+// The first three are every daemon's (admin/admin_routes.h); the gateway serves them on its own
+// listener (server.cc), which shares the client port's limits and descriptor reserve.
 #pragma once
 
+#include "admin/admin_routes.h"
 #include "gateway/services.h"
 
 namespace idem::gateway {
 
-Task<Response> HandleAdminRequest(Services& services, Request& request);
+// REQUIRES: `services` outlives the routes and every request they answer.
+admin::AdminRoutes AdminRoutesFor(Services& services);
 
 }  // namespace idem::gateway

@@ -168,20 +168,4 @@ std::string NormalizePathForRouting(std::string_view path) {
   return out;
 }
 
-Result<tcp::endpoint> ParseListenAddress(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos) {
-    return InvalidArgumentError("listen address '" + text + "' must be HOST:PORT");
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  boost::system::error_code ec;
-  const auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
-  if (ec) return InvalidArgumentError("listen address '" + text + "': " + ec.message());
-  auto port =
-      internal::ParseIntInRange("port", std::string_view(text).substr(colon + 1), 0, 65535);
-  if (!port.ok()) return port.status().WithContext("listen address '" + text + "'");
-  return tcp::endpoint(address, static_cast<unsigned short>(*port));
-}
-
 }  // namespace idem::gateway

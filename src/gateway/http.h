@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "admin/listen_address.h"
 #include "idem/status.h"
 
 namespace idem::gateway {
@@ -27,9 +28,7 @@ using Response = http::response<http::string_body>;
 template <typename T>
 using Task = asio::awaitable<T>;
 
-// "HOST:PORT" (HOST an IP address, "[::1]" or empty for all interfaces; port 0: any free port)
-// -> an endpoint to listen on; kInvalidArgument saying what is wrong.
-Result<tcp::endpoint> ParseListenAddress(const std::string& text);
+using admin::ParseListenAddress;  // "HOST:PORT" -> an endpoint to listen on
 
 // Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names,
 // except the names in `keep` (compared ignoring case): Connection cannot remove those.

@@ -41,7 +41,8 @@ class Server {
                                                      : DefaultMaxConnections()),
         client_connections_(PerClientLimit(options, max_connections_)),
         io_(io),
-        services_(services) {
+        services_(services),
+        admin_routes_(AdminRoutesFor(services)) {
     client_limits_.max_header_bytes = options.max_header_bytes;
     client_limits_.max_request_body = options.max_request_body;
     client_limits_.read_timeout = options.client_read_timeout;
@@ -261,7 +262,7 @@ class Server {
       ++active_;
       Response response;
       if (admin) {
-        response = co_await HandleAdminRequest(services_, request);
+        response = co_await admin::AnswerAdminRequest(admin_routes_, request);
       } else {
         SocketHangup hangup(stream.socket());
         response = co_await HandleProxyRequest(services_, request, &hangup);
@@ -381,6 +382,7 @@ class Server {
   DescriptorReserve reserve_;
   asio::io_context& io_;
   Services& services_;
+  const admin::AdminRoutes admin_routes_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
   std::atomic<bool> draining_{false};
   std::atomic<int> active_{0};

@@ -6,18 +6,11 @@
 #include <unordered_map>
 
 #include "idem/mutex.h"
-#include "worker/nats_servers.h"
+#include "nats/nats_servers.h"
+#include "nats/nats_status.h"
 
 namespace idem::outbox {
 namespace {
-
-std::string NatsError(natsStatus s, jsErrCode code = static_cast<jsErrCode>(0)) {
-  std::string text = natsStatus_GetText(s);
-  const char* last = nats_GetLastError(nullptr);
-  if (last != nullptr && *last != '\0' && text != last) text += std::string(" (") + last + ")";
-  if (code != 0) text += " [JetStream error " + std::to_string(static_cast<int>(code)) + "]";
-  return text;
-}
 
 // JetStream errors that say this message will never be stored as it is.
 bool IsPermanent(natsStatus s, jsErrCode code) {
@@ -97,11 +90,8 @@ struct JetStreamPublisher::State {
         } else if (err != nullptr) {
           r.kind = IsPermanent(err->Err, err->ErrCode) ? PublishResult::Kind::kRejected
                                                        : PublishResult::Kind::kFailed;
-          r.error = std::string(natsStatus_GetText(err->Err)) +
-                    (err->ErrText != nullptr ? std::string(": ") + err->ErrText : "") +
-                    (err->ErrCode != 0 ? " [JetStream error " +
-                                             std::to_string(static_cast<int>(err->ErrCode)) + "]"
-                                       : "");
+          r.error = internal::NatsErrorText(err->Err, err->ErrCode,
+                                            err->ErrText != nullptr ? err->ErrText : "");
         }
         wake = self->Settle(it, std::move(r));
       }
@@ -120,7 +110,7 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
   state->ack_timeout = ack_timeout;
   natsOptions* opts = nullptr;
   natsStatus s = natsOptions_Create(&opts);
-  if (s == NATS_OK) s = worker::SetNatsServers(opts, url);
+  if (s == NATS_OK) s = internal::SetNatsServers(opts, url);
   if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 2000);
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
@@ -128,10 +118,10 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
   if (s == NATS_OK) s = natsConnection_Connect(&state->conn, opts);
   natsOptions_Destroy(opts);
   if (s != NATS_OK) {
-    if (s == NATS_INVALID_ARG || s == NATS_ERR) {
-      return InvalidArgumentError("nats connect to " + url + ": " + NatsError(s));
-    }
-    return UnavailableError("nats connect to " + url + ": " + NatsError(s));
+    Status failed = internal::FromNats(s, "nats connect to " + url);
+    // Before any server answered, nats.c's generic error is the URL's or the options'.
+    if (s == NATS_ERR) return InvalidArgumentError(std::string(failed.message()));
+    return failed;
   }
   jsOptions jo;
   jsOptions_Init(&jo);
@@ -140,7 +130,7 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
   jo.PublishAsync.AckHandler = &State::OnAck;
   jo.PublishAsync.AckHandlerClosure = state.get();
   s = natsConnection_JetStream(&state->js, state->conn, &jo);
-  if (s != NATS_OK) return UnavailableError("nats jetstream context: " + NatsError(s));
+  if (s != NATS_OK) return internal::FromNats(s, "nats jetstream context");
   return std::unique_ptr<JetStreamPublisher>(new JetStreamPublisher(std::move(state)));
 }
 
@@ -163,7 +153,7 @@ Result<StreamFacts> JetStreamPublisher::ReadStream(const std::string& name) {
                             "': JetStream does not answer; is the server started with JetStream "
                             "(nats-server -js)?");
   }
-  if (s != NATS_OK) return UnavailableError("stream '" + name + "' info: " + NatsError(s, code));
+  if (s != NATS_OK) return internal::FromNats(s, "stream '" + name + "' info", code);
   StreamFacts facts;
   facts.name = name;
   for (int i = 0; i < info->Config->SubjectsLen; ++i) facts.subjects.emplace_back(info->Config->Subjects[i]);
@@ -194,10 +184,11 @@ Result<StreamFacts> JetStreamPublisher::EnsureStream(const StreamSpec& spec) {
   const natsStatus s = js_AddStream(&info, state_->js, &config, nullptr, &code);
   if (info != nullptr) jsStreamInfo_Destroy(info);
   if (s != NATS_OK && code != JSStreamNameExistErr) {
+    Status failed = internal::FromNats(s, "create stream '" + spec.name + "'", code);
     if (code == JSStreamSubjectOverlapErr || code == JSStreamInvalidConfig) {
-      return InvalidArgumentError("create stream '" + spec.name + "': " + NatsError(s, code));
+      return InvalidArgumentError(std::string(failed.message()));
     }
-    return UnavailableError("create stream '" + spec.name + "': " + NatsError(s, code));
+    return failed;
   }
   return ReadStream(spec.name);
 }
@@ -246,7 +237,7 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
       PublishResult r;
       r.kind = IsPermanent(s, static_cast<jsErrCode>(0)) ? PublishResult::Kind::kRejected
                                                          : PublishResult::Kind::kFailed;
-      r.error = NatsError(s);
+      r.error = internal::NatsErrorText(s);
       MutexLock lock(st.mu);
       auto it = st.in_flight.find(sent);
       if (it != st.in_flight.end()) {

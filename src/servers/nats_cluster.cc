@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "servers/free_port.h"
-#include "worker/nats_servers.h"
+#include "nats/nats_servers.h"
 
 namespace idem::servers {
 namespace {
@@ -35,7 +35,7 @@ class Asker {
     }
     natsOptions* opts = nullptr;
     natsStatus s = natsOptions_Create(&opts);
-    if (s == NATS_OK) s = worker::SetNatsServers(opts, urls);
+    if (s == NATS_OK) s = internal::SetNatsServers(opts, urls);
     if (s == NATS_OK) s = natsOptions_SetTimeout(opts, 1000);
     if (s == NATS_OK) s = natsOptions_SetAllowReconnect(opts, false);
     if (s == NATS_OK) s = natsConnection_Connect(&conn_, opts);

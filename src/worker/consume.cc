@@ -18,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "admin/admin_server.h"
 #include "core/text.h"
 #include "gateway/access_log.h"
 #include "gateway/http.h"
@@ -43,7 +44,6 @@ namespace http = gateway::http;
 using gateway::Request;
 using gateway::Response;
 using gateway::Task;
-using gateway::tcp;
 using gateway::UpstreamResult;
 
 // Headers a message may not set on the request: framing, hop-by-hop, and idem's own.
@@ -129,18 +129,16 @@ class Sidecar {
     return Status::Ok();
   }
 
-  Status ListenAdmin(tcp::endpoint* bound) {
-    auto endpoint = gateway::ParseListenAddress(options_.admin_listen);
-    if (!endpoint.ok()) return endpoint.status().WithContext("--admin-listen");
-    admin_ = std::make_unique<tcp::acceptor>(io_);
-    boost::system::error_code ec;
-    admin_->open(endpoint->protocol(), ec);
-    if (!ec) admin_->set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) admin_->bind(*endpoint, ec);
-    if (!ec) admin_->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return UnavailableError("cannot listen on " + options_.admin_listen + ": " + ec.message());
-    *bound = admin_->local_endpoint();
-    asio::co_spawn(io_, AcceptAdmin(), asio::detached);
+  // The admin listener (admin/admin_server.h), on the event loop.
+  Status ListenAdmin(std::string* address) {
+    admin::AdminRoutes routes;
+    routes.readiness = admin::ReadyUnless([this] { return NotReadyReason(); });
+    routes.metrics = [this] { return RenderMetrics(); };
+    auto started =
+        admin::AdminServer::Start(io_.get_executor(), options_.admin_listen, std::move(routes));
+    if (!started.ok()) return started.status().WithContext("--admin-listen");
+    admin_ = std::move(*started);
+    *address = admin_->address();
     return Status::Ok();
   }
 
@@ -820,71 +818,21 @@ class Sidecar {
     co_return Disposition::kTerm;
   }
 
-  Task<void> AcceptAdmin() {
-    for (;;) {
-      boost::system::error_code ec;
-      tcp::socket socket =
-          co_await admin_->async_accept(asio::redirect_error(use_awaitable, ec));
-      if (ec) {
-        if (!admin_->is_open()) co_return;
-        continue;
-      }
-      asio::co_spawn(io_, AdminSession(std::move(socket)), asio::detached);
-    }
+  // /readyz: connected to NATS and bound to the consumer, not stopping.
+  std::string NotReadyReason() const {
+    if (stopping_) return "shutting down";
+    if (!nats_connected_) return "nats unreachable: " + options_.nats_url;
+    if (!bound_) return "not bound to " + options_.stream + "/" + options_.consumer;
+    return "";
   }
 
-  Task<void> AdminSession(tcp::socket socket) {
-    gateway::beast::tcp_stream stream(std::move(socket));
-    gateway::beast::flat_buffer buffer;
-    boost::system::error_code ec;
-    for (;;) {
-      Request req;
-      stream.expires_after(std::chrono::seconds(30));
-      co_await http::async_read(stream, buffer, req, asio::redirect_error(use_awaitable, ec));
-      if (ec) break;
-      Response res = Admin(req);
-      co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
-      if (ec || !res.keep_alive()) break;
+  std::string RenderMetrics() {
+    int64_t in_flight;
+    {
+      MutexLock lock(mu_);
+      in_flight = in_flight_;
     }
-    boost::system::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  }
-
-  Response Admin(const Request& req) {
-    const std::string_view path = gateway::TargetPath(req.target());
-    Response res{http::status::ok, req.version()};
-    res.keep_alive(req.keep_alive());
-    res.set(http::field::content_type, "text/plain");
-    const bool connected = nats_connected_.load();
-    const bool bound = bound_.load();
-    if (req.method() != http::verb::get) {
-      res.result(http::status::method_not_allowed);
-      res.body() = "GET /healthz /readyz /metrics\n";
-    } else if (path == "/healthz") {
-      res.body() = "ok\n";
-    } else if (path == "/readyz") {
-      if (connected && bound && !stopping_) {
-        res.body() = "ready\n";
-      } else {
-        res.result(http::status::service_unavailable);
-        res.body() = stopping_ ? "shutting down\n"
-                     : !connected ? "nats unreachable: " + options_.nats_url + "\n"
-                                  : "not bound to " + options_.stream + "/" + options_.consumer + "\n";
-      }
-    } else if (path == "/metrics") {
-      int64_t in_flight;
-      {
-        MutexLock lock(mu_);
-        in_flight = in_flight_;
-      }
-      res.set(http::field::content_type, "text/plain; version=0.0.4");
-      res.body() = metrics_.Render(in_flight, connected, bound);
-    } else {
-      res.result(http::status::not_found);
-      res.body() = "admin endpoints: /healthz /readyz /metrics\n";
-    }
-    res.prepare_payload();
-    return res;
+    return metrics_.Render(in_flight, nats_connected_.load(), bound_.load());
   }
 
   const ConsumeOptions& options_;
@@ -895,7 +843,7 @@ class Sidecar {
   std::unique_ptr<gateway::UpstreamPool> upstream_;
   std::unique_ptr<NatsConnection> nats_;
   std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
-  std::unique_ptr<tcp::acceptor> admin_;
+  std::unique_ptr<admin::AdminServer> admin_;
   ConsumeMetrics metrics_;
   // The event loop's: per-key order, the messages being delivered, whether the in-progress and
   // ack-floor loops run.
@@ -977,9 +925,9 @@ int RunConsume(const ConsumeOptions& in) {
   if (Status s = sidecar.Init(); !s.ok()) return fail(s.ToString());
   std::string admin_text = "no admin listener";
   if (!options.admin_listen.empty()) {
-    tcp::endpoint bound;
-    if (Status s = sidecar.ListenAdmin(&bound); !s.ok()) return fail(s.ToString());
-    admin_text = "admin on " + bound.address().to_string() + ":" + std::to_string(bound.port());
+    std::string address;
+    if (Status s = sidecar.ListenAdmin(&address); !s.ok()) return fail(s.ToString());
+    admin_text = "admin on " + address;
   }
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {

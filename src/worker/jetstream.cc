@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "worker/delivery_policy.h"
-#include "worker/nats_servers.h"
+#include "nats/nats_servers.h"
 
 namespace idem::worker {
 namespace {
@@ -34,26 +34,6 @@ bool TransientJsError(jsErrCode e) {
 
 }  // namespace
 
-Status FromNats(natsStatus s, std::string_view what, jsErrCode js_error) {
-  if (s == NATS_OK) return Status::Ok();
-  std::string message = std::string(what) + ": " + natsStatus_GetText(s);
-  natsStatus last = NATS_OK;
-  const char* detail = nats_GetLastError(&last);
-  if (detail != nullptr && *detail != '\0' && last == s) message += std::string(" (") + detail + ")";
-  if (js_error != 0) message += " [JetStream error " + std::to_string(js_error) + "]";
-  if (js_error == JSStreamNotFoundErr || js_error == JSConsumerNotFoundErr) {
-    return NotFoundError(std::move(message));
-  }
-  switch (s) {
-    case NATS_TIMEOUT: return DeadlineExceededError(std::move(message));
-    case NATS_NOT_FOUND: return NotFoundError(std::move(message));
-    case NATS_INVALID_ARG:
-    case NATS_INVALID_SUBJECT:
-    case NATS_INVALID_SUBSCRIPTION: return InvalidArgumentError(std::move(message));
-    default: return UnavailableError(std::move(message));
-  }
-}
-
 // --- NatsConnection ----------------------------------------------------------------------------
 
 Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::string& url,
@@ -64,7 +44,7 @@ Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::strin
   std::unique_ptr<natsOptions, OptionsDeleter> opts(raw);
   std::unique_ptr<NatsConnection> c(new NatsConnection());
   c->listener_ = std::move(listener);
-  natsStatus s = SetNatsServers(opts.get(), url);
+  natsStatus s = internal::SetNatsServers(opts.get(), url);
   if (s == NATS_OK) s = natsOptions_SetName(opts.get(), name.c_str());
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts.get(), -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts.get(), 250);

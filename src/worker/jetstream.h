@@ -1,6 +1,6 @@
 // nats.c underneath idem's consumers: a reconnecting connection, a durable pull consumer bound
-// (and created when missing), messages read into plain values, and the one place a nats.c
-// error becomes a Status (FromNats).
+// (and created when missing), messages read into plain values. Its errors become a Status
+// through nats/nats_status.h, as the relay's do.
 //
 // Thread safety: a NatsConnection and a PullSubscription may be used from several threads
 // (nats.c locks internally); a JsMessage belongs to one thread at a time.
@@ -20,14 +20,11 @@
 #include "idem/clock.h"
 #include "idem/mutex.h"
 #include "idem/status.h"
+#include "nats/nats_status.h"
 
 namespace idem::worker {
 
-// The one conversion of nats.c errors: timeouts -> kDeadlineExceeded, lost or not yet made
-// connections -> kUnavailable, a missing stream or consumer -> kNotFound, bad arguments ->
-// kInvalidArgument, everything else kUnavailable. The message names `what` and nats.c's text
-// (and the JetStream error code when there is one).
-Status FromNats(natsStatus s, std::string_view what, jsErrCode js_error = static_cast<jsErrCode>(0));
+using internal::FromNats;  // the consumers' calls convert their errors with it
 
 class NatsConnection {
  public:

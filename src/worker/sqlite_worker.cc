@@ -15,14 +15,13 @@
 
 #include "idem/worker.h"
 #include "store/sqlite/sqlite_errors.h"
-#include "worker/sqlite_stmt.h"
+#include "worker/sqlite_call.h"
 #include "worker/worker_common.h"
 
 namespace idem::worker {
 namespace {
 
 using internal::sqlite::FromSqlite;
-using internal::worker::NowMs;
 using internal::worker::RequireTransaction;
 
 constexpr int64_t kDefaultKeepMs = int64_t{30} * 24 * 3600 * 1000;
@@ -73,14 +72,15 @@ CREATE TABLE IF NOT EXISTS idem_states (
 )sql";
 
 // The worker tables' statements: created on first use.
-class WorkerStmt : public internal::worker::SqliteStmt {
+class WorkerStmt : public internal::worker::CallStatement {
  public:
-  WorkerStmt(sqlite3* db, std::string_view op) : SqliteStmt(db, op, kSchema) {}
+  WorkerStmt(sqlite3* db, std::string_view op) : CallStatement(db, op, kSchema) {}
 };
 
 }  // namespace
 
-Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view message_id) {
+Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view message_id,
+                        const Clock& clock) {
   constexpr std::string_view kOp = "inbox claim";
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {consumer, message_id}));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
@@ -89,7 +89,12 @@ Result<bool> InboxClaim(sqlite3* db, std::string_view consumer, std::string_view
       "INSERT INTO idem_inbox (consumer, message_id, claimed_ms, expires_ms) "
       "VALUES (?1, ?2, ?3, ?3 + coalesce((SELECT keep_ms FROM idem_inbox_consumers "
       "WHERE consumer = ?1), ?4)) ON CONFLICT DO NOTHING"));
-  auto done = stmt.Text(1, consumer).Text(2, message_id).Int(3, NowMs()).Int(4, kDefaultKeepMs).Step();
+  auto done = stmt.use()
+                  .Text(1, consumer)
+                  .Text(2, message_id)
+                  .Int(3, ToMillis(clock.Now()))
+                  .Int(4, kDefaultKeepMs)
+                  .Step(kOp);
   if (!done.ok()) return done.status().WithContext("consumer " + std::string(consumer));
   return sqlite3_changes(db) == 1;
 }
@@ -103,13 +108,13 @@ Status InboxRetention(sqlite3* db, std::string_view consumer, std::chrono::secon
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "INSERT INTO idem_inbox_consumers (consumer, keep_ms) VALUES (?1, ?2) "
       "ON CONFLICT (consumer) DO UPDATE SET keep_ms = excluded.keep_ms"));
-  auto done = stmt.Text(1, consumer)
+  auto done = stmt.use().Text(1, consumer)
                   .Int(2, std::chrono::duration_cast<std::chrono::milliseconds>(keep).count())
-                  .Step();
+                  .Step(kOp);
   return done.ok() ? Status::Ok() : done.status();
 }
 
-Result<int64_t> InboxSweep(sqlite3* db, int64_t limit) {
+Result<int64_t> InboxSweep(sqlite3* db, int64_t limit, const Clock& clock) {
   constexpr std::string_view kOp = "inbox sweep";
   if (limit <= 0) return InvalidArgumentError("inbox sweep: limit must be positive");
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
@@ -117,13 +122,13 @@ Result<int64_t> InboxSweep(sqlite3* db, int64_t limit) {
   IDEM_RETURN_IF_ERROR(stmt.Prepare(
       "DELETE FROM idem_inbox WHERE (consumer, message_id) IN (SELECT consumer, message_id "
       "FROM idem_inbox WHERE expires_ms <= ?1 ORDER BY expires_ms LIMIT ?2)"));
-  auto done = stmt.Int(1, NowMs()).Int(2, limit).Step();
+  auto done = stmt.use().Int(1, ToMillis(clock.Now())).Int(2, limit).Step(kOp);
   if (!done.ok()) return done.status();
   return static_cast<int64_t>(sqlite3_changes(db));
 }
 
 Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_view txn_id,
-                          int64_t amount, std::string_view meta_json) {
+                          int64_t amount, std::string_view meta_json, const Clock& clock) {
   constexpr std::string_view kOp = "ledger append";
   IDEM_RETURN_IF_ERROR(internal::worker::RequireNonEmpty(kOp, {account, txn_id}));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
@@ -133,8 +138,8 @@ Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_vie
     IDEM_RETURN_IF_ERROR(stmt.Prepare(
         "INSERT INTO idem_ledger (txn_id, account, amount, meta, created_ms) "
         "VALUES (?1, ?2, ?3, json(?4), ?5) ON CONFLICT (txn_id) DO NOTHING"));
-    auto done = stmt.Text(1, txn_id).Text(2, account).Int(3, amount).Text(4, meta)
-                    .Int(5, NowMs()).Step();
+    auto done = stmt.use().Text(1, txn_id).Text(2, account).Int(3, amount).Text(4, meta)
+                    .Int(5, ToMillis(clock.Now())).Step(kOp);
     if (!done.ok()) {
       const int rc = sqlite3_extended_errcode(db);
       if (rc == SQLITE_CONSTRAINT_CHECK) {
@@ -153,12 +158,12 @@ Result<bool> LedgerAppend(sqlite3* db, std::string_view account, std::string_vie
   WorkerStmt existing(db, kOp);
   IDEM_RETURN_IF_ERROR(
       existing.Prepare("SELECT account, amount FROM idem_ledger WHERE txn_id = ?1"));
-  auto row = existing.Text(1, txn_id).Step();
+  auto row = existing.use().Text(1, txn_id).Step(kOp);
   if (!row.ok()) return row.status().WithContext("txn " + std::string(txn_id));
   if (!*row) return InternalError("sqlite ledger append: txn " + std::string(txn_id) +
                                   " conflicted but is not in the ledger");
-  const std::string recorded_account = existing.ColumnText(0);
-  const int64_t recorded_amount = sqlite3_column_int64(existing.get(), 1);
+  const std::string recorded_account = std::string(existing.use().ColumnBytes(0));
+  const int64_t recorded_amount = existing.use().ColumnInt(1);
   if (recorded_account != account || recorded_amount != amount) {
     return AlreadyExistsError("sqlite ledger append: txn_id " + std::string(txn_id) +
                               " is already in the ledger for another account or amount "
@@ -174,14 +179,15 @@ Result<int64_t> LedgerBalance(sqlite3* db, std::string_view account) {
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
   WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare("SELECT balance FROM idem_balances WHERE account = ?1"));
-  auto row = stmt.Text(1, account).Step();
+  auto row = stmt.use().Text(1, account).Step(kOp);
   if (!row.ok()) return row.status();
-  return *row ? sqlite3_column_int64(stmt.get(), 0) : int64_t{0};
+  return *row ? stmt.use().ColumnInt(0) : int64_t{0};
 }
 
 Result<TransitionOutcome> Transition(sqlite3* db, std::string_view kind, std::string_view id,
                                      std::string_view to_state,
-                                     std::span<const std::string_view> allowed_from) {
+                                     std::span<const std::string_view> allowed_from,
+                                     const Clock& clock) {
   constexpr std::string_view kOp = "transition";
   IDEM_RETURN_IF_ERROR(internal::worker::CheckTransition(kind, id, to_state));
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
@@ -196,7 +202,12 @@ Result<TransitionOutcome> Transition(sqlite3* db, std::string_view kind, std::st
       "INSERT INTO idem_states (kind, id, state, updated_ms) VALUES (?1, ?2, ?3, ?4) "
       "ON CONFLICT (kind, id) DO UPDATE SET state = excluded.state, "
       "updated_ms = excluded.updated_ms"));
-  auto done = stmt.Text(1, kind).Text(2, id).Text(3, to_state).Int(4, NowMs()).Step();
+  auto done = stmt.use()
+                  .Text(1, kind)
+                  .Text(2, id)
+                  .Text(3, to_state)
+                  .Int(4, ToMillis(clock.Now()))
+                  .Step(kOp);
   if (!done.ok()) return done.status().WithContext(std::string(kind) + " " + std::string(id));
   return TransitionOutcome::kApplied;
 }
@@ -207,9 +218,9 @@ Result<std::string> StateOf(sqlite3* db, std::string_view kind, std::string_view
   IDEM_RETURN_IF_ERROR(RequireTransaction(db, kOp));
   WorkerStmt stmt(db, kOp);
   IDEM_RETURN_IF_ERROR(stmt.Prepare("SELECT state FROM idem_states WHERE kind = ?1 AND id = ?2"));
-  auto row = stmt.Text(1, kind).Text(2, id).Step();
+  auto row = stmt.use().Text(1, kind).Text(2, id).Step(kOp);
   if (!row.ok()) return row.status();
-  return *row ? stmt.ColumnText(0) : std::string(kNoState);
+  return *row ? std::string(stmt.use().ColumnBytes(0)) : std::string(kNoState);
 }
 
 }  // namespace idem::worker

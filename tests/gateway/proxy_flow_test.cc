@@ -596,7 +596,8 @@ TEST(ProxyFlowTest, AnAcceptTheStoreRefusesIsAnsweredFromMemoryUntilStored) {
 Response Readyz(Flow& flow) {
   Request req{http::verb::get, "/readyz", 11};
   auto readyz = [](Services& s, Request r) -> Task<Response> {
-    Response res = co_await HandleAdminRequest(s, r);
+    const admin::AdminRoutes routes = AdminRoutesFor(s);
+    Response res = co_await admin::AnswerAdminRequest(routes, r);
     co_return std::move(res);
   };
   std::future<Response> res =

@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <string>
-#include <thread>
 
 #include "idem/store.h"
 #include "idem/worker.h"
@@ -21,36 +20,42 @@ using std::chrono::milliseconds;
 using worker::IntentOutcome;
 
 // The worker calls each in its own BEGIN IMMEDIATE ... COMMIT, as a caller runs them.
+// Time is `clock`'s.
 class IntentDb : public testing::SqliteTestDb {
  public:
-  using SqliteTestDb::SqliteTestDb;
+  IntentDb(const std::string& path, const Clock& clock) : SqliteTestDb(path), clock_(clock) {}
 
   Result<worker::IntentBegun> Begin(const std::string& id, milliseconds lease) {
     if (!Exec("BEGIN IMMEDIATE").empty()) return UnavailableError(sqlite3_errmsg(db_));
-    auto begun = worker::IntentBegin(db_, id, lease);
+    auto begun = worker::IntentBegin(db_, id, lease, clock_);
     Exec(begun.ok() ? "COMMIT" : "ROLLBACK");
     return begun;
   }
   Result<bool> Sent(const std::string& id, uint64_t token) {
     if (!Exec("BEGIN IMMEDIATE").empty()) return UnavailableError(sqlite3_errmsg(db_));
-    auto sent = worker::IntentSent(db_, id, token);
+    auto sent = worker::IntentSent(db_, id, token, std::chrono::hours(24 * 30), clock_);
     Exec(sent.ok() ? "COMMIT" : "ROLLBACK");
     return sent;
   }
   Result<bool> Release(const std::string& id, uint64_t token) {
     if (!Exec("BEGIN IMMEDIATE").empty()) return UnavailableError(sqlite3_errmsg(db_));
-    auto released = worker::IntentRelease(db_, id, token);
+    auto released = worker::IntentRelease(db_, id, token, clock_);
     Exec(released.ok() ? "COMMIT" : "ROLLBACK");
     return released;
   }
+
+ private:
+  const Clock& clock_;
 };
 
 class SqliteIntentTest : public ::testing::Test {
  protected:
   testing::TempDir dir_;
   std::string path_ = dir_.File("intents.db");
-  IntentDb a_{path_};
-  IntentDb b_{path_};
+  // From the system clock's now: a store opened on the file reads the system clock.
+  ManualClock clock_{SystemClock()->Now()};
+  IntentDb a_{path_, clock_};
+  IntentDb b_{path_, clock_};
 };
 
 TEST_F(SqliteIntentTest, NeedsATransactionAndValidArguments) {
@@ -92,7 +97,7 @@ TEST_F(SqliteIntentTest, LapsedLeaseIsTakenOverAndTheZombieIsFenced) {
   auto zombie = a_.Begin("mail:7", milliseconds(20));
   ASSERT_TRUE(zombie.ok());
   ASSERT_EQ(zombie->outcome, IntentOutcome::kAcquired);
-  std::this_thread::sleep_for(milliseconds(60));
+  clock_.Advance(milliseconds(20));  // the lease runs out on the callers' clock
   auto owner = b_.Begin("mail:7", std::chrono::seconds(30));
   ASSERT_TRUE(owner.ok()) << owner.status().ToString();
   EXPECT_EQ(owner->outcome, IntentOutcome::kTakenOver);

@@ -62,6 +62,28 @@ TEST_F(SqliteWorkerTest, InboxClaimFirstDuplicateAndRollback) {
   EXPECT_EQ(db.Value("SELECT count(*) FROM idem_inbox"), "2");
 }
 
+// SQLite has no clock of its own: a claim is stamped, and swept, by the caller's clock.
+TEST_F(SqliteWorkerTest, ClaimsAndSweepReadTheCallersClock) {
+  Db db(Path());
+  ManualClock clock;
+  ASSERT_EQ(db.Exec("BEGIN"), "");
+  ASSERT_TRUE(worker::InboxRetention(db.get(), "billing", std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(*worker::InboxClaim(db.get(), "billing", "m-1", clock));
+  EXPECT_EQ(db.Value("SELECT claimed_ms FROM idem_inbox"), std::to_string(ToMillis(clock.Now())));
+  EXPECT_EQ(*worker::InboxSweep(db.get(), 10, clock), 0) << "kept 60 s";
+  clock.Advance(std::chrono::seconds(59));
+  EXPECT_EQ(*worker::InboxSweep(db.get(), 10, clock), 0);
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_EQ(*worker::InboxSweep(db.get(), 10, clock), 1) << "past its retention";
+  ASSERT_TRUE(*worker::LedgerAppend(db.get(), "a", "t-1", 5, "{}", clock));
+  EXPECT_EQ(db.Value("SELECT created_ms FROM idem_ledger"), std::to_string(ToMillis(clock.Now())));
+  const std::array<std::string_view, 1> from_none{"none"};
+  ASSERT_EQ(*worker::Transition(db.get(), "order", "o-1", "PLACED", from_none, clock),
+            TransitionOutcome::kApplied);
+  EXPECT_EQ(db.Value("SELECT updated_ms FROM idem_states"), std::to_string(ToMillis(clock.Now())));
+  ASSERT_EQ(db.Exec("COMMIT"), "");
+}
+
 TEST_F(SqliteWorkerTest, InboxSweepDeletesOnlyClaimsPastRetention) {
   Db db(Path());
   ASSERT_EQ(db.Exec("BEGIN"), "");

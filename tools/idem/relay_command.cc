@@ -9,8 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "admin/admin_server.h"
 #include "idem/gateway_options.h"
-#include "outbox/admin_server.h"
 #include "outbox/relay.h"
 #include "outbox/subject_match.h"
 
@@ -184,11 +184,12 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
     spdlog::flush_on(spdlog::level::info);
     auto relay = std::make_shared<outbox::Relay>(o);
 
-    std::unique_ptr<outbox::AdminServer> admin;
+    std::unique_ptr<admin::AdminServer> admin;
     if (!flags->admin_listen.empty()) {
-      auto started = outbox::AdminServer::Start(
-          flags->admin_listen,
-          {[relay] { return relay->NotReadyReason(); }, [relay] { return relay->metrics().Render(); }});
+      admin::AdminRoutes routes;
+      routes.readiness = admin::ReadyUnless([relay] { return relay->NotReadyReason(); });
+      routes.metrics = [relay] { return relay->metrics().Render(); };
+      auto started = admin::AdminServer::StartOnOwnThread(flags->admin_listen, std::move(routes));
       if (!started.ok()) return fail(started.status().ToString());
       admin = std::move(*started);
       spdlog::info("relay: admin on {}", admin->address());

@@ -11,8 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "admin/admin_server.h"
 #include "idem/gateway_options.h"
-#include "outbox/admin_server.h"
 #include "pg/pg_url.h"
 #include "sweep/sweeper.h"
 
@@ -204,16 +204,16 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     auto counters = std::make_shared<SweepCounters>();
-    std::unique_ptr<outbox::AdminServer> admin;
+    std::unique_ptr<admin::AdminServer> admin;
     if (!flags->admin_listen.empty()) {
-      auto started = outbox::AdminServer::Start(
-          flags->admin_listen,
-          {[counters]() -> std::string {
-             if (counters->last_failed) return "the last sweep failed (see the log)";
-             if (!counters->succeeded_once) return "no sweep has succeeded yet";
-             return "";
-           },
-           [counters] { return counters->Render(); }});
+      admin::AdminRoutes routes;
+      routes.readiness = admin::ReadyUnless([counters]() -> std::string {
+        if (counters->last_failed) return "the last sweep failed (see the log)";
+        if (!counters->succeeded_once) return "no sweep has succeeded yet";
+        return "";
+      });
+      routes.metrics = [counters] { return counters->Render(); };
+      auto started = admin::AdminServer::StartOnOwnThread(flags->admin_listen, std::move(routes));
       if (!started.ok()) return fail("--admin-listen: " + started.status().ToString());
       admin = std::move(*started);
       spdlog::info("sweep: admin on {}", admin->address());

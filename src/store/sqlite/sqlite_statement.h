@@ -1,11 +1,13 @@
-// Prepared statements of the SQLite store: prepared once per connection, and run only through
-// a Use, which resets the statement when it ends.
+// Prepared statements on SQLite: the store's, prepared once per connection, and the worker
+// calls', prepared for one run on the caller's connection. Each is run only through a Use,
+// which binds, steps, reads columns and resets the statement when it ends.
 //
 // Why every run goes through a Use: a stepped, un-reset statement keeps its read transaction
 // open, and an open read transaction pins the WAL, so no checkpoint can move it back into the
 // database and the WAL grows without bound.
 //
-// Thread safety: none; the store serialises every use of its connection.
+// Thread safety: none; the store serialises every use of its connection, and a worker call's
+// statement lives in one call.
 #pragma once
 
 #include <sqlite3.h>
@@ -19,20 +21,27 @@
 
 namespace idem::internal::sqlite {
 
-// A statement prepared for the life of its connection; finalized with it.
+// A prepared statement, finalized when this object goes.
 class Statement {
  public:
+  // How long the statement is kept: the store's for the life of its connection, the worker
+  // calls' for one run on the caller's connection (which may be closed any time after).
+  enum class Lifetime { kConnection, kOneRun };
+
   Statement() = default;
   ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
 
-  // Prepares `sql`, replacing (and finalizing) what this object held before.
-  Status Prepare(sqlite3* db, const char* sql) {
+  // Prepares `sql`, replacing (and finalizing) what this object held before. A failure is
+  // FromSqlite's for `op`.
+  Status Prepare(sqlite3* db, const char* sql, Lifetime lifetime = Lifetime::kConnection,
+                 std::string_view op = "prepare") {
     sqlite3_finalize(stmt_);
     stmt_ = nullptr;
-    const int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr);
-    return rc == SQLITE_OK ? Status::Ok() : FromSqlite(rc, db, "prepare");
+    const unsigned flags = lifetime == Lifetime::kConnection ? SQLITE_PREPARE_PERSISTENT : 0;
+    const int rc = sqlite3_prepare_v3(db, sql, -1, flags, &stmt_, nullptr);
+    return rc == SQLITE_OK ? Status::Ok() : FromSqlite(rc, db, op);
   }
   sqlite3_stmt* get() const { return stmt_; }
 

@@ -4,7 +4,6 @@
 // server pool instead (natsOptions_SetServers; nats.c tries them in random order, and on a
 // disconnect reconnects to another), and a single URL where it always went.
 //
-// Header-only: the relay and the consumers share it without linking each other.
 #pragma once
 
 #include <nats/nats.h>
@@ -15,11 +14,11 @@
 
 #include "core/text.h"
 
-namespace idem::worker {
+namespace idem::internal {
 
 // NATS_INVALID_ARG when `urls` names no server.
 inline natsStatus SetNatsServers(natsOptions* opts, std::string_view urls) {
-  const std::vector<std::string_view> elements = internal::ListElements(urls);
+  const std::vector<std::string_view> elements = ListElements(urls);
   if (elements.empty()) return NATS_INVALID_ARG;
   if (elements.size() == 1) return natsOptions_SetURL(opts, std::string(elements[0]).c_str());
   std::vector<std::string> owned(elements.begin(), elements.end());
@@ -28,4 +27,4 @@ inline natsStatus SetNatsServers(natsOptions* opts, std::string_view urls) {
   return natsOptions_SetServers(opts, servers.data(), static_cast<int>(servers.size()));
 }
 
-}  // namespace idem::worker
+}  // namespace idem::internal
