@@ -178,7 +178,7 @@ start_consumer() {  # $1: extra environment (the crash point) or ""
 }
 
 echo "== starting idem relay (crash point: killed after publishing, before marking)"
-start_relay IDEM_RELAY_TEST_CRASH_POINT=after_publish
+start_relay IDEM_TEST_CRASH_POINT=relay.after_publish
 echo "== starting the payments consumer (crash point: killed after COMMIT, before the ack)"
 start_consumer IDEM_TEST_CRASH_POINT=runtime.after_commit
 

@@ -81,7 +81,9 @@ struct ClientOptions {
   std::function<void(int attempt, const std::string& why, Duration wait)> on_retry;
 };
 
-// 5xx, 408, 409 and 429.
+// Whether the client retries an answer with this status: 5xx, 408 and 429 (the service failed
+// or shed load), and 409 (the gateway's answer while the first request under the same key is
+// still running: the retry with that key gets its response). Other statuses are final.
 bool IsRetryableStatus(int status);
 // Full jitter: `random` mapped onto 0 .. min(cap, base * 2^retry) inclusive. retry is 0-based.
 Duration BackoffDelay(int retry, Duration base, Duration cap, uint64_t random);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/text.h"
+#include "core/transient_status.h"
 #include "idem/keys.h"
 
 namespace idem {
@@ -71,7 +72,8 @@ std::string ClientResponse::Header(std::string_view name) const {
 }
 
 bool IsRetryableStatus(int status) {
-  return status >= 500 || status == 408 || status == 409 || status == 429;
+  // 409 too: the gateway's key-in-flight, which this client's retry with the same key resolves.
+  return internal::IsTransientHttpStatus(status, {.conflict = true});
 }
 
 Duration BackoffDelay(int retry, Duration base, Duration cap, uint64_t random) {

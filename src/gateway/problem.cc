@@ -64,9 +64,14 @@ const ProblemRow& RowFor(Problem p) { return kProblems[static_cast<size_t>(p)]; 
 
 // ---- Store and gateway failures (Status) ----------------------------------------------------
 
+// A store that is down, slow or full: the same call later may succeed (status.h says to retry).
 constexpr Answer kStoreUnavailable{Problem::kStoreUnavailable, Outcome::kStoreError,
                                    LogLevel::kNone, "", RetryAfter::kOneSecond,
                                    /*fail_open=*/true};
+// A store that refuses a call the gateway made with valid arguments, for a reason a retry does
+// not change (status.h: "do not retry"): a bug in idem or the store. No Retry-After, logged.
+constexpr Answer kStoreBug{Problem::kInternalError, Outcome::kStoreError, LogLevel::kError,
+                           "internal_error", RetryAfter::kNone, /*fail_open=*/true};
 
 struct StatusRow {
   StatusCode code;
@@ -75,16 +80,25 @@ struct StatusRow {
 };
 
 constexpr StatusRow kStatuses[] = {
-    {StatusCode::kInvalidArgument, "status `INVALID_ARGUMENT`", kStoreUnavailable},
+    // The gateway validated the key, scope and response; stores report an absent record as a
+    // value, never as NOT_FOUND.
+    {StatusCode::kInvalidArgument, "status `INVALID_ARGUMENT`", kStoreBug},
     {StatusCode::kDeadlineExceeded, "status `DEADLINE_EXCEEDED`", kStoreUnavailable},
-    {StatusCode::kNotFound, "status `NOT_FOUND`", kStoreUnavailable},
-    {StatusCode::kAlreadyExists, "status `ALREADY_EXISTS`", kStoreUnavailable},
-    {StatusCode::kResourceExhausted, "status `RESOURCE_EXHAUSTED`", kStoreUnavailable},
-    {StatusCode::kFailedPrecondition, "status `FAILED_PRECONDITION`", kStoreUnavailable},
-    {StatusCode::kAborted, "status `ABORTED`", kStoreUnavailable},
-    {StatusCode::kInternal, "status `INTERNAL`",
+    {StatusCode::kNotFound, "status `NOT_FOUND`", kStoreBug},
+    // Never forwarded, as DATA_LOSS: the store says something exists under the key that it
+    // will not overwrite, and running the request unprotected could run it a second time.
+    {StatusCode::kAlreadyExists, "status `ALREADY_EXISTS`",
      {Problem::kInternalError, Outcome::kStoreError, LogLevel::kError, "internal_error",
+      RetryAfter::kNone, /*fail_open=*/false}},
+    {StatusCode::kResourceExhausted, "status `RESOURCE_EXHAUSTED`", kStoreUnavailable},
+    // The store is in a state an operator must fix (a read-only or deleted SQLite file, a
+    // rejected Redis password, a PostgreSQL schema missing or newer than this build): retrying
+    // does not help until then.
+    {StatusCode::kFailedPrecondition, "status `FAILED_PRECONDITION`",
+     {Problem::kInternalError, Outcome::kStoreError, LogLevel::kError, "store_misconfigured",
       RetryAfter::kNone, /*fail_open=*/true}},
+    {StatusCode::kAborted, "status `ABORTED`", kStoreUnavailable},
+    {StatusCode::kInternal, "status `INTERNAL`", kStoreBug},
     {StatusCode::kUnavailable, "status `UNAVAILABLE`", kStoreUnavailable},
     // Never forwarded, even on a fail_open route: the record exists, and running the request
     // again would not be a replay.

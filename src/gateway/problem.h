@@ -82,10 +82,18 @@ struct Answer {
   bool fail_open = false;
 };
 
-// A store's or the gateway's own failure. REQUIRES: !status.ok().
-//   DATA_LOSS  -> 500 record-corrupt, logged as an error (the record is left for an operator)
-//   INTERNAL   -> 500 internal-error, logged as an error (a SHA-256 failure, a bug)
-//   any other  -> 503 store-unavailable, Retry-After: 1
+// A store's or the gateway's own failure, by whether a retry can help (status.h).
+// REQUIRES: !status.ok().
+//   UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED
+//                       -> 503 store-unavailable, Retry-After: 1 (the store is down or busy)
+//   FAILED_PRECONDITION -> 500 internal-error, logged as an error (store_misconfigured: an
+//                          operator must fix the store's state)
+//   INTERNAL, INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS
+//                       -> 500 internal-error, logged as an error (a SHA-256 failure, a bug)
+//   DATA_LOSS           -> 500 record-corrupt, logged as an error (the record is left for an
+//                          operator)
+// None of the 500s has a Retry-After. A fail_open route forwards on each but ALREADY_EXISTS and
+// DATA_LOSS, where a record exists that running the request unprotected could duplicate.
 const Answer& ProblemFor(const Status& status);
 
 // A claim's outcome: in_flight -> 409, mismatch -> 422, a replay of a response that was too

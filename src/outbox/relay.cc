@@ -1,10 +1,8 @@
 #include "outbox/relay.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -14,6 +12,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/crash_point.h"
 #include "idem/mutex.h"
 #include "idem/outbox.h"
 #include "outbox/ordering_key_header.h"
@@ -66,19 +65,6 @@ std::string Join(const std::vector<std::string>& parts) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;
-}
-
-// The test-only fault points, after a batch's PubAcks arrive and before its rows are marked:
-// IDEM_RELAY_TEST_CRASH_POINT=after_publish makes the relay kill itself with SIGKILL (published,
-// never marked), =stop_after_publish stop itself with SIGSTOP once (a relay that hangs holding
-// its rows, until a SIGCONT), so the tests can reproduce both without timing luck.
-int FaultAfterPublish() {
-  static const int signal = [] {
-    const char* v = std::getenv("IDEM_RELAY_TEST_CRASH_POINT");
-    const std::string_view point = v == nullptr ? "" : v;
-    return point == "after_publish" ? SIGKILL : point == "stop_after_publish" ? SIGSTOP : 0;
-  }();
-  return signal;
 }
 
 }  // namespace
@@ -663,14 +649,8 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
   if (beyond_logged > kMaxLoggedPerBatch) {
     spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
   }
-  static std::atomic<bool> stopped_once{false};
-  if (const int fault = FaultAfterPublish(); fault != 0 && !acked.empty() &&
-                                             (fault == SIGKILL || !stopped_once.exchange(true))) {
-    spdlog::warn("relay: test fault point: {} with {} rows published, unmarked",
-                 fault == SIGKILL ? "SIGKILL" : "SIGSTOP", acked.size());
-    spdlog::default_logger()->flush();
-    raise(fault);
-  }
+  // Published, never marked: killed here, or hung here holding the rows (core/crash_point.h).
+  if (!acked.empty()) internal::CrashPoint("relay.after_publish");
   const size_t failed_count = failed.size();
   // Until the settle commits, the acknowledged rows stay pending, held by its transaction, and
   // a lock may take their keys' next rows: they are in the stream already.

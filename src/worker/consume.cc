@@ -27,7 +27,7 @@
 #include "worker/batch_envelope.h"
 #include "worker/batch_plan.h"
 #include "worker/consume_metrics.h"
-#include "worker/crash_point.h"
+#include "core/crash_point.h"
 #include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"
 #include "worker/first_failures.h"
@@ -738,10 +738,10 @@ class Sidecar {
     Status s;
     switch (d) {
       case Disposition::kAck:
-        CrashPoint("consume.after_response");
+        internal::CrashPoint("consume.after_response");
         s = m.Ack();
         if (s.ok()) metrics_.Count(ConsumeMetrics::kAcked);
-        CrashPoint("consume.after_ack");
+        internal::CrashPoint("consume.after_ack");
         break;
       case Disposition::kNak: {
         uint64_t random;

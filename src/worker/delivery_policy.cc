@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/transient_status.h"
 #include "idem/fingerprint.h"
 
 namespace idem::worker {
@@ -35,7 +36,7 @@ std::string_view DispositionName(Disposition d) {
 
 Disposition ClassifyHttpStatus(int status) {
   if (status >= 200 && status < 300) return Disposition::kAck;
-  if (status == 408 || status == 425 || status == 429) return Disposition::kNak;
+  if (internal::IsTransientHttpStatus(status, {.too_early = true})) return Disposition::kNak;
   if (status >= 400 && status < 500) return Disposition::kTerm;
   return Disposition::kNak;
 }

@@ -28,8 +28,9 @@ enum class Disposition {
 };
 std::string_view DispositionName(Disposition d);
 
-// The service's HTTP status -> disposition: 2xx ack; 408, 425, 429 and 5xx nak; other 4xx
-// term; anything else (1xx, 3xx: a misconfigured service) nak, so no message is dropped.
+// The service's HTTP status -> disposition: 2xx ack; a transient status (5xx, 408, 429, and
+// 425 Too Early: core/transient_status.h) nak; other 4xx term (a 409 is the service's final
+// answer); anything else (1xx, 3xx: a misconfigured service) nak, so no message is dropped.
 Disposition ClassifyHttpStatus(int status);
 
 // The redelivery delay after the `delivery_count`-th delivery failed: `base` doubled for each

@@ -12,9 +12,9 @@
 #include <random>
 #include <span>
 
+#include "core/crash_point.h"
 #include "core/text.h"
 #include "pg/pg_result.h"
-#include "worker/crash_point.h"
 #include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"
 #include "worker/first_failures.h"
@@ -430,10 +430,10 @@ class JetStreamConsumer::Impl {
       Failed(m, commit.message(), "commit", /*unreachable=*/PQstatus(pg_) != CONNECTION_OK);
       return;
     }
-    CrashPoint("runtime.after_commit");
+    internal::CrashPoint("runtime.after_commit");
     Settle(m, true);
     ++applied_;
-    CrashPoint("runtime.after_ack");
+    internal::CrashPoint("runtime.after_ack");
   }
 
   // Applies a fetched batch: in groups of messages_per_transaction messages when that is more
@@ -499,9 +499,9 @@ class JetStreamConsumer::Impl {
       }
       if (!handled.ok()) return GroupFailed(group.size(), "handler: " + handled.ToString());
     }
-    CrashPoint("runtime.before_commit");
+    internal::CrashPoint("runtime.before_commit");
     if (Status commit = Commit(); !commit.ok()) return GroupFailed(group.size(), commit.ToString());
-    CrashPoint("runtime.after_commit");
+    internal::CrashPoint("runtime.after_commit");
     for (size_t i = 0; i < group.size(); ++i) {
       Settle(group[i], true);
       if (claimed[i]) {
@@ -509,7 +509,7 @@ class JetStreamConsumer::Impl {
       } else {
         ++duplicates_;
       }
-      CrashPoint("runtime.after_ack");
+      internal::CrashPoint("runtime.after_ack");
     }
     return true;
   }
@@ -574,7 +574,7 @@ class JetStreamConsumer::Impl {
         }
         continue;
       }
-      CrashPoint("runtime.before_commit");
+      internal::CrashPoint("runtime.before_commit");
       committing = &m;
       ending = Ending::kCommit;
     }

@@ -596,8 +596,9 @@ lease = "5s"
 }
 
 // The database file is deleted under a running gateway: /readyz says so (503, with the
-// reason), an error is logged, and new requests are refused with 503 instead of executing into
-// a file that a restart would never read: after a restart they would execute again.
+// reason), an error is logged, and new requests are refused instead of executing into a file
+// that a restart would never read: after a restart they would execute again. The store says
+// FAILED_PRECONDITION (an operator must act), so the refusal is 500 without Retry-After.
 TEST_F(GatewayTest, ADeletedDatabaseFileMakesTheGatewayUnreadyAndFailClosed) {
   const std::string db = dir_.File("deleted.db");
   StartGateway("", "sqlite:" + db);
@@ -610,10 +611,12 @@ TEST_F(GatewayTest, ADeletedDatabaseFileMakesTheGatewayUnreadyAndFailClosed) {
   EXPECT_NE(ready.body.find("deleted"), std::string::npos) << ready.body;
   EXPECT_NE(ready.body.find(db), std::string::npos) << ready.body;
   auto refused = Post("/pay", "after", "b");
-  EXPECT_EQ(refused.status, 503) << refused.body;
-  EXPECT_NE(refused.body.find("urn:idem:problem:store-unavailable"), std::string::npos);
+  EXPECT_EQ(refused.status, 500) << refused.body;
+  EXPECT_NE(refused.body.find("urn:idem:problem:internal-error"), std::string::npos);
+  EXPECT_EQ(refused.Header("Retry-After"), "");
   EXPECT_EQ(Executions("after"), 0) << "fail closed: the upstream is not called";
   EXPECT_TRUE(Logged("error not_ready")) << gateway_->Output();
+  EXPECT_TRUE(Logged("error store_misconfigured")) << gateway_->Output();
 }
 
 TEST_F(GatewayTest, ExpiredRecordsAreSweptAndTheKeyExecutesAgain) {

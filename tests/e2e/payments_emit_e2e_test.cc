@@ -209,7 +209,7 @@ TEST_F(PaymentsEmitTest, OnePaymentOneEventOneMessageOneSettlement) {
 TEST_F(PaymentsEmitTest, RelayKilledBetweenPublishAndMarkStillSettlesOnce) {
   auto consumer = StartConsumer();
   {
-    auto crashing = StartRelay("after_publish");
+    auto crashing = StartRelay("relay.after_publish");
     ASSERT_EQ(Pay(gateway_.address, "k-2", "bob", 70).status, 201);
     ASSERT_TRUE(KilledBySigkill(crashing->process().WaitForExit(20s)))
         << crashing->process().Output();

@@ -404,7 +404,7 @@ TEST(ProxyFlowTest, TransportFailuresAreProblemsAndReleaseTheKey) {
 }
 
 TEST(ProxyFlowTest, OtherStatusesAreCompletedAndReplayed) {
-  for (unsigned status : {200u, 302u, 400u, 404u, 409u}) {
+  for (unsigned status : {200u, 302u, 400u, 404u, 409u, 425u}) {
     SCOPED_TRACE(status);
     Flow flow;
     flow.upstream.Script(FakeUpstream::Answer(status, "final"));
@@ -456,6 +456,41 @@ TEST(ProxyFlowTest, BeginFailingAnswers503WithoutCallingTheUpstream) {
   EXPECT_EQ(Header(res, "Retry-After"), "1");
   EXPECT_EQ(flow.upstream.calls(), 0);
   EXPECT_EQ(flow.count(Outcome::kStoreError), 1u);
+}
+
+// A store that says "do not retry" (status.h) is a bug or a misconfiguration, not an outage: 500
+// internal-error without Retry-After, logged, and the upstream is not called. The same request
+// runs once the store is fixed.
+TEST(ProxyFlowTest, AStoreThatSaysDoNotRetryIs500WithoutRetryAfter) {
+  for (const Status& refusal :
+       {FailedPreconditionError("injected: database is read-only"),
+        InvalidArgumentError("injected"), NotFoundError("injected"),
+        AlreadyExistsError("injected")}) {
+    SCOPED_TRACE(refusal.ToString());
+    Flow flow;
+    flow.faults->FailFrom(1, refusal, 1);
+    const Response res = flow.Send(Flow::Post("/pay", "k-1"));
+    EXPECT_TRUE(IsProblem(res, Problem::kInternalError)) << res.body();
+    EXPECT_EQ(Header(res, "Retry-After"), "(absent)");
+    EXPECT_EQ(flow.upstream.calls(), 0);
+    EXPECT_EQ(flow.count(Outcome::kStoreError), 1u);
+    EXPECT_EQ(flow.Send(Flow::Post("/pay", "k-1")).result_int(), 201u) << "fixed: it runs";
+    EXPECT_EQ(flow.upstream.calls(), 1);
+  }
+}
+
+// A fail_open route forwards when the store is misconfigured, as when it is down; never when
+// the store says something exists under the key that it will not overwrite.
+TEST(ProxyFlowTest, FailOpenForwardsPastAMisconfiguredStoreButNotPastAnExistingRecord) {
+  Flow flow;
+  flow.faults->FailFrom(1, FailedPreconditionError("injected: database is read-only"), 1);
+  EXPECT_EQ(flow.Send(Flow::Post("/open/pay", "k-1")).result_int(), 201u);
+  EXPECT_EQ(flow.upstream.calls(), 1);
+  flow.faults->FailFrom(flow.faults->calls() + 1, AlreadyExistsError("injected"), 1);
+  const Response refused = flow.Send(Flow::Post("/open/pay", "k-2"));
+  EXPECT_TRUE(IsProblem(refused, Problem::kInternalError)) << refused.body();
+  EXPECT_EQ(flow.upstream.calls(), 1) << "not forwarded";
+  EXPECT_EQ(flow.count(Outcome::kStoreError), 2u);
 }
 
 TEST(ProxyFlowTest, CorruptRecordIs500EvenOnAFailOpenRoute) {

@@ -97,9 +97,9 @@ RelayProcess::RelayProcess(const std::vector<std::string>& args, const std::stri
   std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "relay", "--admin-listen", "127.0.0.1:0"};
   argv.insert(argv.end(), args.begin(), args.end());
   // The child inherits the environment at fork; set the crash point around the start only.
-  if (!crash_point.empty()) setenv("IDEM_RELAY_TEST_CRASH_POINT", crash_point.c_str(), 1);
+  if (!crash_point.empty()) setenv("IDEM_TEST_CRASH_POINT", crash_point.c_str(), 1);
   process_ = std::make_unique<Process>(argv, log_path);
-  if (!crash_point.empty()) unsetenv("IDEM_RELAY_TEST_CRASH_POINT");
+  if (!crash_point.empty()) unsetenv("IDEM_TEST_CRASH_POINT");
 }
 
 std::string RelayProcess::WaitReady(std::chrono::milliseconds timeout) {

@@ -48,6 +48,7 @@ std::string AddStream(jsCtx* js, const std::string& name, const std::vector<std:
 // child only.
 class RelayProcess {
  public:
+  // `crash_point`: IDEM_TEST_CRASH_POINT for the child (core/crash_point.h); "": none.
   RelayProcess(const std::vector<std::string>& args, const std::string& log_path,
                const std::string& crash_point = "");
   // Waits for the admin listener's line; "" on success, else the relay's output.

@@ -131,7 +131,7 @@ TEST_F(RelayTest, KilledBetweenPublishAndMarkRepublishesAsDuplicates) {
   Enqueue("evt-", 200);
   {
     RelayProcess crashing(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("crash.log"),
-                          "after_publish");
+                          "relay.after_publish");
     const auto status = crashing.process().WaitForExit(seconds(30));
     ASSERT_TRUE(status && WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL)
         << crashing.process().Output();
@@ -179,7 +179,7 @@ TEST_F(RelayTest, AHungRelaysRowsGoToAnotherRelayAfterTheLease) {
   // statement on them came after this moment.
   const auto hung_started = std::chrono::steady_clock::now();
   RelayProcess hung(RelayArgs({"--batch", "50", "--claim-lease", "3s"}), Log("hung.log"),
-                    "stop_after_publish");
+                    "relay.after_publish:stop");
   const pid_t pid = hung.process().pid();
   auto state = [pid] {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -652,7 +652,7 @@ TEST_F(RelayTest, OutageLongerThanTheDuplicateWindowCountsBeyondWindow) {
   Enqueue("evt-", 30);
   {
     RelayProcess crashing(RelayArgs({"--batch", "30", "--claim-lease", "500ms"}), Log("crash.log"),
-                          "after_publish");
+                          "relay.after_publish");
     const auto status = crashing.process().WaitForExit(seconds(30));
     ASSERT_TRUE(status && WIFSIGNALED(*status)) << crashing.process().Output();
   }

@@ -24,7 +24,7 @@
 
 #include "idem/worker.h"
 #include "util/ledger_message.h"
-#include "worker/crash_point.h"
+#include "core/crash_point.h"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -64,12 +64,12 @@ std::pair<int, std::string> Apply(PGconn* conn, const std::string& key, const st
     rollback();
     return {s.code() == idem::StatusCode::kInvalidArgument ? 400 : 503, s.ToString()};
   }
-  idem::worker::CrashPoint("service.before_commit");
+  idem::internal::CrashPoint("service.before_commit");
   if (!Exec(conn, "COMMIT", "COMMIT")) {
     rollback();
     return {503, std::string("commit: ") + PQerrorMessage(conn)};
   }
-  idem::worker::CrashPoint("service.after_commit");
+  idem::internal::CrashPoint("service.after_commit");
   if (first_delivery && body.rfind("slow", 0) == 0) {
     std::this_thread::sleep_for(std::chrono::seconds(5));
   }

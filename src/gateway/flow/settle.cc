@@ -1,5 +1,6 @@
 #include "gateway/flow/settle.h"
 
+#include "core/transient_status.h"
 #include "gateway/completion_retry.h"
 #include "gateway/flow/responses.h"
 
@@ -101,16 +102,16 @@ Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope,
 
 }  // namespace
 
-bool IsTransient(unsigned status) { return status >= 500 || status == 408 || status == 429; }
-
 Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
                      const Fingerprint& fingerprint, FencingToken token, Forwarded& forwarded,
                      const Trace& trace) {
   // The upstream acted beyond doubt when it answered, even if its answer was too large to read.
   const bool too_large = forwarded.failure == UpstreamResult::Failure::kTooLarge;
+  // The shared rule as it stands: an upstream's 409 or 425 is its final answer, completed.
   const bool transient = forwarded.transport_failed()
                              ? !too_large
-                             : IsTransient(forwarded.response.result_int());
+                             : internal::IsTransientHttpStatus(
+                                   static_cast<int>(forwarded.response.result_int()));
   if (transient) {
     co_await ReleaseKey(s, route, scope, token, trace);
     Outcome released = Outcome::kReleased;

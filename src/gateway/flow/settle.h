@@ -1,11 +1,11 @@
 // Step 4 of the request flow: settle. After the upstream answered (or failed), the key's record
-// is finished: Release after a transient failure (5xx, 408, 429, or a transport failure other
-// than a too-large answer), so a retry runs again at once; Accept after a 202 on a
-// long_running route (the record stays claimed for the operation's job, with the 202 for
-// duplicates); Complete otherwise, storing the response for replays. A write that fails is
-// retried after the response (completion_retry.h): a release while the lease lasts, a
-// completion or an accept until stored, held meanwhile in PendingCompletions, which answers the
-// key's retries. The client gets its response either way.
+// is finished: Release after a transient failure (a transient status, core/transient_status.h:
+// 5xx, 408, 429; or a transport failure other than a too-large answer), so a retry runs again at
+// once; Accept after a 202 on a long_running route (the record stays claimed for the operation's
+// job, with the 202 for duplicates); Complete otherwise, storing the response for replays. A
+// write that fails is retried after the response (completion_retry.h): a release while the
+// lease lasts, a completion or an accept until stored, held meanwhile in PendingCompletions,
+// which answers the key's retries. The client gets its response either way.
 #pragma once
 
 #include "gateway/flow/forward.h"
@@ -14,9 +14,6 @@
 #include "idem/scope.h"
 
 namespace idem::gateway::flow {
-
-// Whether an upstream status counts as transient (the key is released, not completed).
-bool IsTransient(unsigned status);
 
 // Settles the claim of `scope` held with `token` after `forwarded`, and returns the request's
 // outcome: kReleased, kAccepted or kExecuted (then the response is marked Idempotent-Replayed:
