@@ -25,6 +25,7 @@
 #include "idem/mutex.h"
 #include "worker/batch_envelope.h"
 #include "worker/batch_plan.h"
+#include "worker/consume_admin.h"
 #include "worker/consume_metrics.h"
 #include "worker/crash_point.h"
 #include "worker/dead_letter.h"
@@ -130,18 +131,12 @@ class Sidecar {
   }
 
   Status ListenAdmin(tcp::endpoint* bound) {
-    auto endpoint = gateway::ParseListenAddress(options_.admin_listen);
-    if (!endpoint.ok()) return endpoint.status().WithContext("--admin-listen");
-    admin_ = std::make_unique<tcp::acceptor>(io_);
-    boost::system::error_code ec;
-    admin_->open(endpoint->protocol(), ec);
-    if (!ec) admin_->set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) admin_->bind(*endpoint, ec);
-    if (!ec) admin_->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return UnavailableError("cannot listen on " + options_.admin_listen + ": " + ec.message());
-    *bound = admin_->local_endpoint();
-    asio::co_spawn(io_, AcceptAdmin(), asio::detached);
-    return Status::Ok();
+    admin_ = std::make_unique<ConsumeAdmin>(
+        io_, ConsumeAdminState{options_, metrics_, nats_connected_, bound_, stopping_, [this] {
+                                 MutexLock lock(mu_);
+                                 return static_cast<int64_t>(in_flight_);
+                               }});
+    return admin_->Listen(bound);
   }
 
   // The fetch loop; returns OK once stopping and no longer fetching, or what cannot work (a
@@ -820,73 +815,6 @@ class Sidecar {
     co_return Disposition::kTerm;
   }
 
-  Task<void> AcceptAdmin() {
-    for (;;) {
-      boost::system::error_code ec;
-      tcp::socket socket =
-          co_await admin_->async_accept(asio::redirect_error(use_awaitable, ec));
-      if (ec) {
-        if (!admin_->is_open()) co_return;
-        continue;
-      }
-      asio::co_spawn(io_, AdminSession(std::move(socket)), asio::detached);
-    }
-  }
-
-  Task<void> AdminSession(tcp::socket socket) {
-    gateway::beast::tcp_stream stream(std::move(socket));
-    gateway::beast::flat_buffer buffer;
-    boost::system::error_code ec;
-    for (;;) {
-      Request req;
-      stream.expires_after(std::chrono::seconds(30));
-      co_await http::async_read(stream, buffer, req, asio::redirect_error(use_awaitable, ec));
-      if (ec) break;
-      Response res = Admin(req);
-      co_await http::async_write(stream, res, asio::redirect_error(use_awaitable, ec));
-      if (ec || !res.keep_alive()) break;
-    }
-    boost::system::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  }
-
-  Response Admin(const Request& req) {
-    const std::string_view path = gateway::TargetPath(req.target());
-    Response res{http::status::ok, req.version()};
-    res.keep_alive(req.keep_alive());
-    res.set(http::field::content_type, "text/plain");
-    const bool connected = nats_connected_.load();
-    const bool bound = bound_.load();
-    if (req.method() != http::verb::get) {
-      res.result(http::status::method_not_allowed);
-      res.body() = "GET /healthz /readyz /metrics\n";
-    } else if (path == "/healthz") {
-      res.body() = "ok\n";
-    } else if (path == "/readyz") {
-      if (connected && bound && !stopping_) {
-        res.body() = "ready\n";
-      } else {
-        res.result(http::status::service_unavailable);
-        res.body() = stopping_ ? "shutting down\n"
-                     : !connected ? "nats unreachable: " + options_.nats_url + "\n"
-                                  : "not bound to " + options_.stream + "/" + options_.consumer + "\n";
-      }
-    } else if (path == "/metrics") {
-      int64_t in_flight;
-      {
-        MutexLock lock(mu_);
-        in_flight = in_flight_;
-      }
-      res.set(http::field::content_type, "text/plain; version=0.0.4");
-      res.body() = metrics_.Render(in_flight, connected, bound);
-    } else {
-      res.result(http::status::not_found);
-      res.body() = "admin endpoints: /healthz /readyz /metrics\n";
-    }
-    res.prepare_payload();
-    return res;
-  }
-
   const ConsumeOptions& options_;
   gateway::Log& log_;
   asio::io_context& io_;
@@ -895,7 +823,7 @@ class Sidecar {
   std::unique_ptr<gateway::UpstreamPool> upstream_;
   std::unique_ptr<NatsConnection> nats_;
   std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
-  std::unique_ptr<tcp::acceptor> admin_;
+  std::unique_ptr<ConsumeAdmin> admin_;
   ConsumeMetrics metrics_;
   // The event loop's: per-key order, the messages being delivered, whether the in-progress and
   // ack-floor loops run.
