@@ -293,6 +293,7 @@ class Sidecar {
   void CloseNats() {
     polling_.stop();
     polling_.join();
+    DestroyFinished();  // the event loop has stopped
     sub_.reset();
     nats_.reset();
   }
@@ -311,6 +312,10 @@ class Sidecar {
   // Unsettled stream sequences read at each bind to learn which ordering keys an earlier
   // process left messages of, at most.
   static constexpr uint64_t kMaxOutstandingScan = 20000;
+
+  // Settled messages destroyed together, at most (Bury).
+  static constexpr size_t kBuryGroup = 32;
+  static constexpr size_t kBuryBytes = 1 << 20;
 
   // The fetch loop fetches again once no more than this many messages are in flight.
   int RefetchAt() const { return options_.max_in_flight / 2; }
@@ -486,6 +491,23 @@ class Sidecar {
     co_await Settle(*m, std::move(a));
     working_.erase(m.get());
     Launch(ordered_.AfterSettle(*m));
+    Bury(std::move(m));
+  }
+
+  // A settled message, destroyed later with others: nats.c hands every destroyed message to its
+  // garbage-collector thread and wakes that thread when its list was empty, so destroying them
+  // one at a time would wake it (and contend for its lock) about once per message. They go in
+  // groups of kBuryGroup, or of kBuryBytes, and whenever no delivery is left to settle.
+  void Bury(std::shared_ptr<JsMessage> m) {
+    finished_bytes_ += m->data().size();
+    finished_.push_back(std::move(m));
+    if (finished_.size() >= kBuryGroup || finished_bytes_ >= kBuryBytes || working_.empty()) {
+      DestroyFinished();
+    }
+  }
+  void DestroyFinished() {
+    finished_.clear();
+    finished_bytes_ = 0;
   }
 
   // Every third of the consumer's ack_wait, tells JetStream that every message being delivered
@@ -831,6 +853,8 @@ class Sidecar {
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
+  std::vector<std::shared_ptr<JsMessage>> finished_;  // settled, destroyed together (Bury)
+  size_t finished_bytes_ = 0;                          // their bodies' size
   bool ticking_ = false;
   asio::thread_pool polling_{1};       // consumer-info requests, off the event loop
   std::atomic<int64_t> ack_wait_ms_;  // the consumer's own, once bound
