@@ -132,23 +132,27 @@ for _ in $(seq 100); do grep -q "listening on" "$dir/sink.log" && break; sleep 0
 sink=$(awk '/listening on/ {print $3}' "$dir/sink.log")
 sink_pid=${pids[-1]}
 # One idem consume run: binary $1 on stream $2, more flags after; prints "msgs/s
-# cpu-us-per-msg-all cpu-us-per-msg-idem-consume cpu-us-per-msg-service". The sidecar stays up
-# (idle) until the end.
+# cpu-us-per-msg-all cpu-us-per-msg-idem-consume cpu-us-per-msg-service". The sidecar is stopped
+# once its CPU time is read (it runs in a subshell, so the cleanup's list never sees it: left
+# idle, each one would keep polling NATS through every later case).
 consume_case() {
-  local bin=$1 stream=$2 t0 s0 rate side_ticks sink_ticks
+  local bin=$1 stream=$2 t0 s0 rate side side_ticks sink_ticks
   shift 2
   $bench publish "$nats" "$stream" "$n" ${case_keys:-}
   t0=$(ticks)
   s0=$(awk '{print $14 + $15}' "/proc/$sink_pid/stat")
   $bin consume --nats "$nats" --stream "$stream" --consumer sidecar \
     --deliver "http://$sink/apply" --max-ack-pending 10000 "$@" >"$dir/consume-$stream.log" 2>&1 &
-  pids+=($!)
+  side=$!
   rate=$($bench drain "$nats" "$stream" sidecar "$n" | awk '/msgs\/s/ {print $2}')
-  side_ticks=$(awk '{print $14 + $15}' "/proc/${pids[-1]}/stat")
+  side_ticks=$(awk '{print $14 + $15}' "/proc/$side/stat")
   sink_ticks=$(( $(awk '{print $14 + $15}' "/proc/$sink_pid/stat") - s0 ))
-  echo "$rate $(per_msg "$t0" $(( (side_ticks + sink_ticks) * tick_us ))) \
+  line="$rate $(per_msg "$t0" $(( (side_ticks + sink_ticks) * tick_us ))) \
     $(python3 -c "print(round($side_ticks * $tick_us / $n, 1))") \
     $(python3 -c "print(round($sink_ticks * $tick_us / $n, 1))")"
+  kill "$side"
+  wait "$side" || true
+  echo "$line"
 }
 # Two rounds (with BENCH_IDEM_B=FILE, another build's idem alternately); the best rate and
 # the least CPU of each binary are kept.

@@ -169,26 +169,31 @@ std::string_view JsMessage::data() const {
   return d == nullptr ? std::string_view() : std::string_view(d, natsMsg_GetDataLength(msg_.get()));
 }
 
+// The status text ("ack KEY: ...") is built only for a failure: these run once per message.
 Status JsMessage::Ack() {
-  Status s = FromNats(natsMsg_Ack(msg_.get(), nullptr), "ack " + key_);
-  if (s.ok()) settled_ = Settled::kAcked;
-  return s;
+  const natsStatus s = natsMsg_Ack(msg_.get(), nullptr);
+  if (s != NATS_OK) return FromNats(s, "ack " + key_);
+  settled_ = Settled::kAcked;
+  return Status::Ok();
 }
 
 Status JsMessage::Nak(Duration delay) {
-  Status s = FromNats(natsMsg_NakWithDelay(msg_.get(), delay.count(), nullptr), "nak " + key_);
-  if (s.ok()) settled_ = Settled::kNaked;
-  return s;
+  const natsStatus s = natsMsg_NakWithDelay(msg_.get(), delay.count(), nullptr);
+  if (s != NATS_OK) return FromNats(s, "nak " + key_);
+  settled_ = Settled::kNaked;
+  return Status::Ok();
 }
 
 Status JsMessage::Term() {
-  Status s = FromNats(natsMsg_Term(msg_.get(), nullptr), "term " + key_);
-  if (s.ok()) settled_ = Settled::kTermed;
-  return s;
+  const natsStatus s = natsMsg_Term(msg_.get(), nullptr);
+  if (s != NATS_OK) return FromNats(s, "term " + key_);
+  settled_ = Settled::kTermed;
+  return Status::Ok();
 }
 
 Status JsMessage::InProgress() {
-  return FromNats(natsMsg_InProgress(msg_.get(), nullptr), "in-progress " + key_);
+  const natsStatus s = natsMsg_InProgress(msg_.get(), nullptr);
+  return s == NATS_OK ? Status::Ok() : FromNats(s, "in-progress " + key_);
 }
 
 // --- PullSubscription --------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+// The event loop's path of each message: admitted (or held for its ordering key), delivered
+// alone or in a batch, settled, then whatever of its key may go next.
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+
+#include "worker/batch_plan.h"
+#include "worker/consume_sidecar.h"
+
+namespace idem::worker {
+
+void Sidecar::AdmitBatch(std::vector<JsMessage> batch) {
+  std::vector<std::shared_ptr<JsMessage>> now;
+  for (JsMessage& m : batch) {
+    for (auto& d : ordered_.Admit(std::make_shared<JsMessage>(std::move(m)))) {
+      now.push_back(std::move(d));
+    }
+  }
+  metrics_.set_held(static_cast<int64_t>(ordered_.held()));
+  // The fetch loop counted the whole batch in flight; held messages are not.
+  if (const int not_now = static_cast<int>(batch.size()) - static_cast<int>(now.size());
+      not_now != 0) {
+    {
+      MutexLock lock(mu_);
+      in_flight_ -= not_now;
+    }
+    cv_.NotifyAll();
+  }
+  Start(std::move(now));
+}
+
+void Sidecar::Launch(std::vector<std::shared_ptr<JsMessage>> messages) {
+  metrics_.set_held(static_cast<int64_t>(ordered_.held()));
+  if (messages.empty()) return;
+  if (stopping_) {
+    for (const auto& m : messages) ordered_.GiveBack(m);
+    log_.Info("shutdown", std::to_string(messages.size()) + " message(s) whose predecessor "
+                              "just ended given back to NATS, not delivered while stopping");
+    return;
+  }
+  {
+    MutexLock lock(mu_);
+    in_flight_ += static_cast<int>(messages.size());
+  }
+  Start(std::move(messages));
+}
+
+void Sidecar::Start(std::vector<std::shared_ptr<JsMessage>> messages) {
+  if (options_.batch_size <= 1) {
+    for (auto& m : messages) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+    return;
+  }
+  if (messages.empty()) return;
+  for (auto& m : messages) ready_.push_back(std::move(m));
+  if (flush_posted_) return;
+  flush_posted_ = true;
+  asio::post(io_, [this] { SendReady(); });
+}
+
+void Sidecar::SendReady() {
+  flush_posted_ = false;
+  std::vector<std::shared_ptr<JsMessage>> ready;
+  ready.swap(ready_);
+  std::vector<std::optional<std::string>> ordering_keys;
+  ordering_keys.reserve(ready.size());
+  std::vector<BatchCandidate> candidates;
+  candidates.reserve(ready.size());
+  for (const auto& m : ready) {
+    ordering_keys.push_back(OrderedDelivery::OrderingKey(*m));
+    const auto& ok = ordering_keys.back();
+    candidates.push_back({m->key(), ok ? std::optional<std::string_view>(*ok) : std::nullopt,
+                          m->stream_sequence()});
+  }
+  for (const auto& plan : PlanBatches(candidates, static_cast<size_t>(options_.batch_size))) {
+    std::vector<std::shared_ptr<JsMessage>> batch;
+    batch.reserve(plan.size());
+    for (size_t i : plan) batch.push_back(ready[i]);
+    asio::co_spawn(io_, DispatchBatch(std::move(batch)), asio::detached);
+  }
+}
+
+Task<void> Sidecar::Dispatch(std::shared_ptr<JsMessage> m) {
+  working_.emplace(m.get(), m);
+  Attempt a = co_await Deliver(*m);
+  co_await Finish(std::move(m), std::move(a));
+}
+
+Task<void> Sidecar::DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch) {
+  for (const auto& m : batch) working_.emplace(m.get(), m);
+  std::vector<Attempt> attempts = co_await DeliverBatch(batch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    asio::co_spawn(io_, Finish(std::move(batch[i]), std::move(attempts[i])), asio::detached);
+  }
+}
+
+Task<void> Sidecar::Finish(std::shared_ptr<JsMessage> m, Attempt a) {
+  co_await Settle(*m, std::move(a));
+  working_.erase(m.get());
+  Launch(ordered_.AfterSettle(*m));
+  Bury(std::move(m));
+}
+
+void Sidecar::Bury(std::shared_ptr<JsMessage> m) {
+  finished_bytes_ += m->data().size();
+  finished_.push_back(std::move(m));
+  if (finished_.size() >= kBuryGroup || finished_bytes_ >= kBuryBytes || working_.empty()) {
+    DestroyFinished();
+  }
+}
+
+void Sidecar::DestroyFinished() {
+  finished_.clear();
+  finished_bytes_ = 0;
+}
+
+}  // namespace idem::worker

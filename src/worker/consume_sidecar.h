@@ -1,0 +1,214 @@
+// The `idem consume` process (internal to it): a fetch loop (the caller's thread,
+// consume_fetch.cc) keeps at most max_in_flight messages out and hands them to an event loop
+// that delivers them (consume_dispatch.cc: one at a time per ordering key, ordered_delivery.h),
+// POSTs them to the service (consume_http.cc), keeps them in progress with NATS and settles each
+// (consume_settle.cc). consume.cc checks the options and runs start-up and shutdown: stop
+// fetching, let the deliveries in flight finish and settle, give held messages back, flush.
+//
+// Thread safety: the public methods say which thread calls them; everything else runs on the
+// event loop (one thread), except what mu_ guards and the atomics.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gateway/access_log.h"
+#include "gateway/http.h"
+#include "gateway/upstream_pool.h"
+#include "idem/mutex.h"
+#include "idem/status.h"
+#include "worker/consume.h"
+#include "worker/consume_admin.h"
+#include "worker/consume_metrics.h"
+#include "worker/dead_letter.h"
+#include "worker/delivery_policy.h"
+#include "worker/first_failures.h"
+#include "worker/jetstream.h"
+#include "worker/ordered_delivery.h"
+
+namespace idem::worker {
+
+namespace asio = gateway::asio;
+namespace http = gateway::http;
+using gateway::Request;
+using gateway::Response;
+using gateway::Task;
+using gateway::tcp;
+using gateway::UpstreamResult;
+using gateway::asio::use_awaitable;
+
+// "250 ms", for log lines.
+inline std::string Ms(Duration d) { return std::to_string(d.count()) + " ms"; }
+
+class Sidecar {
+ public:
+  Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_context& io);
+
+  // Before the event loop runs: the service's address and the NATS connection (which keeps
+  // trying on its own while NATS cannot be reached). kInvalidArgument for a bad --deliver.
+  Status Init();
+  // Before the event loop runs: the admin listener on options.admin_listen.
+  Status ListenAdmin(std::string* address);
+
+  // The fetch loop (the caller's thread); returns OK once stopping and no longer fetching, or
+  // what cannot work (a missing stream, a consumer the server refuses to create, a dead-letter
+  // subject no stream stores), found before the first bind; NATS being unreachable is waited out.
+  Status FetchLoop();
+
+  // Any thread: stop fetching; the deliveries in flight go on.
+  void BeginShutdown(std::string_view why);
+  // Waits (at most the grace period) for the deliveries in flight; returns how many remain.
+  int Drain();
+  // After Drain: naks the messages held for their predecessors, so that whoever consumes next
+  // gets them at once rather than after ack_wait.
+  void GiveBackHeld();
+  Status FlushNats();
+  // After the event loop has stopped.
+  void CloseNats();
+  const ConsumeMetrics& metrics() const { return metrics_; }
+
+ private:
+  // What one delivery attempt of one message met, before the retry limits are applied.
+  struct Attempt {
+    Disposition d = Disposition::kNak;
+    std::string why;  // for the nak or term log line
+    std::optional<Duration> retry_after;
+    GiveUp give_up;            // status, failure and error body, for a dead letter
+    bool unreachable = false;  // the service could not be reached at all (never ends a message)
+  };
+  // The fetch loop's own state across its turns.
+  struct FetchState {
+    bool dead_letter_checked = false;
+    std::string last_bind_error;   // logged once until it changes
+    std::string last_fetch_error;  // logged once until it changes
+  };
+
+  // Unsettled stream sequences read at each bind to learn which ordering keys an earlier
+  // process left messages of, at most.
+  static constexpr uint64_t kMaxOutstandingScan = 20000;
+  // Settled messages destroyed together, at most (Bury).
+  static constexpr size_t kBuryGroup = 32;
+  static constexpr size_t kBuryBytes = 1 << 20;
+
+  // The fetch loop fetches again once no more than this many messages are in flight.
+  int RefetchAt() const { return options_.max_in_flight / 2; }
+
+  // --- consume_fetch.cc: the fetch loop's steps (its thread) and NATS's state ---------------
+  // Each returns a fatal Status, or OK with the step done or to be tried again (after a wait).
+  Status CheckDeadLetter(FetchState& state);
+  Status BindConsumer(FetchState& state);
+  // Waits for room in the window, fetches and hands what came to the event loop.
+  void FetchOnce(FetchState& state);
+  void WaitStopping(Duration d);
+  void OnNats(bool connected, const std::string& detail);
+  // After each bind (fetch loop): the consumer's actual ack_wait (the in-progress period) and
+  // the ordering keys of the messages an earlier process may have left unsettled, so that their
+  // successors wait for them (KeyOrder). Starts the in-progress and ack-floor loops once.
+  void LearnProgress();
+  // Every third of the consumer's ack_wait, tells JetStream that every message being delivered
+  // or held is still in progress, so it never redelivers one of them meanwhile.
+  Task<void> KeepInProgress();
+  // While messages are held and sequences not in this process's hands are outstanding, reads
+  // the consumer's ack floor (ten times a second): what lies at or below it is settled, and its
+  // successors go. Each read may release the messages whose acks move the floor past the next
+  // such sequence, so a slower pace would add up over a chain of them after a restart.
+  Task<void> PollAckFloor();
+
+  // --- consume_dispatch.cc: from fetched to settled (event loop) -----------------------------
+  // A fetched batch: each message is delivered now or held for its predecessor.
+  void AdmitBatch(std::vector<JsMessage> batch);
+  // Messages released by a settle or the ack floor: delivered, unless stopping.
+  void Launch(std::vector<std::shared_ptr<JsMessage>> messages);
+  // Messages now in flight: one POST each; with --batch-size above 1, queued and sent in
+  // batches cut from everything that becomes ready before the loop's next turn (no waiting for
+  // more).
+  void Start(std::vector<std::shared_ptr<JsMessage>> messages);
+  void SendReady();
+  // One delivery, kept in progress with JetStream until settled, then whatever of its ordering
+  // key may go next.
+  Task<void> Dispatch(std::shared_ptr<JsMessage> m);
+  // One batch POST; then each message is settled on its own, as its item's answer says, exactly
+  // as a message delivered alone (Finish), without waiting for the others' dead letters.
+  Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch);
+  // After a delivery attempt: the retry limits, the dead letter, the settle with NATS, the
+  // window, then whatever of its ordering key may go next.
+  Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a);
+  // A settled message, destroyed later with others: nats.c hands every destroyed message to its
+  // garbage-collector thread and wakes that thread when its list was empty, so destroying them
+  // one at a time would wake it (and contend for its lock) about once per message. They go in
+  // groups of kBuryGroup, or of kBuryBytes, and whenever no delivery is left to settle.
+  void Bury(std::shared_ptr<JsMessage> m);
+  void DestroyFinished();
+
+  // --- consume_http.cc: the POSTs to the service (event loop) --------------------------------
+  Task<Attempt> Deliver(const JsMessage& m);
+  // One POST of `batch` as a JSON envelope (batch_envelope.h); an Attempt per message, in
+  // order. docs/worker.md ("Batch delivery") lists the rules: a transport failure or a non-2xx
+  // answer applies to every message (any non-2xx naks: the envelope itself may be what was
+  // refused); a 2xx answer that cannot be used naks every message; an item left out is naked.
+  Task<std::vector<Attempt>> DeliverBatch(const std::vector<std::shared_ptr<JsMessage>>& batch);
+  // The Attempt of each message of a batch answered 2xx, from the body that answer carried.
+  std::vector<Attempt> BatchAttempts(const Response& response, const std::string& batch_of,
+                                     const std::vector<std::string_view>& keys);
+  // One POST to the service, timed.
+  Task<UpstreamResult> Exchange(Request& req);
+  // The attempt of a POST that got no usable HTTP answer, counted once per POST.
+  Attempt FailedExchange(const UpstreamResult& r);
+
+  // --- consume_settle.cc: the end of one attempt (event loop) --------------------------------
+  // One message's attempt settled: a failure counts against the retry limits and may give it
+  // up (dead letter, then term); then ack, nak or term with NATS, and the window is freed.
+  Task<void> Settle(JsMessage& m, Attempt a);
+  // `term_note` says why a terminated message was given up and where it went.
+  void SettleWithNats(JsMessage& m, Disposition d, const std::string& why,
+                      std::optional<Duration> retry_after, const std::string& term_note);
+  // Gives `m` up: publishes it to --dead-letter (off the event loop: the publish waits for the
+  // stream's answer) and returns kTerm, or kNak when that publish failed and a redelivery may
+  // try again (RetryDeadLetterByRedelivery). Without --dead-letter, or at the limit, the message
+  // is terminated without a copy: counted (outcome "dropped") and logged as an error.
+  // `*term_note` receives what the term log line says.
+  Task<Disposition> DeadLetter(JsMessage& m, const GiveUp& g, std::string* term_note);
+
+  const ConsumeOptions& options_;
+  gateway::Log& log_;
+  asio::io_context& io_;
+  asio::thread_pool blocking_{1};
+  std::string path_;
+  std::unique_ptr<gateway::UpstreamPool> upstream_;
+  std::unique_ptr<NatsConnection> nats_;
+  std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
+  std::unique_ptr<ConsumeAdmin> admin_;
+  ConsumeMetrics metrics_;
+  // The event loop's: per-key order, the messages being delivered, whether the in-progress and
+  // ack-floor loops run.
+  OrderedDelivery ordered_;
+  std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
+  std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
+  bool flush_posted_ = false;                       // SendReady is posted
+  std::vector<std::shared_ptr<JsMessage>> finished_;  // settled, destroyed together (Bury)
+  size_t finished_bytes_ = 0;                          // their bodies' size
+  bool ticking_ = false;
+  asio::thread_pool polling_{1};       // consumer-info requests, off the event loop
+  std::atomic<int64_t> ack_wait_ms_;  // the consumer's own, once bound
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> nats_connected_{false};
+  std::atomic<bool> bound_{false};
+  bool ever_bound_ = false;  // the fetch loop's
+  const RetryLimits limits_;
+  FirstFailures failures_;
+  Mutex mu_;
+  CondVar cv_;
+  int in_flight_ IDEM_GUARDED_BY(mu_) = 0;
+  std::mt19937_64 rng_ IDEM_GUARDED_BY(mu_){std::random_device{}()};
+};
+
+}  // namespace idem::worker
