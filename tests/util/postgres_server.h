@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "servers/postgres_server.h"
+#include "util/wait_for.h"
 
 namespace idem::testing {
 using servers::PostgresServer;
@@ -21,4 +23,14 @@ inline std::string FreshPostgresUrl() {
   }
   return server.Url(server.CreateDatabase());
 }
+
+// True once backend `pid` of `server` waits on a lock (a race it is part of really overlaps);
+// false if it does not within `timeout`.
+inline bool WaitForLockWait(const PostgresServer& server, int pid,
+                            std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const std::string sql =
+      "SELECT wait_event_type FROM pg_stat_activity WHERE pid = " + std::to_string(pid);
+  return WaitFor([&] { return server.Query("postgres", sql) == "Lock"; }, timeout);
+}
+
 }  // namespace idem::testing

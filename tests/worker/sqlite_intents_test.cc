@@ -92,6 +92,8 @@ TEST_F(SqliteIntentTest, LapsedLeaseIsTakenOverAndTheZombieIsFenced) {
   auto zombie = a_.Begin("mail:7", milliseconds(20));
   ASSERT_TRUE(zombie.ok());
   ASSERT_EQ(zombie->outcome, IntentOutcome::kAcquired);
+  // The lease runs out on the real clock (the SQLite building blocks read the system clock):
+  // the time is what this test is about.
   std::this_thread::sleep_for(milliseconds(60));
   auto owner = b_.Begin("mail:7", std::chrono::seconds(30));
   ASSERT_TRUE(owner.ok()) << owner.status().ToString();
