@@ -258,8 +258,8 @@ TEST(SettleListenerTest, StopsAtOnceWhileWaitingForNoticesOrBetweenAttempts) {
     pipes.Refuse(!connected);
     std::unique_ptr<NoticeSource> first;
     if (connected) first = std::move(*pipes.Open());
-    auto listener = std::make_unique<SettleListener>([&] { return pipes.Open(); },
-                                                     std::move(first), received.Handler());
+    auto listener = std::make_unique<SettleListener>([&] { return pipes.Open(); }, std::move(first),
+                                                     received.Handler());
     if (connected) {
       // Blocked in poll: it delivered a notice and waits for the next.
       pipes.Send("listening");
