@@ -28,37 +28,29 @@ using SteadyClock = std::chrono::steady_clock;
 // A store for the gateways: started by the test, reached by URL.
 struct LongRunningStore {
   std::string name;
-  // Starts what the store needs in `dir`; returns the URL, or "" after a test failure.
-  std::function<std::string(const TempDir& dir, std::shared_ptr<void>& keep_alive)> start;
+  // The store's URL (a file in `dir`, or a place on the binary's shared server).
+  std::function<std::string(const TempDir& dir)> start;
 };
 
 void PrintTo(const LongRunningStore& store, std::ostream* os) { *os << store.name; }
 
-std::string StartRedis(const TempDir&, std::shared_ptr<void>& keep_alive) {
-  auto server = std::make_shared<RedisServer>();
-  const std::string error = server->Start();
-  EXPECT_EQ(error, "");
-  keep_alive = server;
-  return error.empty() ? server->Url() : "";
+// The binary's shared servers (these tests never take a store away): a key prefix of its own
+// for each test on Redis, a fresh database on PostgreSQL.
+std::string StartRedis(const TempDir&) {
+  static int next = 0;
+  return SharedRedisServer().Url("?prefix=long" + std::to_string(++next));
 }
 
-std::string StartPostgres(const TempDir&, std::shared_ptr<void>& keep_alive) {
-  auto server = std::make_shared<PostgresServer>();
-  EXPECT_EQ(server->error(), "");
-  if (!server->error().empty()) return "";
-  const std::string url = server->Url(server->CreateDatabase());
-  keep_alive = server;
-  return url;
-}
+std::string StartPostgres(const TempDir&) { return FreshPostgresUrl(); }
 
-std::string StartSqlite(const TempDir& dir, std::shared_ptr<void>&) {
+std::string StartSqlite(const TempDir& dir) {
   return "sqlite:" + dir.File("idem.db");
 }
 
 class LongRunningTest : public ::testing::TestWithParam<LongRunningStore> {
  protected:
   void SetUp() override {
-    store_url_ = GetParam().start(dir_, store_server_);
+    store_url_ = GetParam().start(dir_);
     ASSERT_FALSE(store_url_.empty());
     std::ofstream(dir_.File("gateway.toml")) << R"(
 [[route]]
@@ -114,7 +106,6 @@ long_running = true
   }
 
   TempDir dir_;
-  std::shared_ptr<void> store_server_;
   std::string store_url_;
   std::string admin_address_;
   std::unique_ptr<Process> service_;

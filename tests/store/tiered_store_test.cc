@@ -250,13 +250,14 @@ TEST_F(TieredStoreTest, CompletionMadeWhileRedisHungIsReplayedOverItsStaleClaim)
 // PostgreSQL unreachable: nothing is claimed that could not be made durable, a completion is
 // an error rather than a record in Redis alone, and nothing stays locked once it is back.
 TEST(TieredStoreWithoutPostgres, RefusesClaimsAndCompletionsAndLeavesNothingLocked) {
-  RedisServer redis;
-  ASSERT_EQ(redis.Start(), "");
   PostgresServer pg;  // its own server: this test kills it
   ASSERT_EQ(pg.error(), "");
   StoreOptions options;
   options.durable_store = pg.Url(pg.CreateDatabase()) + "?connect_timeout=1&timeout_ms=1000";
-  auto opened = OpenStore(redis.Url("?timeout_ms=300"), options);
+  static int runs = 0;  // a key space of its own each time: the server outlives a repeated test
+  auto opened = OpenStore(
+      SharedRedisServer().Url("?timeout_ms=300&prefix=without-pg" + std::to_string(++runs)),
+      options);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Store& store = **opened;
 
