@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "servers/free_port.h"
+#include "servers/http_client.h"
 
 namespace idem::servers {
 namespace {
@@ -33,7 +35,8 @@ std::string NatsServer::Start() {
   std::string error;
   for (int attempt = 0; attempt < 5; ++attempt) {
     port_ = FreeLoopbackPort();
-    if (port_ == 0) return "no free loopback port";
+    monitor_port_ = FreeLoopbackPort();
+    if (port_ == 0 || monitor_port_ == 0) return "no free loopback port";
     error = Launch();
     if (error.empty()) return error;
     // Another process took the port between the probe and the bind: try another.
@@ -47,6 +50,7 @@ std::string NatsServer::Launch() {
   {
     std::ofstream out(config, std::ios::trunc);
     out << "listen: 127.0.0.1:" << port_ << "\n"
+        << "http: 127.0.0.1:" << monitor_port_ << "\n"
         << "max_payload: " << options_.max_payload << "\n"
         << "jetstream {\n  store_dir: \"" << dir_.File("js") << "\"\n}\n";
     if (options_.cluster) {
@@ -84,6 +88,15 @@ std::optional<std::string> NatsServer::WaitForLine(const std::string& needle,
 std::string NatsServer::Restart() {
   Kill();
   return Launch();
+}
+
+int NatsServer::Connections() const {
+  const HttpResponse r = Http("127.0.0.1:" + std::to_string(monitor_port_), "GET", "/connz", {}, "",
+                              std::chrono::seconds(5));
+  const std::string field = "\"num_connections\":";
+  const size_t at = r.body.find(field);
+  if (r.status != 200 || at == std::string::npos) return -1;
+  return std::atoi(r.body.c_str() + r.body.find_first_not_of(' ', at + field.size()));
 }
 
 std::string NatsServer::Url() const { return "nats://127.0.0.1:" + std::to_string(port_); }

@@ -1,7 +1,8 @@
-// A throwaway `nats-server -js` for tests, benchmarks and `idem chaos`: a config file and JetStream store in
-// its own temp directory, a free loopback port, stopped by PID. Kill() and Restart() take the
-// server away and bring it back on the same port and store directory (streams, consumers and
-// unacknowledged messages survive, as on a real restart), for outage tests.
+// A throwaway `nats-server -js` for tests, benchmarks and `idem chaos`: a config file and JetStream
+// store in its own temp directory, a free loopback port (and one for its monitoring listener),
+// stopped by PID. Kill() and Restart() take the server away and bring it back on the same port and
+// store directory (streams, consumers and unacknowledged messages survive, as on a real restart),
+// for outage tests.
 //
 // One node of a cluster (servers/nats_cluster.h) is a NatsServer with Options::cluster set.
 //
@@ -55,6 +56,11 @@ class NatsServer {
                                          std::chrono::milliseconds timeout);
 
   int port() const { return port_; }
+  // How many client connections the running server has open, from its monitoring listener
+  // (/connz on a loopback port of its own); -1 if it does not answer. A connection the server
+  // has closed, or whose client died, is gone from the count once the server has handled every
+  // message it read on it.
+  int Connections() const;
   // The server's temporary directory, which holds its log files (*.log).
   const std::filesystem::path& dir() const { return dir_.path(); }
   // "nats://127.0.0.1:PORT"
@@ -68,6 +74,7 @@ class NatsServer {
   Options options_;
   TempDir dir_;
   int port_ = 0;
+  int monitor_port_ = 0;
   int launches_ = 0;
   std::unique_ptr<Process> process_;
 };

@@ -6,6 +6,7 @@
 
 #include "servers/process.h"
 #include "servers/temp_dir.h"
+#include "util/wait_for.h"
 
 namespace idem::servers {
 namespace {
@@ -20,7 +21,7 @@ TEST(ProcessTest, AStartedProcessInheritsNoDescriptorOfItsParent) {
   ASSERT_GE(inheritable, 3);
   TempDir dir;
   Process ls({"/bin/ls", "/proc/self/fd"}, dir.File("ls.log"));
-  for (int i = 0; i < 100 && ls.Running(); ++i) usleep(20'000);
+  EXPECT_TRUE(testing::WaitFor([&] { return !ls.Running(); }, 2s, 20ms));
   close(inheritable);
   ASSERT_FALSE(ls.Running());
   // 0, 1 and 2, and the directory ls reads.

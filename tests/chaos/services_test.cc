@@ -4,11 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "chaos/services.h"
 #include "servers/http_client.h"
 #include "servers/postgres_server.h"
+#include "util/wait_for.h"
 
 namespace idem::chaos {
 namespace {
@@ -45,9 +45,12 @@ TEST(ChaosServicesTest, ConnectionsThatEndedHoldNoDescriptorOrThread) {
   const std::string address = "127.0.0.1:" + std::to_string(services.port());
 
   // One connection first, so that what exists once per process (its PostgreSQL library state,
-  // the accept thread) is in the baseline.
+  // the accept thread) is in the baseline, taken once its handler thread has ended (a handler
+  // finishes after its answer is read).
+  const long threads_idle = Entries("/proc/self/task");
   ASSERT_EQ(servers::Http(address, "GET", "/nothing", {}, "", 5s).status, 404);
-  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(testing::WaitFor([&] { return Entries("/proc/self/task") == threads_idle; }, 5s))
+      << Entries("/proc/self/task") << " threads, " << threads_idle << " before the connection";
   const long descriptors_before = Entries("/proc/self/fd");
   const long mappings_before = Mappings();
 
@@ -55,8 +58,9 @@ TEST(ChaosServicesTest, ConnectionsThatEndedHoldNoDescriptorOrThread) {
   for (int i = 0; i < kConnections; ++i) {
     ASSERT_EQ(servers::Http(address, "GET", "/nothing", {}, "", 5s).status, 404) << i;
   }
-  // The last handlers finish after their answer is read: give them a moment.
-  std::this_thread::sleep_for(200ms);
+  // Every handler thread has ended.
+  EXPECT_TRUE(testing::WaitFor([&] { return Entries("/proc/self/task") == threads_idle; }, 5s))
+      << Entries("/proc/self/task") << " threads, " << threads_idle << " before the connections";
   EXPECT_LE(Entries("/proc/self/fd"), descriptors_before + 4)
       << "descriptors held after " << kConnections << " connections ended";
   // Not one stack (two mappings with its guard page) per connection: glibc keeps a few stacks

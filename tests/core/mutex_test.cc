@@ -57,13 +57,14 @@ TEST(MutexTest, NotifyAllWakesAWaiterThatSeesTheCondition) {
   Mutex mu;
   CondVar cv;
   bool ready = false;  // guarded by mu
+  MutexLock lock(mu);
+  // The setter takes mu only once WaitUntil below has released it: the waiter is waiting when
+  // it is notified.
   std::thread setter([&] {
-    std::this_thread::sleep_for(milliseconds(10));
-    MutexLock lock(mu);
+    MutexLock setter_lock(mu);
     ready = true;
     cv.NotifyAll();
   });
-  MutexLock lock(mu);
   const auto deadline = steady_clock::now() + std::chrono::seconds(10);
   while (!ready && cv.WaitUntil(lock, deadline)) {
   }

@@ -16,22 +16,13 @@
 #include "util/js_client.h"
 #include "util/nats_server.h"
 #include "util/recording_service.h"
+#include "util/wait_for.h"
 #include "util/build_tree.h"
 
 namespace idem::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using SteadyClock = std::chrono::steady_clock;
-
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
-}
 
 class ConsumeTest : public ::testing::Test {
  protected:
@@ -111,8 +102,9 @@ TEST_F(ConsumeTest, ServerErrorsAndThrottlingAreRedeliveredUnderTheSameKey) {
     EXPECT_EQ(seen[i].Header("Idempotency-Key"), "pay-5");
     EXPECT_EQ(seen[i].Header("Idem-Delivery-Count"), std::to_string(i + 1));
   }
-  std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(service.count(), 4u) << "acked after the 201: no further delivery";
+  // Acked after the 201: no further delivery, over many times the 20 ms nak delay.
+  EXPECT_TRUE(HoldsFor([&] { return service.count() == 4u; }, 200ms))
+      << service.count() << " deliveries";
   EXPECT_NE(consume->Output().find("HTTP 503"), std::string::npos) << consume->Output();
 }
 
@@ -126,8 +118,9 @@ TEST_F(ConsumeTest, ClientErrorIsTerminatedAfterPublishingToTheDeadLetterSubject
   ASSERT_TRUE(WaitFor([&] { return service.count() == 2 && Settled(); }, 10s))
       << consume->Output();
   ASSERT_TRUE(WaitFor([&] { return js_.StreamMessages("DEAD") == 1; }, 5s));
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(service.count(), 2u) << "a terminated message is never redelivered";
+  // A terminated message is never redelivered, over many times the 20 ms nak delay.
+  EXPECT_TRUE(HoldsFor([&] { return service.count() == 2u; }, 300ms))
+      << service.count() << " deliveries";
   const std::string out = consume->Output();
   EXPECT_NE(out.find("key bad-1"), std::string::npos) << out;
   EXPECT_NE(out.find("published to dead.orders"), std::string::npos) << out;
@@ -210,7 +203,7 @@ TEST_F(ConsumeTest, NatsRestartIsSurvivedAndReadyzSaysSoMeanwhile) {
   nats_.Kill();
   EXPECT_TRUE(WaitFor([&] { return Http(consume->admin(), "GET", "/readyz").status == 503; }, 5s));
   EXPECT_EQ(Http(consume->admin(), "GET", "/healthz").status, 200);
-  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(consume->process().WaitForLine("disconnected from", 5s)) << consume->Output();
   ASSERT_EQ(nats_.Restart(), "");
   EXPECT_TRUE(WaitFor([&] { return Http(consume->admin(), "GET", "/readyz").status == 200; }, 10s))
       << consume->Output();

@@ -28,44 +28,44 @@ using SteadyClock = std::chrono::steady_clock;
 // A store for the gateways: started by the test, reached by URL.
 struct LongRunningStore {
   std::string name;
-  // Starts what the store needs in `dir`; returns the URL, or "" after a test failure.
-  std::function<std::string(const TempDir& dir, std::shared_ptr<void>& keep_alive)> start;
+  // The store's URL (a file in `dir`, or a place on the binary's shared server).
+  std::function<std::string(const TempDir& dir)> start;
 };
 
 void PrintTo(const LongRunningStore& store, std::ostream* os) { *os << store.name; }
 
-std::string StartRedis(const TempDir&, std::shared_ptr<void>& keep_alive) {
-  auto server = std::make_shared<RedisServer>();
-  const std::string error = server->Start();
-  EXPECT_EQ(error, "");
-  keep_alive = server;
-  return error.empty() ? server->Url() : "";
+// The binary's shared servers (these tests never take a store away): a key prefix of its own
+// for each test on Redis, a fresh database on PostgreSQL.
+std::string StartRedis(const TempDir&) {
+  static int next = 0;
+  return SharedRedisServer().Url("?prefix=long" + std::to_string(++next));
 }
 
-std::string StartPostgres(const TempDir&, std::shared_ptr<void>& keep_alive) {
-  auto server = std::make_shared<PostgresServer>();
-  EXPECT_EQ(server->error(), "");
-  if (!server->error().empty()) return "";
-  const std::string url = server->Url(server->CreateDatabase());
-  keep_alive = server;
-  return url;
+// A new, empty database on the binary's shared server (the gateway migrates it when it opens).
+std::string StartPostgres(const TempDir&) {
+  PostgresServer& server = SharedPostgresServer();
+  if (!server.error().empty()) {
+    ADD_FAILURE() << server.error();
+    return "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1";
+  }
+  return server.Url(server.CreateDatabase());
 }
 
-std::string StartSqlite(const TempDir& dir, std::shared_ptr<void>&) {
+std::string StartSqlite(const TempDir& dir) {
   return "sqlite:" + dir.File("idem.db");
 }
 
 class LongRunningTest : public ::testing::TestWithParam<LongRunningStore> {
  protected:
   void SetUp() override {
-    store_url_ = GetParam().start(dir_, store_server_);
+    store_url_ = GetParam().start(dir_);
     ASSERT_FALSE(store_url_.empty());
     std::ofstream(dir_.File("gateway.toml")) << R"(
 [[route]]
 method = "POST"
 path_prefix = "/v1/reports/short"
 long_running = true
-operation_lease = "1s"
+operation_lease = "300ms"
 
 [[route]]
 method = "POST"
@@ -114,7 +114,6 @@ long_running = true
   }
 
   TempDir dir_;
-  std::shared_ptr<void> store_server_;
   std::string store_url_;
   std::string admin_address_;
   std::unique_ptr<Process> service_;
@@ -185,11 +184,12 @@ TEST_P(LongRunningTest, AWaiterGetsTheResultAsSoonAsTheJobCompletes) {
 }
 
 TEST_P(LongRunningTest, AJobTakenOverAfterItsLeaseIsFencedAndTheNewOwnerCompletes) {
-  // The short route's operations hold their key for 1 s.
+  // The short route's operations hold their key for 300 ms.
   const HttpResponse first = Post(0, "report-t", "/v1/reports/short?hold=1");
   ASSERT_EQ(first.status, 202) << first.body;
   const std::string old_token = Token("report-t");
-  std::this_thread::sleep_for(1200ms);
+  // Past the lease, on the store's clock: the time is what this test is about.
+  std::this_thread::sleep_for(400ms);
   const HttpResponse retry = Post(1, "report-t", "/v1/reports/short?hold=1");
   ASSERT_EQ(retry.status, 202) << retry.body;
   EXPECT_EQ(retry.Header("Idempotent-Replayed"), "false") << "the lease ran out: it ran again";

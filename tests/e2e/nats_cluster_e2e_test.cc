@@ -104,13 +104,14 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
         if (!r.ok() || !*r) producer_failed = true;
       }
       if (Exec(conn.get(), "COMMIT") != "") producer_failed = true;
-      std::this_thread::sleep_for(40ms);
+      std::this_thread::sleep_for(40ms);  // the pace: the leader's death meets a steady load
     }
   });
 
   // Mid-run: the stream's leader dies.
-  ASSERT_TRUE(WaitUntil([&] { return log.applied() >= kEvents / 4; }, 30s))
-      << log.applied() << " applied\n" << relay.process().Output() << consume.Output();
+  ASSERT_TRUE(WaitFor([&] { return log.applied() >= kEvents / 4; }, 30s))
+      << log.applied() << " applied\n"
+      << relay.process().Output() << consume.Output();
   std::string error;
   const int leader = cluster_.StreamLeader("ORDERS", &error);
   ASSERT_GE(leader, 0) << error;
@@ -124,7 +125,7 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   // Events keep flowing on the two nodes left, before the killed one is back.
   const bool flowed_without_it =
-      WaitUntil([&] { return log.applied() >= applied_at_kill + 50; }, 20s);
+      WaitFor([&] { return log.applied() >= applied_at_kill + 50; }, 20s);
   const double flowing_again_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   producer.join();
@@ -134,7 +135,7 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
                                  << consume.Output();
   ASSERT_EQ(cluster_.Restart(leader), "");
 
-  ASSERT_TRUE(WaitUntil([&] { return log.applied() == kEvents && Published() == kEvents; }, 30s))
+  ASSERT_TRUE(WaitFor([&] { return log.applied() == kEvents && Published() == kEvents; }, 30s))
       << log.applied() << " applied, " << Published() << " marked published\n"
       << relay.process().Output() << consume.Output();
   EXPECT_EQ(cluster_.WaitStreamHealthy("ORDERS", 20s), "");
@@ -175,9 +176,8 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
   // Both daemons carried on: the same processes, ready again.
   EXPECT_TRUE(relay.process().Running()) << relay.process().Output();
   EXPECT_TRUE(consume.process().Running()) << consume.Output();
-  EXPECT_TRUE(WaitUntil([&] { return relay.AdminStatus("/readyz") == 200; }, 10s));
-  EXPECT_TRUE(WaitUntil([&] { return Http(consume.admin(), "GET", "/readyz").status == 200; },
-                        10s));
+  EXPECT_TRUE(WaitFor([&] { return relay.AdminStatus("/readyz") == 200; }, 10s));
+  EXPECT_TRUE(WaitFor([&] { return Http(consume.admin(), "GET", "/readyz").status == 200; }, 10s));
   std::cout << "stream leader node " << leader + 1 << " (consumer leader node "
             << consumer_leader + 1 << ") killed with " << applied_at_kill
             << " events applied; new stream leader node " << new_leader + 1 << " after " << election_s

@@ -183,12 +183,17 @@ TEST_F(PaymentsEmitTest, OnePaymentOneEventOneMessageOneSettlement) {
   auto refused = Pay(gateway_.address, "k-poison", "poison", 5);
   EXPECT_EQ(refused.status, 503) << refused.body;
 
-  ASSERT_TRUE(WaitUntil([&] { return Q("SELECT idem.ledger_balance('settled:alice')") == "250"; },
-                        20s))
+  ASSERT_TRUE(
+      WaitFor([&] { return Q("SELECT idem.ledger_balance('settled:alice')") == "250"; }, 20s))
       << relay->process().Output() << consumer->Output();
-  ASSERT_TRUE(WaitUntil([&] { return ConsumerDrained(); }, 10s));
-  // Give a stray second event every chance to show up before counting.
-  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(WaitFor([&] { return ConsumerDrained(); }, 10s));
+  // No stray second event shows up, over a few of the relay's poll intervals.
+  EXPECT_TRUE(HoldsFor(
+      [&] {
+        return Q("SELECT count(*) FROM idem.outbox") == "1" &&
+               Q("SELECT count(*) FROM idem.ledger") == "2" && js_.StreamMessages("PAYMENTS") == 1u;
+      },
+      500ms, 50ms));
   ExpectSettledOnce("k-1", "alice", 250);
   EXPECT_EQ(Q("SELECT count(*) FROM idem.outbox"), "1") << "the poisoned payment emitted nothing";
   EXPECT_EQ(Q("SELECT count(*) FROM idem.ledger"), "2") << "the payment and its settlement";
@@ -218,24 +223,30 @@ TEST_F(PaymentsEmitTest, RelayKilledBetweenPublishAndMarkStillSettlesOnce) {
   EXPECT_EQ(js_.StreamMessages("PAYMENTS"), 1u);
 
   auto relay = StartRelay();
-  ASSERT_TRUE(WaitUntil([&] { return Q("SELECT state FROM idem.outbox") == "1"; }, 20s))
+  ASSERT_TRUE(WaitFor([&] { return Q("SELECT state FROM idem.outbox") == "1"; }, 20s))
       << relay->process().Output();
   EXPECT_EQ(Q("SELECT duplicate FROM idem.outbox"), "t");
   // At least one: on a slow machine (TSan) a claim lease can lapse again before the mark lands,
   // and the copy goes out (and is dropped) once more.
   double duplicates = -1;
-  EXPECT_TRUE(WaitUntil(
+  EXPECT_TRUE(WaitFor(
       [&] {
         duplicates = relay->Metric("idem_relay_duplicates_total");
         return duplicates >= 1;
       },
       10s))
-      << "idem_relay_duplicates_total " << duplicates << "\n" << relay->process().Output();
-  ASSERT_TRUE(WaitUntil([&] { return Q("SELECT idem.ledger_balance('settled:bob')") == "70"; },
-                        20s))
+      << "idem_relay_duplicates_total " << duplicates << "\n"
+      << relay->process().Output();
+  ASSERT_TRUE(WaitFor([&] { return Q("SELECT idem.ledger_balance('settled:bob')") == "70"; }, 20s))
       << consumer->Output();
-  ASSERT_TRUE(WaitUntil([&] { return ConsumerDrained(); }, 10s));
-  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(WaitFor([&] { return ConsumerDrained(); }, 10s));
+  // No second settlement shows up, over a few of the relay's poll intervals.
+  EXPECT_TRUE(HoldsFor(
+      [&] {
+        return Q("SELECT idem.ledger_balance('settled:bob')") == "70" &&
+               js_.StreamMessages("PAYMENTS") == 1u;
+      },
+      500ms, 50ms));
   ExpectSettledOnce("k-2", "bob", 70);
   EXPECT_EQ(js_.StreamMessages("PAYMENTS"), 1u) << "the republished copy was dropped";
   EXPECT_EQ(consumer->Stop(SIGTERM, 15s), 0) << consumer->Output();
@@ -254,7 +265,7 @@ TEST_F(PaymentsEmitTest, ConsumerKilledAfterCommitSkipsTheRedelivery) {
   EXPECT_EQ(Q("SELECT idem.ledger_balance('settled:carol')"), "40") << "committed before the kill";
 
   auto consumer = StartConsumer();
-  ASSERT_TRUE(WaitUntil([&] { return ConsumerDrained(); }, 20s));
+  ASSERT_TRUE(WaitFor([&] { return ConsumerDrained(); }, 20s));
   EXPECT_EQ(consumer->Stop(SIGTERM, 15s), 0) << consumer->Output();
   EXPECT_NE(consumer->Output().find("applied 0 duplicates 1"), std::string::npos)
       << "the redelivery reached the restarted consumer and was skipped: " << consumer->Output();

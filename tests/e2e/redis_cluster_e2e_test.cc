@@ -83,7 +83,7 @@ TEST_F(RedisClusterGatewayTest, EightClientsOnTwoGatewaysRideThroughAReshardingE
                    {{"Idempotency-Key", key}}, "{}");
           if (r.status != 503) break;
           ++retried;
-          std::this_thread::sleep_for(100ms);
+          std::this_thread::sleep_for(100ms);  // a client's pause before its retry
         }
         ++answered;
         if (r.status != 201) {
@@ -93,13 +93,16 @@ TEST_F(RedisClusterGatewayTest, EightClientsOnTwoGatewaysRideThroughAReshardingE
       }
     });
   }
-  // Records exist on the old owner before the first slot moves; the rest are made meanwhile.
-  while (answered < static_cast<int>(keys.size()) / 4) std::this_thread::sleep_for(5ms);
+  // Records exist on the old owner before the first slot moves; the rest are made meanwhile,
+  // some between each move and the next.
+  const int all = static_cast<int>(keys.size());
+  EXPECT_TRUE(WaitFor([&] { return answered >= all / 4; }, 60s, 5ms));
   std::string migrated;
   for (int slot : slots) {
     migrated = cluster_.MigrateSlot(slot, from, to, primaries);
     if (!migrated.empty()) break;
-    std::this_thread::sleep_for(50ms);
+    const int moved_at = answered;
+    WaitFor([&] { return answered > moved_at || answered == all; }, 5s, 5ms);
   }
   const int answered_during = answered;
   for (auto& t : clients) t.join();
@@ -159,16 +162,19 @@ TEST_F(RedisClusterGatewayTest, AKilledPrimaryMeans503WithRetryAfterUntilItsRepl
   const auto killed_at = std::chrono::steady_clock::now();
   int unavailable = 0;
   HttpResponse r;
-  while (std::chrono::steady_clock::now() - killed_at < 30s) {
-    const auto sent = std::chrono::steady_clock::now();
-    r = Http(fleet_.gateways[1].address, "POST", "/v1/payments", {{"Idempotency-Key", fresh}}, "{}");
-    EXPECT_LT(std::chrono::steady_clock::now() - sent, 5s) << "a request must not hang";
-    if (r.status != 503) break;
-    EXPECT_EQ(r.Header("Retry-After"), "1");
-    EXPECT_NE(r.body.find("store-unavailable"), std::string::npos) << r.body;
-    ++unavailable;
-    std::this_thread::sleep_for(100ms);
-  }
+  WaitFor(
+      [&] {
+        const auto sent = std::chrono::steady_clock::now();
+        r = Http(fleet_.gateways[1].address, "POST", "/v1/payments", {{"Idempotency-Key", fresh}},
+                 "{}");
+        EXPECT_LT(std::chrono::steady_clock::now() - sent, 5s) << "a request must not hang";
+        if (r.status != 503) return true;
+        EXPECT_EQ(r.Header("Retry-After"), "1");
+        EXPECT_NE(r.body.find("store-unavailable"), std::string::npos) << r.body;
+        ++unavailable;
+        return false;
+      },
+      30s, 100ms);
   ASSERT_EQ(r.status, 201) << "no replica took over within 30 s: " << r.status << " " << r.body;
   EXPECT_EQ(fleet_.Executions(fresh), 1) << "503s never executed the request";
   int lost = 0;

@@ -13,6 +13,11 @@
 #include <thread>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
 #include "util/duplicate_race.h"
 #include "util/gateway_process.h"
 #include "util/http_client.h"
@@ -37,6 +42,8 @@ class StoreServer {
   virtual void Kill() = 0;
   virtual std::string Restart() = 0;
   virtual std::string StoreUrl() = 0;
+  // How many connections listen for settle notices (SUBSCRIBE, LISTEN) on it.
+  virtual int Subscribers() = 0;
 };
 
 class RedisStoreServer final : public StoreServer {
@@ -45,6 +52,22 @@ class RedisStoreServer final : public StoreServer {
   void Kill() override { server_.Kill(); }
   std::string Restart() override { return server_.Restart(); }
   std::string StoreUrl() override { return server_.Url("?timeout_ms=1000&connect_timeout_ms=500"); }
+  int Subscribers() override {
+    // PUBSUB NUMSUB on the store's channel ("idem:settled", the default prefix), on a raw
+    // connection that QUIT closes once the server has answered: "*2 $12 idem:settled :N +OK".
+    namespace asio = boost::asio;
+    asio::io_context io;
+    asio::ip::tcp::socket socket(io);
+    boost::system::error_code ec;
+    socket.connect({asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(server_.port())},
+                   ec);
+    if (ec) return -1;
+    asio::write(socket, asio::buffer(std::string("PUBSUB NUMSUB idem:settled\r\nQUIT\r\n")), ec);
+    std::string reply;
+    asio::read(socket, asio::dynamic_buffer(reply), ec);  // to the end: QUIT closes it
+    const size_t count = reply.find("\r\n:");
+    return count == std::string::npos ? -1 : std::atoi(reply.c_str() + count + 3);
+  }
 
  private:
   RedisServer server_{RedisServer::Options{.append_only = true}};
@@ -61,6 +84,11 @@ class PostgresStoreServer final : public StoreServer {
   void Kill() override { server_->Kill(); }
   std::string Restart() override { return server_->Restart() ? "" : server_->error(); }
   std::string StoreUrl() override { return server_->Url(database_) + "?timeout_ms=2000"; }
+  int Subscribers() override {
+    const std::string listening = server_->Query(
+        "postgres", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'");
+    return std::atoi(listening.c_str());
+  }
 
  private:
   std::unique_ptr<PostgresServer> server_;
@@ -91,9 +119,18 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
     return Http(fleet_.gateways[gateway].address, "POST", "/v1/payments", headers, body);
   }
 
-  // Runs `key` on gateway 0 (a 600 ms upstream) and, 150 ms later, a duplicate preferring to
-  // wait on gateway 1. Returns how long after the first attempt's
-  // answer the waiter got its replay; fails the test if the waiter did not get one.
+  // True once `key`'s record is in flight in the shared store (its first attempt holds it).
+  // Asked through gateway 1, which the first attempt does not use: on gateway 0 the look would
+  // borrow a second pooled store connection while the attempt holds one, and after a store
+  // restart that one may not have reconnected yet.
+  bool InFlight(const std::string& key) {
+    const HttpResponse r = Http(fleet_.gateways[1].admin_address, "GET", "/v1/records?key=" + key);
+    return r.status == 200 && r.body.find(R"("state": "in_flight")") != std::string::npos;
+  }
+
+  // Runs `key` on gateway 0 (a 600 ms upstream) and, once it is in flight, a duplicate
+  // preferring to wait on gateway 1. Returns how long after the first attempt's answer the
+  // waiter got its replay; fails the test if the waiter did not get one.
   SteadyClock::duration CrossGatewayWakeLag(const std::string& key) {
     SteadyClock::time_point first_done, waiter_done;
     HttpResponse first, waiter;
@@ -101,7 +138,7 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
       first = Post(0, key, "b", {{"X-Sleep-Ms", "600"}});
       first_done = SteadyClock::now();
     });
-    std::this_thread::sleep_for(150ms);  // the first attempt is in flight by then
+    EXPECT_TRUE(WaitFor([&] { return InFlight(key); }, 5s, 5ms)) << "never in flight: " << key;
     waiter = Post(1, key, "b", {{"Prefer", "wait=10"}});
     waiter_done = SteadyClock::now();
     runner.join();
@@ -164,8 +201,9 @@ TEST_P(SharedStoreTest, DuplicatesPreferringToWaitOnEitherGatewayAllGetTheOneRes
 // pub/sub, PostgreSQL LISTEN/NOTIFY): the waiter answers within milliseconds of the first
 // attempt, not at its next look (every second), and the store's own restart does not end that.
 TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByTheCompletionNotByItsNextLook) {
-  // The waiter enters about 150 ms into the 600 ms attempt, so its next look would come about
-  // 550 ms after the completion: under 300 ms, only the notice can have woken it.
+  // The waiter enters once the 600 ms attempt is in flight, and looks again a second after it
+  // entered, so about 400 ms after the completion or later: under 300 ms, only the notice can
+  // have woken it.
   for (int i = 0; i < 3; ++i) {
     const auto lag = CrossGatewayWakeLag("cross-" + std::to_string(i));
     EXPECT_LT(lag, 300ms) << "attempt " << i << ": "
@@ -178,8 +216,9 @@ TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByTheCompletionNotByItsNe
     const std::string key = "after-restart-" + std::to_string(gateway);
     ASSERT_TRUE(WaitFor([&] { return Post(gateway, key, "b").status == 201; }, 10s, 100ms));
   }
-  // The subscriber reconnects by itself, within its 2 s backoff cap.
-  std::this_thread::sleep_for(2500ms);
+  // The subscribers reconnect by themselves, within their 2 s backoff cap.
+  EXPECT_TRUE(WaitFor([&] { return server_->Subscribers() == 2; }, 5s, 20ms))
+      << server_->Subscribers() << " of the 2 gateways listen for settle notices";
   const auto lag = CrossGatewayWakeLag("cross-after-restart");
   EXPECT_LT(lag, 300ms) << std::chrono::duration_cast<std::chrono::milliseconds>(lag).count();
 }
@@ -196,7 +235,7 @@ TEST_P(SharedStoreTest, AWaiterOnTheOtherGatewayIsWokenByAReleaseAndRunsTheReque
                  {{"Idempotency-Key", "released"}, {"X-Sleep-Ms", "600"}}, "b");
     first_done = SteadyClock::now();
   });
-  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(WaitFor([&] { return InFlight("released"); }, 5s, 5ms));
   const HttpResponse waiter = Http(fleet_.gateways[1].address, "POST", target,
                                    {{"Idempotency-Key", "released"}, {"Prefer", "wait=10"}}, "b");
   const auto waiter_done = SteadyClock::now();

@@ -6,12 +6,14 @@
 #include <chrono>
 #include <memory>
 #include <set>
-#include <thread>
+#include <string>
 
 #include "util/gateway_process.h"
 #include "util/http_client.h"
 #include "util/raw_upstream.h"
+#include "util/tcp_sockets.h"
 #include "util/temp_dir.h"
+#include "util/wait_for.h"
 #include "util/build_tree.h"
 
 namespace idem::testing {
@@ -25,9 +27,11 @@ TEST(UpstreamPoolTest, ConnectionsTheUpstreamClosedWhileIdleAreNeverReused) {
       StartGatewayProcess(idem::build_tree::kIdemBinary, upstream.address(), "memory", dir.File("gateway.log"));
   ASSERT_NE(g.process, nullptr) << g.address;
   constexpr int kRequests = 6;
+  const int upstream_port = std::stoi(upstream.address().substr(upstream.address().rfind(':') + 1));
   for (int i = 0; i < kRequests; ++i) {
-    // Long enough for the upstream's FIN to reach the gateway's idle connection.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // The upstream's FIN has reached the gateway's idle connection.
+    ASSERT_TRUE(WaitFor([&] { return NoOpenConnectionTo(upstream_port); }, std::chrono::seconds(5)))
+        << "request " << i << ": the gateway's connection to the upstream is still open";
     auto r = Http(g.address, "POST", "/v1/orders",
                   {{"Idempotency-Key", "pool-" + std::to_string(i)}}, "body " + std::to_string(i));
     ASSERT_EQ(r.status, 201) << "request " << i << ": " << r.error << r.body;

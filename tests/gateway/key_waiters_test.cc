@@ -16,6 +16,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "util/wait_for.h"
+
 namespace idem::gateway {
 namespace {
 
@@ -40,12 +42,7 @@ class Loop {
 };
 
 bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (!done()) {
-    if (SteadyClock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
+  return testing::WaitFor(done, timeout, 1ms);
 }
 
 struct Counts {
@@ -123,8 +120,10 @@ TEST(KeyWaitersTest, NotifyWakesTheWaitersOfThatKeyOnlyAndShutdownWakesTheRest) 
   ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 40; }));
   waiters.Notify("a");
   ASSERT_TRUE(WaitUntil([&] { return a.woken == 20; }));
-  std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(b.woken, 0) << "a key's notification wakes no other key's waiters";
+  // Nothing to wait for: b's waiters must stay asleep. A wake-up Notify("a") posted to them
+  // would have run within this window, as a's did.
+  EXPECT_TRUE(testing::HoldsFor([&] { return b.woken == 0; }, 50ms))
+      << "a key's notification wakes no other key's waiters";
   EXPECT_EQ(waiters.waiting(), 20u);
   waiters.Shutdown();
   ASSERT_TRUE(WaitUntil([&] { return b.woken == 20; }));

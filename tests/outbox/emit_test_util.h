@@ -16,6 +16,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/wait_for.h"
 
 namespace idem::testing {
 
@@ -64,16 +65,5 @@ class RelayProcess {
   std::unique_ptr<Process> process_;
   std::string admin_;
 };
-
-// Waits until `predicate` holds, polling every 20 ms; false on timeout.
-template <typename F>
-bool WaitUntil(F predicate, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    if (predicate()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return predicate();
-}
 
 }  // namespace idem::testing

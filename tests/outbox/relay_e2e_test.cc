@@ -19,6 +19,7 @@
 #include "store/postgres/postgres_store.h"
 #include "util/js_client.h"
 #include "util/nats_server.h"
+#include "util/tcp_sockets.h"
 #include "util/build_tree.h"
 #include "util/migrated_database.h"
 
@@ -29,12 +30,13 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::ConnectPg;
 using testing::Exec;
+using testing::HoldsFor;
 using testing::PgConn;
 using testing::ReadStream;
 using testing::RelayProcess;
 using testing::SharedPostgresServer;
 using testing::StreamMessage;
-using testing::WaitUntil;
+using testing::WaitFor;
 
 class RelayTest : public ::testing::Test {
  protected:
@@ -76,6 +78,23 @@ class RelayTest : public ::testing::Test {
 
   std::string Log(const std::string& name) { return dir_.File(name); }
 
+  // Waits until the stream has stored everything a relay sent before it died or hung, then
+  // returns how many messages it holds. nats-server has handled every message it read from a
+  // dead relay once it has closed its connection (`connections_left`: this test's own, and a
+  // hung relay's), and has read everything a hung one sent once no byte waits in a socket. A
+  // copy of `stored_id` (an event the stream holds) published then is queued for the stream
+  // behind them all: the stream has taken them when it answers that the copy is a duplicate.
+  uint64_t StreamMessagesOnceTaken(const std::string& stored_id, int connections_left) {
+    EXPECT_TRUE(WaitFor([&] { return nats_.Connections() == connections_left; }, seconds(10)))
+        << nats_.Connections() << " connections";
+    EXPECT_TRUE(
+        WaitFor([&] { return testing::ServerHasReadEverything(nats_.port()); }, seconds(10)));
+    bool duplicate = false;
+    EXPECT_EQ(js_.Publish("orders.created", "copy", stored_id, {}, &duplicate), "");
+    EXPECT_TRUE(duplicate) << stored_id << " is not in the stream";
+    return js_.StreamMessages("ORDERS");
+  }
+
   std::string database_;
   testing::TempDir dir_;
   testing::NatsServer nats_;
@@ -113,7 +132,7 @@ TEST_F(RelayTest, MissingStreamIsAClearErrorAndCreateStreamCreatesIt) {
        "--subjects", "orders.>", "--duplicate-window", "45s"},
       Log("create.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 10; }, seconds(20)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 10; }, seconds(20)))
       << relay.process().Output();
   EXPECT_EQ(relay.Metric("idem_relay_duplicate_window_seconds"), 45);
   const auto messages = ReadStream(js_.js(), "FRESH");
@@ -140,16 +159,16 @@ TEST_F(RelayTest, KilledBetweenPublishAndMarkRepublishesAsDuplicates) {
   // The crash point fires when the first batch's PubAcks are collected. The relay publishes the
   // next batch before collecting them (pipelined), so by then part or all of the second batch
   // may have reached the stream too: every one of those is published and unmarked.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the server takes what it got
-  const uint64_t published = js_.StreamMessages("ORDERS");
+  const uint64_t published = StreamMessagesOnceTaken("evt-0", 1);
   EXPECT_GE(published, 50u) << "the first batch reached the stream";
   EXPECT_LE(published, 100u) << "at most the batch in flight behind it";
 
   RelayProcess relay(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 200; }, seconds(30)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 200; }, seconds(30)))
       << relay.process().Output();
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_published_total") == 200; }, seconds(5)));
+  EXPECT_TRUE(
+      WaitFor([&] { return relay.Metric("idem_relay_published_total") == 200; }, seconds(5)));
   EXPECT_EQ(relay.Metric("idem_relay_duplicates_total"), static_cast<double>(published));
   EXPECT_EQ(relay.Metric("idem_relay_beyond_window_total"), 0);
   EXPECT_EQ(Count("duplicate"), static_cast<int64_t>(published));
@@ -188,26 +207,27 @@ TEST_F(RelayTest, AHungRelaysRowsGoToAnotherRelayAfterTheLease) {
     const size_t paren = line.rfind(')');
     return paren == std::string::npos || paren + 2 >= line.size() ? '?' : line[paren + 2];
   };
-  ASSERT_TRUE(WaitUntil([&] { return state() == 'T'; }, seconds(30))) << hung.process().Output();
-  std::this_thread::sleep_for(milliseconds(300));  // the server takes what it got
-  const uint64_t published = js_.StreamMessages("ORDERS");
+  ASSERT_TRUE(WaitFor([&] { return state() == 'T'; }, seconds(30))) << hung.process().Output();
+  const uint64_t published = StreamMessagesOnceTaken("evt-0", 2);
   EXPECT_GE(published, 50u);
   EXPECT_EQ(Count("state = 1"), 0);
 
   RelayProcess relay(RelayArgs({"--batch", "50", "--claim-lease", "1s"}), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
   // Within the lease the rows the hung relay holds (the batches it published and those it
-  // locked ahead) stay where they are.
-  std::this_thread::sleep_for(milliseconds(300));
-  if (std::chrono::steady_clock::now() - hung_started < milliseconds(2500)) {
-    EXPECT_LT(Count("state = 1"), 200) << "every row was taken while the hung relay held some";
+  // locked ahead) stay where they are, however many rounds the new relay makes meanwhile.
+  if (std::chrono::steady_clock::now() - hung_started < milliseconds(2200)) {
+    EXPECT_TRUE(
+        HoldsFor([&] { return Count("state = 1") < 200; }, milliseconds(300), milliseconds(50)))
+        << "every row was taken while the hung relay held some";
   }
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 200; }, seconds(30)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 200; }, seconds(30)))
       << relay.process().Output();
   EXPECT_GE(std::chrono::steady_clock::now() - hung_started, milliseconds(2900))
       << "the hung relay's rows were taken before its lease ran out";
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_duplicates_total") ==
-                                     static_cast<double>(published); }, seconds(5)))
+  EXPECT_TRUE(WaitFor(
+      [&] { return relay.Metric("idem_relay_duplicates_total") == static_cast<double>(published); },
+      seconds(5)))
       << relay.Metric("idem_relay_duplicates_total") << " duplicates, " << published
       << " published by the hung relay";
   EXPECT_EQ(js_.StreamMessages("ORDERS"), 200u);
@@ -216,10 +236,15 @@ TEST_F(RelayTest, AHungRelaysRowsGoToAnotherRelayAfterTheLease) {
   ASSERT_EQ(kill(pid, SIGCONT), 0);
   EXPECT_TRUE(hung.process().WaitForLine("published but not marked", seconds(20)))
       << hung.process().Output();
-  std::this_thread::sleep_for(milliseconds(500));
-  EXPECT_EQ(Count("state = 1"), 200);
-  EXPECT_EQ(Query("SELECT count(*) FROM idem.outbox WHERE stream_seq BETWEEN 1 AND 200"), "200");
-  EXPECT_EQ(js_.StreamMessages("ORDERS"), 200u);
+  // Nothing it does next changes a row or the stream, over a few of its poll intervals.
+  EXPECT_TRUE(HoldsFor(
+      [&] {
+        return Count("state = 1") == 200 &&
+               Query("SELECT count(*) FROM idem.outbox WHERE stream_seq BETWEEN 1 AND 200") ==
+                   "200" &&
+               js_.StreamMessages("ORDERS") == 200u;
+      },
+      milliseconds(500), milliseconds(50)));
   EXPECT_EQ(hung.process().Stop(SIGTERM), 0) << hung.process().Output();
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
 }
@@ -266,7 +291,7 @@ TEST_F(RelayTest, ThreeRelaysPublishEachEventOnceAndKeysInOrder) {
     });
   }
   for (auto& t : producers) t.join();
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == kEvents; }, seconds(90)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == kEvents; }, seconds(90)))
       << Count("state = 1") << " published; " << relays[0]->process().Output();
   double published = 0;
   for (auto& r : relays) {
@@ -314,14 +339,14 @@ TEST_F(RelayTest, KeyedRowsDrainWithoutWaitingForThePollInterval) {
                       "--poll-interval", "60s", "--batch", "100"},
                      Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 3000; }, seconds(30)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 3000; }, seconds(30)))
       << Count("state = 1") << " of 3000 published (10% of rows over 7 keys)\n"
       << relay.process().Output();
   // Every row over 50 keys, enqueued in one transaction: its one notification wakes the relay.
   ASSERT_EQ(Query("SELECT count(idem.outbox_enqueue('b' || g, 'orders.z', convert_to('p' || g, "
                   "'UTF8'), '{}', 'k-' || (g % 50))) FROM generate_series(1, 2000) g"),
             "2000");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 5000; }, seconds(30)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 5000; }, seconds(30)))
       << Count("state = 1") - 3000 << " of 2000 published (every row over 50 keys)\n"
       << relay.process().Output();
   const auto messages = ReadStream(js_.js(), "ORDERS");
@@ -361,28 +386,29 @@ TEST_F(RelayTest, LateCommittedLowerIdIsPublished) {
   ASSERT_EQ(Exec(slow.get(), "BEGIN"), "");
   ASSERT_TRUE(*outbox::Enqueue(slow.get(), {"late", "orders.created", "late"}));
   Enqueue("early-", 20);
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 20; }, seconds(20)));
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 20; }, seconds(20)));
   const int64_t late_id =
       std::atoll(Exec(slow.get(), "SELECT id FROM idem.outbox WHERE event_id = 'late'").c_str());
   EXPECT_LT(late_id,
             std::atoll(Query("SELECT min(id) FROM idem.outbox WHERE event_id LIKE 'early-%'").c_str()));
   // The relay's floor (where its scans start) waits for the open transaction, which may yet
-  // commit a row below it: for a few of its rounds of mark and floor it stays at or below the
-  // late row's id, although every row above it is published.
-  for (int i = 0; i < 8; ++i) {
-    EXPECT_LE(relay.Metric("idem_relay_pending_floor"), static_cast<double>(late_id));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
+  // commit a row below it: for a few of its rounds of mark and floor (a second each) it stays
+  // at or below the late row's id, although every row above it is published. The rounds'
+  // time is what this test is about.
+  EXPECT_TRUE(HoldsFor(
+      [&] { return relay.Metric("idem_relay_pending_floor") <= static_cast<double>(late_id); },
+      seconds(4), milliseconds(500)))
+      << relay.Metric("idem_relay_pending_floor") << " against the late id " << late_id;
   ASSERT_EQ(Exec(slow.get(), "COMMIT"), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 21; }, seconds(20)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 21; }, seconds(20)))
       << relay.process().Output();
   const auto messages = ReadStream(js_.js(), "ORDERS");
   ASSERT_EQ(messages.size(), 21u);
   EXPECT_EQ(messages.back().msg_id, "late");
   // Everything published and nothing open: the floor rises past every id.
   const double last_id = std::atof(Query("SELECT max(id) FROM idem.outbox").c_str());
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_pending_floor") > last_id; },
-                        seconds(10)))
+  EXPECT_TRUE(
+      WaitFor([&] { return relay.Metric("idem_relay_pending_floor") > last_id; }, seconds(10)))
       << relay.Metric("idem_relay_pending_floor") << " against the last id " << last_id;
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
 }
@@ -396,7 +422,7 @@ TEST_F(RelayTest, RowsBelowTheFloorAfterTheSequenceWentBackArePublished) {
   RelayProcess relay(RelayArgs(), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
   Enqueue("before-", 60);
-  ASSERT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_pending_floor") > 60; }, seconds(10)))
+  ASSERT_TRUE(WaitFor([&] { return relay.Metric("idem_relay_pending_floor") > 60; }, seconds(10)))
       << relay.Metric("idem_relay_pending_floor");
   // As the database was after its first ten events.
   ASSERT_EQ(Query("DELETE FROM idem.outbox WHERE id > 10; "
@@ -406,8 +432,8 @@ TEST_F(RelayTest, RowsBelowTheFloorAfterTheSequenceWentBackArePublished) {
             "10");
   Enqueue("after-", 5);
   EXPECT_EQ(Query("SELECT max(id) FROM idem.outbox"), "15");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1 AND event_id LIKE 'after-%'") == 5; },
-                        seconds(15)))
+  ASSERT_TRUE(
+      WaitFor([&] { return Count("state = 1 AND event_id LIKE 'after-%'") == 5; }, seconds(15)))
       << relay.process().Output();
   EXPECT_NE(relay.process().Output().find("went back below the floor"), std::string::npos);
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
@@ -424,10 +450,10 @@ TEST_F(RelayTest, LateCommittedLowerIdIsPublishedWhileTheRelayIsBusy) {
   Enqueue("backlog-", 3000, 500);
   RelayProcess relay(RelayArgs({"--batch", "20"}), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") >= 300; }, seconds(30)));
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") >= 300; }, seconds(30)));
   ASSERT_EQ(Exec(slow.get(), "COMMIT"), "");
   const int64_t published_before = Count("state = 1");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 3001; }, seconds(60)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 3001; }, seconds(60)))
       << relay.process().Output();
   const int64_t late_seq = std::atoll(Query("SELECT stream_seq FROM idem.outbox WHERE event_id = 'late'").c_str());
   EXPECT_LT(late_seq, 2500) << "published only as the backlog drained";
@@ -450,21 +476,26 @@ TEST_F(RelayTest, BadRowsAreParkedNotRetriedNotLost) {
   ASSERT_EQ(Exec(conn.get(), "COMMIT"), "");
   RelayProcess relay(RelayArgs(), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 2 && Count("state = 2") == 1; }, seconds(20)))
+  ASSERT_TRUE(
+      WaitFor([&] { return Count("state = 1") == 2 && Count("state = 2") == 1; }, seconds(20)))
       << relay.process().Output();
   EXPECT_EQ(Query("SELECT error FROM idem.outbox WHERE event_id = 'too-big'"),
             "message of 4130 bytes exceeds the largest stream ORDERS accepts (1024 bytes)");
   EXPECT_EQ(relay.Metric("idem_relay_parked_total{reason=\"too_large\"}"), 1);
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_parked_rows") == 1; }, seconds(5)));
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_uncovered_pending_rows") == 1; },
-                        seconds(5)));
-  // Not retried: after several poll intervals it was attempted once; the row on another
-  // subject was never touched.
-  std::this_thread::sleep_for(milliseconds(800));
-  EXPECT_EQ(Query("SELECT string_agg(attempts::text, ',') FROM idem.outbox WHERE state = 2"), "1");
-  EXPECT_EQ(Query("SELECT state || ' ' || attempts || ' ' || coalesce(error, '-') FROM idem.outbox "
-                  "WHERE event_id = 'wrong-subject'"),
-            "0 0 -");
+  EXPECT_TRUE(WaitFor([&] { return relay.Metric("idem_relay_parked_rows") == 1; }, seconds(5)));
+  EXPECT_TRUE(
+      WaitFor([&] { return relay.Metric("idem_relay_uncovered_pending_rows") == 1; }, seconds(5)));
+  // Not retried: over several poll intervals (200 ms) it stays attempted once; the row on
+  // another subject is never touched.
+  const std::string parked_attempts =
+      "SELECT string_agg(attempts::text, ',') FROM idem.outbox WHERE state = 2";
+  const std::string wrong_subject =
+      "SELECT state || ' ' || attempts || ' ' || coalesce(error, '-') FROM idem.outbox "
+      "WHERE event_id = 'wrong-subject'";
+  EXPECT_TRUE(
+      HoldsFor([&] { return Query(parked_attempts) == "1" && Query(wrong_subject) == "0 0 -"; },
+               milliseconds(800), milliseconds(100)))
+      << Query(parked_attempts) << "; " << Query(wrong_subject);
   EXPECT_NE(relay.process().Output().find("parked event too-big"), std::string::npos);
   EXPECT_EQ(relay.process().Output().find("wrong-subject"), std::string::npos)
       << "no relay publishes it, but it has not waited --warn-uncovered-after (1 min) yet";
@@ -485,9 +516,10 @@ TEST_F(RelayTest, BadRowsAreParkedNotRetriedNotLost) {
   ASSERT_EQ(Query("SELECT idem.outbox_unpark('too-big')"), "t");
   RelayProcess again(RelayArgs(), Log("relay2.log"));
   ASSERT_EQ(again.WaitReady(), "");
-  EXPECT_TRUE(WaitUntil([&] { return Count("state = 1") == 4; }, seconds(20))) << again.process().Output();
-  EXPECT_TRUE(WaitUntil([&] { return again.Metric("idem_relay_uncovered_pending_rows") == 0; },
-                        seconds(5)));
+  EXPECT_TRUE(WaitFor([&] { return Count("state = 1") == 4; }, seconds(20)))
+      << again.process().Output();
+  EXPECT_TRUE(
+      WaitFor([&] { return again.Metric("idem_relay_uncovered_pending_rows") == 0; }, seconds(5)));
   EXPECT_EQ(again.process().Stop(SIGTERM), 0);
 }
 
@@ -520,7 +552,7 @@ TEST_F(RelayTest, KeyedRowsCarryTheirOrderingKeyHeader) {
             "");
   RelayProcess relay(RelayArgs(), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 6; }, seconds(20)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 6; }, seconds(20)))
       << relay.process().Output();
   const auto messages = ReadStream(js_.js(), "ORDERS");
   ASSERT_EQ(messages.size(), 6u);
@@ -577,8 +609,9 @@ TEST_F(RelayTest, TwoStreamsOnOneOutboxEachRelayTakesItsOwnRows) {
                   "CASE WHEN g % 5 = 0 THEN 'key-' || (g % 3) || '-' || (g % 4) END)) "
                   "FROM generate_series(1, " + std::to_string(kEvents) + ") g"),
             std::to_string(kEvents));
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == kEvents; }, seconds(30)))
-      << Count("state = 1") << " published\n" << ord.process().Output() << "\n"
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == kEvents; }, seconds(30)))
+      << Count("state = 1") << " published\n"
+      << ord.process().Output() << "\n"
       << short_relay.process().Output();
   EXPECT_EQ(Count("state = 2"), 0) << "parked:\n"
                                    << Query("SELECT string_agg(event_id || ': ' || error, E'\\n') "
@@ -602,11 +635,11 @@ TEST_F(RelayTest, TwoStreamsOnOneOutboxEachRelayTakesItsOwnRows) {
   }
   for (RelayProcess* relay : {&ord, &short_relay}) {
     EXPECT_EQ(relay->Metric("idem_relay_parked_total{reason=\"too_large\"}"), 0);
-    EXPECT_TRUE(WaitUntil([&] { return relay->Metric("idem_relay_uncovered_pending_rows") == 1; },
-                          seconds(10)))
+    EXPECT_TRUE(WaitFor([&] { return relay->Metric("idem_relay_uncovered_pending_rows") == 1; },
+                        seconds(10)))
         << relay->Metric("idem_relay_uncovered_pending_rows");
-    EXPECT_TRUE(WaitUntil([&] { return relay->Metric("idem_relay_uncovered_lag_seconds") >= 1; },
-                          seconds(10)));
+    EXPECT_TRUE(WaitFor([&] { return relay->Metric("idem_relay_uncovered_lag_seconds") >= 1; },
+                        seconds(10)));
     EXPECT_TRUE(relay->process().WaitForLine("event nobody-1 on subject 'other.y'", seconds(10)))
         << relay->process().Output();
     EXPECT_EQ(relay->Metric("idem_relay_pending_rows"), 0);
@@ -635,10 +668,10 @@ TEST_F(RelayTest, SubjectsFlagNarrowsWhatARelayTakes) {
                       "--subjects", "orders.eu.>", "--poll-interval", "200ms"},
                      Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 30; }, seconds(20)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 30; }, seconds(20)))
       << relay.process().Output();
-  EXPECT_TRUE(WaitUntil([&] { return relay.Metric("idem_relay_uncovered_pending_rows") == 30; },
-                        seconds(10)));
+  EXPECT_TRUE(WaitFor([&] { return relay.Metric("idem_relay_uncovered_pending_rows") == 30; },
+                      seconds(10)));
   EXPECT_EQ(Count("state = 1 AND subject = 'orders.eu.created'"), 30);
   EXPECT_EQ(Count("state = 0 AND attempts = 0 AND subject = 'orders.us.created'"), 30);
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0);
@@ -648,7 +681,7 @@ TEST_F(RelayTest, SubjectsFlagNarrowsWhatARelayTakes) {
 // the relay republishes them, counts beyond_window, and the stream holds copies that the
 // consumer's inbox (idem.inbox_claim) keeps from taking effect twice. Meanwhile /readyz is 503.
 TEST_F(RelayTest, OutageLongerThanTheDuplicateWindowCountsBeyondWindow) {
-  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(1)), "");
+  ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, milliseconds(250)), "");
   Enqueue("evt-", 30);
   {
     RelayProcess crashing(RelayArgs({"--batch", "30", "--claim-lease", "500ms"}), Log("crash.log"),
@@ -664,12 +697,13 @@ TEST_F(RelayTest, OutageLongerThanTheDuplicateWindowCountsBeyondWindow) {
   // The relay starts while NATS is down: it keeps retrying, not ready.
   ASSERT_TRUE(relay.process().WaitForLine("connected to postgresql", seconds(20)))
       << relay.process().Output();
-  std::this_thread::sleep_for(milliseconds(2000));  // twice the duplicate window
+  // Down for twice the duplicate window: the outage's length is what this test is about.
+  std::this_thread::sleep_for(milliseconds(500));
   EXPECT_TRUE(relay.process().Running());
   EXPECT_EQ(Count("state = 1"), 0);
   ASSERT_EQ(nats_.Restart(), "");
   ASSERT_EQ(relay.WaitReady(), "");
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == 30; }, seconds(30)))
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == 30; }, seconds(30)))
       << relay.process().Output();
   EXPECT_EQ(relay.Metric("idem_relay_beyond_window_total"), 30) << relay.process().Output();
   EXPECT_NE(relay.process().Output().find("beyond stream ORDERS's duplicate window"),
@@ -706,7 +740,7 @@ TEST_F(RelayTest, PostgresRestartedUnderLoadLosesNothing) {
   ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
   RelayProcess relay(RelayArgs({"--batch", "50", "--claim-lease", "2s"}), Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
-  EXPECT_TRUE(WaitUntil([&] { return relay.AdminStatus("/readyz") == 200; }, seconds(10)));
+  EXPECT_TRUE(WaitFor([&] { return relay.AdminStatus("/readyz") == 200; }, seconds(10)));
   EXPECT_EQ(relay.AdminStatus("/healthz"), 200);
 
   std::mutex mu;
@@ -717,11 +751,13 @@ TEST_F(RelayTest, PostgresRestartedUnderLoadLosesNothing) {
       const std::string id = "load-" + std::to_string(i);
       for (;;) {  // the producer retries each event until an enqueue answers
         if (!conn || PQstatus(conn.get()) != CONNECTION_OK) {
-          conn.reset(PQconnectdb(pg().ConnInfo(database_).c_str()));
-          if (PQstatus(conn.get()) != CONNECTION_OK) {
-            std::this_thread::sleep_for(milliseconds(50));
-            continue;
-          }
+          WaitFor(
+              [&] {
+                conn.reset(PQconnectdb(pg().ConnInfo(database_).c_str()));
+                return PQstatus(conn.get()) == CONNECTION_OK;
+              },
+              seconds(60), milliseconds(50));
+          if (PQstatus(conn.get()) != CONNECTION_OK) continue;
         }
         if (Exec(conn.get(), "BEGIN") != "") continue;
         auto r = outbox::Enqueue(conn.get(), {id, "orders.created", id});
@@ -732,18 +768,20 @@ TEST_F(RelayTest, PostgresRestartedUnderLoadLosesNothing) {
         }
         Exec(conn.get(), "ROLLBACK");
       }
-      std::this_thread::sleep_for(milliseconds(3));
+      std::this_thread::sleep_for(milliseconds(3));  // a steady load, not one burst
     }
   });
-  std::this_thread::sleep_for(milliseconds(500));
+  // Under load: the relay has published some of it when PostgreSQL dies.
+  EXPECT_TRUE(WaitFor([&] { return Count("state = 1") >= 50; }, seconds(20)));
   pg().Kill();
-  EXPECT_TRUE(WaitUntil([&] { return relay.AdminStatus("/readyz") == 503; }, seconds(10)));
+  EXPECT_TRUE(WaitFor([&] { return relay.AdminStatus("/readyz") == 503; }, seconds(10)));
   ASSERT_TRUE(pg().Restart());
   producer.join();
-  ASSERT_TRUE(WaitUntil([&] { return Count("state = 1") == static_cast<int64_t>(committed.size()); },
-                        seconds(60)))
-      << Count("state = 1") << " of " << committed.size() << "\n" << relay.process().Output();
-  EXPECT_TRUE(WaitUntil([&] { return relay.AdminStatus("/readyz") == 200; }, seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return Count("state = 1") == static_cast<int64_t>(committed.size()); },
+                      seconds(60)))
+      << Count("state = 1") << " of " << committed.size() << "\n"
+      << relay.process().Output();
+  EXPECT_TRUE(WaitFor([&] { return relay.AdminStatus("/readyz") == 200; }, seconds(10)));
   EXPECT_GT(relay.Metric("idem_relay_postgres_errors_total"), 0);
   const auto messages = ReadStream(js_.js(), "ORDERS");
   std::set<std::string> ids;

@@ -184,15 +184,17 @@ TEST_F(RedisClusterTest, AKilledPrimaryIsReplacedByItsReplicaAndTheStoreCarriesO
   const auto killed_at = std::chrono::steady_clock::now();
   int failed_calls = 0;
   Result<BeginOutcome> probe = UnavailableError("not yet");
-  while (std::chrono::steady_clock::now() - killed_at < 30s) {
-    const auto call_started = std::chrono::steady_clock::now();
-    probe = store.Begin(scopes[on_victim[0]], fp, 1h);
-    EXPECT_LT(std::chrono::steady_clock::now() - call_started, 5s) << "a call must not hang";
-    if (probe.ok()) break;
-    EXPECT_EQ(probe.status().code(), StatusCode::kUnavailable) << probe.status().ToString();
-    ++failed_calls;
-    std::this_thread::sleep_for(100ms);
-  }
+  WaitFor(
+      [&] {
+        const auto call_started = std::chrono::steady_clock::now();
+        probe = store.Begin(scopes[on_victim[0]], fp, 1h);
+        EXPECT_LT(std::chrono::steady_clock::now() - call_started, 5s) << "a call must not hang";
+        if (probe.ok()) return true;
+        EXPECT_EQ(probe.status().code(), StatusCode::kUnavailable) << probe.status().ToString();
+        ++failed_calls;
+        return false;
+      },
+      30s, 100ms);
   ASSERT_TRUE(probe.ok()) << "no replica took over within 30 s: " << probe.status().ToString();
   std::printf("[ failover ] primary killed; calls on its slots failed for %lld ms (%d calls)\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(

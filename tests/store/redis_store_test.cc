@@ -5,12 +5,13 @@
 #include <hiredis/hiredis.h>
 
 #include <chrono>
-#include <thread>
+#include <string>
 
 #include "idem/store.h"
 #include "store/redis/redis_url.h"
 #include "util/raw_redis.h"
 #include "util/redis_server.h"
+#include "util/wait_for.h"
 
 namespace idem::testing {
 namespace {
@@ -109,21 +110,22 @@ TEST(RedisStoreTest, KeysAreHashTaggedPerScopeAndRecordsExpireNatively) {
   ASSERT_TRUE(begun.ok());
   ASSERT_TRUE(store->Complete(brief, *OwnedToken(*begun), kCreated, 50ms).ok());
   EXPECT_EQ(raw.Command({"DBSIZE"}), "2");
-  const auto deadline = Clock::now() + 5s;
-  while (raw.Command({"DBSIZE"}) != "1" && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(raw.Command({"DBSIZE"}), "1") << "the expired record is gone, the live one kept";
+  EXPECT_TRUE(WaitFor([&] { return raw.Command({"DBSIZE"}) == "1"; }, 5s, 20ms))
+      << "the expired record is gone, the live one kept: " << raw.Command({"DBSIZE"});
   auto live = store->Get(scope);
   ASSERT_TRUE(live.ok());
   EXPECT_TRUE(live->has_value());
 }
 
 TEST(RedisStoreTest, AFlushedScriptCacheIsReloadedTransparently) {
-  RedisServer server;
-  ASSERT_EQ(server.Start(), "");
-  auto store = MustOpen(server.Url());
+  RedisServer& server = SharedRedisServer();
+  static int runs = 0;  // a key space of its own each time: the server outlives a repeated test
+  auto store = MustOpen(server.Url("?prefix=flushed" + std::to_string(++runs)));
   ASSERT_NE(store, nullptr);
   const Scope scope{"t", "", "k"};
-  ASSERT_TRUE(store->Begin(scope, Fp(), 30s).ok());
+  auto first = store->Begin(scope, Fp(), 30s);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<Acquired>(*first)) << OutcomeName(*first);
   RawRedis raw(server.port());
   ASSERT_EQ(raw.Command({"SCRIPT", "FLUSH"}), "OK");
   auto again = store->Begin(scope, Fp(), 30s);
@@ -176,12 +178,12 @@ TEST(RedisStoreTest, ADeadServerGivesPromptErrorsAndTheRestartedOneStillReplays)
   ASSERT_EQ(server.Restart(), "");
   // The pool reconnects after its backoff (at most 2 s).
   Result<BeginOutcome> replay = UnavailableError("not tried");
-  const auto deadline = Clock::now() + 5s;
-  while (Clock::now() < deadline) {
-    replay = store->Begin(done, Fp(), 30s);
-    if (replay.ok()) break;
-    std::this_thread::sleep_for(50ms);
-  }
+  WaitFor(
+      [&] {
+        replay = store->Begin(done, Fp(), 30s);
+        return replay.ok();
+      },
+      5s, 50ms);
   ASSERT_TRUE(replay.ok()) << replay.status().ToString();
   ASSERT_TRUE(std::holds_alternative<Replay>(*replay)) << OutcomeName(*replay);
   EXPECT_EQ(std::get<Replay>(*replay).response, kCreated);

@@ -186,7 +186,11 @@ class Pipes {
   }
   Result<std::unique_ptr<NoticeSource>> Open() {
     std::lock_guard lock(mu_);
-    if (refuse_) return UnavailableError("refused");
+    if (refuse_) {
+      ++refused_;
+      opened_.notify_all();
+      return UnavailableError("refused");
+    }
     int fds[2];
     if (pipe(fds) != 0) return UnavailableError("pipe");
     writers_.push_back(fds[1]);
@@ -196,6 +200,11 @@ class Pipes {
   bool WaitOpened(size_t count) {
     std::unique_lock lock(mu_);
     return opened_.wait_for(lock, 5s, [&] { return writers_.size() >= count; });
+  }
+  // Waits until `count` attempts to open have been refused in all.
+  bool WaitRefused(int count) {
+    std::unique_lock lock(mu_);
+    return opened_.wait_for(lock, 10s, [&] { return refused_ >= count; });
   }
   void Send(const std::string& line) {
     std::lock_guard lock(mu_);
@@ -217,6 +226,7 @@ class Pipes {
   std::condition_variable opened_;
   std::vector<int> writers_;
   bool refuse_ = false;
+  int refused_ = 0;
 };
 
 TEST(SettleListenerTest, DeliversNoticesAndReconnectsWithBackoffAfterAFailure) {
@@ -232,7 +242,7 @@ TEST(SettleListenerTest, DeliversNoticesAndReconnectsWithBackoffAfterAFailure) {
   // The connection breaks and the server refuses for a while: the listener keeps trying.
   pipes.Refuse(true);
   pipes.BreakCurrent();
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(pipes.WaitRefused(2)) << "the listener gave up after a refusal";
   EXPECT_EQ(listener.reconnects(), 0);
   pipes.Refuse(false);
   ASSERT_TRUE(pipes.WaitOpened(2)) << "the listener never reconnected";
@@ -248,13 +258,21 @@ TEST(SettleListenerTest, StopsAtOnceWhileWaitingForNoticesOrBetweenAttempts) {
     pipes.Refuse(!connected);
     std::unique_ptr<NoticeSource> first;
     if (connected) first = std::move(*pipes.Open());
-    const auto start = std::chrono::steady_clock::now();
-    {
-      SettleListener listener([&] { return pipes.Open(); }, std::move(first), received.Handler());
-      std::this_thread::sleep_for(connected ? 50ms : 2500ms);  // blocked in poll / backing off
+    auto listener = std::make_unique<SettleListener>([&] { return pipes.Open(); }, std::move(first),
+                                                     received.Handler());
+    if (connected) {
+      // Blocked in poll: it delivered a notice and waits for the next.
+      pipes.Send("listening");
+      ASSERT_EQ(received.AtLeast(1).back(), "listening");
+    } else {
+      // Backing off: refused five times, with pauses of 50 to 400 ms between the attempts, it
+      // now sleeps 800 ms before the next one.
+      ASSERT_TRUE(pipes.WaitRefused(5));
     }
-    const auto stopped_after = std::chrono::steady_clock::now() - start;
-    EXPECT_LT(stopped_after, connected ? 1s : 3500ms) << "connected " << connected;
+    const auto stopping = std::chrono::steady_clock::now();
+    listener.reset();
+    const auto stopped_after = std::chrono::steady_clock::now() - stopping;
+    EXPECT_LT(stopped_after, connected ? 1s : 400ms) << "connected " << connected;
   }
 }
 

@@ -3,14 +3,13 @@
 // test has its own redis-server (it kills or flushes it) and its own PostgreSQL database.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include "idem/fingerprint.h"
 #include "idem/store.h"
 #include "util/postgres_server.h"
 #include "util/raw_redis.h"
 #include "util/redis_cluster.h"
 #include "util/redis_server.h"
+#include "util/wait_for.h"
 
 // Its own namespace: the unity build puts this file beside the contract suite's helpers.
 namespace idem::testing::tiered {
@@ -77,8 +76,13 @@ class TieredStoreTest : public ::testing::Test {
 
   void Flushall() { EXPECT_EQ(RawRedis(redis_.port()).Command({"FLUSHALL"}), "OK"); }
 
-  // Redis skips a tier it found down for a second before it tries it again.
-  static void WaitForRetry() { std::this_thread::sleep_for(milliseconds(1100)); }
+  // Waits until the store uses Redis again. After a failure it skips Redis for a second; a
+  // Watch fails at once while it does, and asks Redis (a key of its own) once it tries again.
+  void WaitForRetry() {
+    const Scope probe{"tenant-probe", "", "is-redis-tried"};
+    EXPECT_TRUE(WaitFor([&] { return store_->Watch(probe).ok(); }, seconds(10), milliseconds(20)))
+        << "the store never tried Redis again";
+  }
 
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   RedisServer redis_;  // append-only off: a restart comes back empty
@@ -246,13 +250,14 @@ TEST_F(TieredStoreTest, CompletionMadeWhileRedisHungIsReplayedOverItsStaleClaim)
 // PostgreSQL unreachable: nothing is claimed that could not be made durable, a completion is
 // an error rather than a record in Redis alone, and nothing stays locked once it is back.
 TEST(TieredStoreWithoutPostgres, RefusesClaimsAndCompletionsAndLeavesNothingLocked) {
-  RedisServer redis;
-  ASSERT_EQ(redis.Start(), "");
   PostgresServer pg;  // its own server: this test kills it
   ASSERT_EQ(pg.error(), "");
   StoreOptions options;
   options.durable_store = pg.Url(pg.CreateDatabase()) + "?connect_timeout=1&timeout_ms=1000";
-  auto opened = OpenStore(redis.Url("?timeout_ms=300"), options);
+  static int runs = 0;  // a key space of its own each time: the server outlives a repeated test
+  auto opened = OpenStore(
+      SharedRedisServer().Url("?timeout_ms=300&prefix=without-pg" + std::to_string(++runs)),
+      options);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   Store& store = **opened;
 
@@ -269,12 +274,13 @@ TEST(TieredStoreWithoutPostgres, RefusesClaimsAndCompletionsAndLeavesNothingLock
   EXPECT_FALSE(not_ready.ok());
 
   ASSERT_TRUE(pg.Restart()) << pg.error();
-  auto deadline = std::chrono::steady_clock::now() + seconds(20);
-  Result<BeginOutcome> after = store.Begin(kScope, Fp("a"), kLease);
-  while (!after.ok() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(200));
-    after = store.Begin(kScope, Fp("a"), kLease);
-  }
+  Result<BeginOutcome> after = UnavailableError("not tried");
+  WaitFor(
+      [&] {
+        after = store.Begin(kScope, Fp("a"), kLease);
+        return after.ok();
+      },
+      seconds(20), milliseconds(200));
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_TRUE(std::holds_alternative<Acquired>(*after))
       << "the refused claim was left behind: " << OutcomeName(*after);

@@ -71,6 +71,7 @@ std::pair<int, std::string> Apply(PGconn* conn, const std::string& key, const st
   }
   idem::internal::CrashPoint("service.after_commit");
   if (first_delivery && body.rfind("slow", 0) == 0) {
+    // A hung service, past the sidecar's timeout: the hang is the behaviour under test.
     std::this_thread::sleep_for(std::chrono::seconds(5));
   }
   return {200, "applied"};

@@ -7,13 +7,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "servers/process.h"
 #include "servers/temp_dir.h"
 #include "util/raw_redis.h"
 #include "util/redis_server.h"
+#include "util/wait_for.h"
 
 namespace idem::testing {
 
@@ -40,22 +40,22 @@ class RedisCluster {
     if (std::string error = WaitUntilEveryNodeIsOk(deadline); !error.empty()) return error;
     // And every replica must be linked to its primary and done with its first sync, or a
     // failover promotes a replica that has nothing.
-    for (;;) {
-      int replicas_in_sync = 0;
-      for (const auto& node : nodes_) {
-        const std::string info = RawRedis::Once(node->port(), {"INFO", "replication"});
-        if (info.find("role:slave") != std::string::npos &&
-            info.find("master_link_status:up") != std::string::npos &&
-            info.find("master_sync_in_progress:0") != std::string::npos) {
-          ++replicas_in_sync;
-        }
-      }
-      if (replicas_in_sync == kNodes / 2) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        return "only " + std::to_string(replicas_in_sync) + " replicas are in sync";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    int replicas_in_sync = 0;
+    const bool synced = WaitFor(
+        [&] {
+          replicas_in_sync = 0;
+          for (const auto& node : nodes_) {
+            const std::string info = RawRedis::Once(node->port(), {"INFO", "replication"});
+            if (info.find("role:slave") != std::string::npos &&
+                info.find("master_link_status:up") != std::string::npos &&
+                info.find("master_sync_in_progress:0") != std::string::npos) {
+              ++replicas_in_sync;
+            }
+          }
+          return replicas_in_sync == kNodes / 2;
+        },
+        Until(deadline), std::chrono::milliseconds(50));
+    if (!synced) return "only " + std::to_string(replicas_in_sync) + " replicas are in sync";
     return "";
   }
 
@@ -132,12 +132,10 @@ class RedisCluster {
   std::string WaitUntilEveryNodeIsOk(std::chrono::steady_clock::time_point deadline) const {
     for (int i = 0; i < kNodes; ++i) {
       if (std::find(killed_.begin(), killed_.end(), i) != killed_.end()) continue;
-      while (Info(port(i)).find("cluster_state:ok") == std::string::npos) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          return "the cluster never reached cluster_state:ok: " + Info(port(i));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
+      const bool ok =
+          WaitFor([&] { return Info(port(i)).find("cluster_state:ok") != std::string::npos; },
+                  Until(deadline), std::chrono::milliseconds(50));
+      if (!ok) return "the cluster never reached cluster_state:ok: " + Info(port(i));
     }
     return "";
   }
@@ -151,6 +149,12 @@ class RedisCluster {
 
  private:
   static std::string Info(int port) { return RawRedis::Once(port, {"CLUSTER", "INFO"}); }
+  // What is left until `deadline` (none once it passed).
+  static std::chrono::milliseconds Until(std::chrono::steady_clock::time_point deadline) {
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now()));
+  }
 
   servers::TempDir dir_;
   std::vector<std::unique_ptr<RedisServer>> nodes_;

@@ -28,6 +28,7 @@
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/wait_for.h"
 #include "util/build_tree.h"
 
 namespace idem::testing {
@@ -35,15 +36,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using SteadyClock = std::chrono::steady_clock;
-
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
 
 // A child started with IDEM_TEST_CRASH_POINT set (or not).
 std::unique_ptr<Process> Spawn(std::vector<std::string> argv, const std::string& log,
@@ -266,7 +258,8 @@ TEST_F(EffectsTest, RuntimeSurvivesNatsRestartMidRun) {
   auto runtime = StartRuntime();
   ASSERT_TRUE(WaitFor([&] { return Q("SELECT count(*) FROM applied") != "0"; }, 10s));
   nats_.Kill();
-  std::this_thread::sleep_for(500ms);
+  // Down until the runtime has seen it go.
+  EXPECT_TRUE(runtime->WaitForLine("nats: disconnected", 10s)) << runtime->Output();
   ASSERT_EQ(nats_.Restart(), "");
   ASSERT_TRUE(WaitFor([&] { return Settled("workers"); }, 30s)) << runtime->Output();
   const std::string out = StopRuntime(*runtime);
@@ -301,7 +294,8 @@ TEST_F(RuntimeDatabaseRestartTest, PostgresKilledAndRestartedMidRun) {
   auto runtime = StartRuntime();
   ASSERT_TRUE(WaitFor([&] { return Q("SELECT count(*) FROM applied") != "0"; }, 10s));
   own_pg_->Kill();
-  std::this_thread::sleep_for(500ms);
+  // Down until the runtime has seen it go (a message it could not apply, given back).
+  EXPECT_TRUE(runtime->WaitForLine("nak ", 10s)) << runtime->Output();
   ASSERT_TRUE(own_pg_->Restart()) << own_pg_->error();
   ASSERT_TRUE(WaitFor([&] { return Settled("workers"); }, 30s)) << runtime->Output();
   const std::string out = StopRuntime(*runtime);
@@ -455,13 +449,14 @@ TEST_F(SidecarOutageTest, NatsAndPostgresKilledAndRestartedMidRun) {
   auto sidecar = StartSidecar();
   ASSERT_TRUE(WaitFor([&] { return Q("SELECT count(*) FROM applied") != "0"; }, 10s));
   own_pg_->Kill();
-  std::this_thread::sleep_for(300ms);
+  // Down until the outage reached the sidecar (the service answered 503).
+  EXPECT_TRUE(sidecar->process().WaitForLine("HTTP 503", 10s)) << sidecar->Output();
   ASSERT_TRUE(own_pg_->Restart()) << own_pg_->error();
   nats_.Kill();
   EXPECT_TRUE(WaitFor([&] {
     return Http(sidecar->admin(), "GET", "/readyz").status == 503;
   }, 5s));
-  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(sidecar->process().WaitForLine("disconnected from", 5s)) << sidecar->Output();
   ASSERT_EQ(nats_.Restart(), "");
   EXPECT_TRUE(WaitFor([&] { return Http(sidecar->admin(), "GET", "/readyz").status == 200; }, 10s));
   ASSERT_TRUE(WaitFor([&] { return Settled("sidecar"); }, 30s)) << sidecar->Output();

@@ -71,16 +71,14 @@ class PgWorkerTest : public ::testing::Test {
     Conn c(server_.ConnInfo(database_));
     return c.ok() ? c.Exec(sql) : std::string("ERROR connect: ") + PQerrorMessage(c.get());
   }
-  // True once backend `pid` is waiting on a lock (so a race is really overlapping).
+  // True once backend `pid` is waiting on a lock (so a race is really overlapping). Asks on a
+  // connection kept for the test, every millisecond: the racing tests ask once a round.
   bool WaitsOnLock(int pid) {
-    for (int i = 0; i < 500; ++i) {
-      if (Sql("SELECT wait_event_type FROM pg_stat_activity WHERE pid = " + std::to_string(pid)) ==
-          "Lock") {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    if (!monitor_) monitor_ = Connect();
+    const std::string sql =
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = " + std::to_string(pid);
+    return testing::WaitFor([&] { return monitor_->Exec(sql) == "Lock"; }, std::chrono::seconds(5),
+                            std::chrono::milliseconds(1));
   }
 
   // Runs the inbox sweep to its end at `now_sql`, one step per transaction (as the C++ callers
@@ -106,6 +104,7 @@ class PgWorkerTest : public ::testing::Test {
 
   PostgresServer& server_ = SharedPostgresServer();
   std::string database_;
+  std::unique_ptr<Conn> monitor_;  // WaitsOnLock's
 };
 
 }  // namespace idem::worker_test

@@ -135,18 +135,20 @@ TEST_F(PgWorkerTest, ConcurrentDuplicateClaimsNeverBothWin) {
     const std::string id = "m-" + std::to_string(round);
     const bool a_commits = round % 3 != 0;  // every third round the first holder rolls back
     std::atomic<int> ready{0};
-    auto run = [&](Conn& c, bool commit) -> int {
+    std::atomic<bool> answered{false};
+    auto run = [&](Conn& c, Conn& other, bool commit) -> int {
       if (c.Exec("BEGIN") != "") return -1;
       ready.fetch_add(1);
       while (ready.load() < 2) std::this_thread::yield();
       auto claimed = worker::InboxClaim(c.get(), "billing", id);
       if (!claimed.ok()) return -2;
-      std::this_thread::sleep_for(milliseconds(2));  // hold the claim while the other waits
+      // The first to be answered holds its transaction until the other waits for it.
+      if (!answered.exchange(true) && !WaitsOnLock(other.Pid())) return -4;
       if (c.Exec(*claimed && !commit ? "ROLLBACK" : "COMMIT") != "") return -3;
       return *claimed && commit ? 1 : 0;
     };
-    auto fa = std::async(std::launch::async, run, std::ref(*a), a_commits);
-    auto fb = std::async(std::launch::async, run, std::ref(*b), true);
+    auto fa = std::async(std::launch::async, run, std::ref(*a), std::ref(*b), a_commits);
+    auto fb = std::async(std::launch::async, run, std::ref(*b), std::ref(*a), true);
     const int ra = fa.get();
     const int rb = fb.get();
     ASSERT_GE(ra, 0) << "round " << round;
@@ -256,18 +258,20 @@ TEST_F(PgWorkerTest, ConcurrentDuplicateClaimsNeverBothWinOnTheFastPath) {
     const std::string id = "f-" + std::to_string(round);
     const bool a_commits = round % 3 != 0;
     std::atomic<int> ready{0};
-    auto run = [&](Conn& c, bool commit) -> int {
+    std::atomic<bool> answered{false};
+    auto run = [&](Conn& c, Conn& other, bool commit) -> int {
       if (c.Exec("BEGIN") != "") return -1;
       ready.fetch_add(1);
       while (ready.load() < 2) std::this_thread::yield();
       auto claimed = worker::InboxClaim(c.get(), "billing", id);
       if (!claimed.ok()) return -2;
-      std::this_thread::sleep_for(milliseconds(2));
+      // The first to be answered holds its transaction until the other waits for it.
+      if (!answered.exchange(true) && !WaitsOnLock(other.Pid())) return -4;
       if (c.Exec(*claimed && !commit ? "ROLLBACK" : "COMMIT") != "") return -3;
       return *claimed && commit ? 1 : 0;
     };
-    auto fa = std::async(std::launch::async, run, std::ref(*a), a_commits);
-    auto fb = std::async(std::launch::async, run, std::ref(*b), true);
+    auto fa = std::async(std::launch::async, run, std::ref(*a), std::ref(*b), a_commits);
+    auto fb = std::async(std::launch::async, run, std::ref(*b), std::ref(*a), true);
     const int ra = fa.get();
     const int rb = fb.get();
     ASSERT_GE(ra, 0) << "round " << round;
@@ -482,18 +486,20 @@ TEST_F(PgWorkerTest, ConcurrentLedgerAppendsApplyEachTxnOnce) {
     const std::string txn = "t-" + std::to_string(round);
     const bool a_commits = round % 4 != 0;
     std::atomic<int> ready{0};
-    auto run = [&](Conn& c, bool commit) -> int {
+    std::atomic<bool> answered{false};
+    auto run = [&](Conn& c, Conn& other, bool commit) -> int {
       if (c.Exec("BEGIN") != "") return -1;
       ready.fetch_add(1);
       while (ready.load() < 2) std::this_thread::yield();
       auto appended = worker::LedgerAppend(c.get(), "wallet:1", txn, 10 + round);
       if (!appended.ok()) return -2;
-      std::this_thread::sleep_for(milliseconds(2));
+      // The first to be answered holds its transaction until the other waits for it.
+      if (!answered.exchange(true) && !WaitsOnLock(other.Pid())) return -4;
       if (c.Exec(*appended && !commit ? "ROLLBACK" : "COMMIT") != "") return -3;
       return *appended && commit ? 1 : 0;
     };
-    auto fa = std::async(std::launch::async, run, std::ref(*a), a_commits);
-    auto fb = std::async(std::launch::async, run, std::ref(*b), true);
+    auto fa = std::async(std::launch::async, run, std::ref(*a), std::ref(*b), a_commits);
+    auto fb = std::async(std::launch::async, run, std::ref(*b), std::ref(*a), true);
     const int ra = fa.get();
     const int rb = fb.get();
     ASSERT_GE(ra, 0) << round;
@@ -555,19 +561,21 @@ TEST_F(PgWorkerTest, ConcurrentFirstTransitionsApplyOnce) {
     const std::string id = std::to_string(round);
     const bool a_commits = round % 3 != 0;
     std::atomic<int> ready{0};
-    auto run = [&](Conn& c, bool commit) -> int {
+    std::atomic<bool> answered{false};
+    auto run = [&](Conn& c, Conn& other, bool commit) -> int {
       if (c.Exec("BEGIN") != "") return -1;
       ready.fetch_add(1);
       while (ready.load() < 2) std::this_thread::yield();
       auto outcome = worker::Transition(c.get(), "order", id, "PLACED", from_none);
       if (!outcome.ok()) return -2;
       const bool applied = *outcome == TransitionOutcome::kApplied;
-      std::this_thread::sleep_for(milliseconds(2));
+      // The first to be answered holds its transaction until the other waits for it.
+      if (!answered.exchange(true) && !WaitsOnLock(other.Pid())) return -4;
       if (c.Exec(applied && !commit ? "ROLLBACK" : "COMMIT") != "") return -3;
       return applied && commit ? 1 : 0;
     };
-    auto fa = std::async(std::launch::async, run, std::ref(*a), a_commits);
-    auto fb = std::async(std::launch::async, run, std::ref(*b), true);
+    auto fa = std::async(std::launch::async, run, std::ref(*a), std::ref(*b), a_commits);
+    auto fb = std::async(std::launch::async, run, std::ref(*b), std::ref(*a), true);
     const int ra = fa.get();
     const int rb = fb.get();
     ASSERT_GE(ra, 0) << round;
@@ -661,7 +669,8 @@ TEST_F(PgWorkerTest, IntentsArePendingThenSentWithFencing) {
   ASSERT_FALSE(token.empty());
   EXPECT_EQ(row("SELECT outcome FROM idem.intent_begin('push:u1:order7')"), "pending");
   EXPECT_NE(row("SELECT retry_after_ms FROM idem.intent_begin('push:u1:order7')"), "");
-  // u2's owner stalls past its lease; a second worker takes over and sends.
+  // u2's owner stalls past its lease; a second worker takes over and sends. The lease runs
+  // out on the server's clock: the time is what this test is about.
   std::this_thread::sleep_for(milliseconds(120));
   const std::string taken =
       row("SELECT outcome || ' ' || token FROM idem.intent_begin('push:u2:order7')");
@@ -688,7 +697,7 @@ TEST_F(PgWorkerTest, CppIntentsFollowTheSameStateMachine) {
     EXPECT_EQ(c->Exec("COMMIT"), "");
     return b;
   };
-  auto first = begin("push:7", milliseconds(1000));
+  auto first = begin("push:7", milliseconds(300));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->outcome, worker::IntentOutcome::kAcquired);
   EXPECT_GT(first->token, 0u);
@@ -696,7 +705,8 @@ TEST_F(PgWorkerTest, CppIntentsFollowTheSameStateMachine) {
   ASSERT_TRUE(busy.ok());
   EXPECT_EQ(busy->outcome, worker::IntentOutcome::kPending);
   EXPECT_GT(busy->retry_after.count(), 0);
-  std::this_thread::sleep_for(milliseconds(1200));  // past the first owner's lease
+  // Past the first owner's lease, on the server's clock: the time is what this test is about.
+  std::this_thread::sleep_for(milliseconds(400));
   auto taken = begin("push:7", seconds(10));
   ASSERT_TRUE(taken.ok());
   EXPECT_EQ(taken->outcome, worker::IntentOutcome::kTakenOver);

@@ -93,7 +93,7 @@ TEST_F(SqliteWorkerTest, InboxSweepDeletesOnlyClaimsPastRetention) {
     ASSERT_TRUE(*worker::InboxClaim(db.get(), "default", "d" + std::to_string(i)));
   }
   ASSERT_EQ(db.Exec("COMMIT"), "");
-  std::this_thread::sleep_for(milliseconds(5));
+  // A retention of 0 s: a claim is past it from the moment it was made.
   ASSERT_EQ(db.Exec("BEGIN"), "");
   auto swept = worker::InboxSweep(db.get(), 2);
   ASSERT_TRUE(swept.ok()) << swept.status().ToString();
@@ -187,6 +187,8 @@ TEST_F(SqliteWorkerTest, ConcurrentDuplicatesOnOneFileNeverBothWin) {
       if (!claimed.ok() || !appended.ok() || !moved.ok()) return -2;
       const bool won = *claimed;
       if (*appended != won || (*moved == TransitionOutcome::kApplied) != won) return -4;
+      // Holds the write lock a moment, as a handler's work would: the other side's BEGIN
+      // IMMEDIATE meets a busy database and waits (the time is the point, not a hand-over).
       std::this_thread::sleep_for(milliseconds(1));
       if (db.Exec(won && !commit ? "ROLLBACK" : "COMMIT") != "") return -3;
       return won && commit ? 1 : 0;
