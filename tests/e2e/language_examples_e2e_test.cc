@@ -66,9 +66,10 @@ class LanguageExampleTest : public ::testing::TestWithParam<std::string> {
                      std::chrono::steady_clock::now() - started).count()
               << " ms\n";
 
-    ASSERT_EQ(pg_.error(), "");
-    database_ = pg_.CreateDatabase();
-    Process migrate({build_tree::kIdemBinary, "migrate", "--store", pg_.Url(database_)},
+    pg_ = &SharedPostgresServer();  // started once per run, and only for a test that runs
+    ASSERT_EQ(pg_->error(), "");
+    database_ = pg_->CreateDatabase();
+    Process migrate({build_tree::kIdemBinary, "migrate", "--store", pg_->Url(database_)},
                     dir_.File("migrate.log"));
     const auto migrated = migrate.WaitForExit(60s);
     ASSERT_TRUE(migrated && WIFEXITED(*migrated) && WEXITSTATUS(*migrated) == 0) << migrate.Output();
@@ -79,7 +80,7 @@ class LanguageExampleTest : public ::testing::TestWithParam<std::string> {
 
     // lib/pq requires TLS unless told otherwise; libpq and node-postgres accept the same flag.
     std::vector<std::string> argv = {"/usr/bin/env",
-                                     "DATABASE_URL=" + pg_.Url(database_) + "?sslmode=disable",
+                                     "DATABASE_URL=" + pg_->Url(database_) + "?sslmode=disable",
                                      "LISTEN=127.0.0.1:0"};
     argv.insert(argv.end(), example.argv.begin(), example.argv.end());
     service_ = std::make_unique<Process>(argv, dir_.File("service.log"));
@@ -93,7 +94,7 @@ method = "POST"
 path_prefix = "/payments"
 key = "required"
 )";
-    gateway_ = StartGatewayProcess(build_tree::kIdemBinary, service_address_, pg_.Url(database_),
+    gateway_ = StartGatewayProcess(build_tree::kIdemBinary, service_address_, pg_->Url(database_),
                                    dir_.File("gateway.log"), {"--config", dir_.File("gateway.toml")});
     ASSERT_NE(gateway_.process, nullptr) << gateway_.address;
   }
@@ -101,7 +102,7 @@ key = "required"
   // `idem relay` with a 2 s claim lease; `crash_point`: IDEM_TEST_CRASH_POINT for it.
   std::unique_ptr<RelayProcess> StartRelay(const std::string& crash_point = "") {
     auto relay = std::make_unique<RelayProcess>(
-        std::vector<std::string>{"--db", pg_.Url(database_), "--nats", nats_.Url(), "--stream",
+        std::vector<std::string>{"--db", pg_->Url(database_), "--nats", nats_.Url(), "--stream",
                                  "PAYMENTS", "--claim-lease", "2s", "--poll-interval", "200ms"},
         dir_.File("relay-" + std::to_string(++relays_) + ".log"), crash_point);
     EXPECT_EQ(relay->WaitReady(), "");
@@ -175,7 +176,7 @@ key = "required"
     expected_[account] += amount;
   }
 
-  std::string Q(const std::string& sql) { return pg_.Query(database_, sql); }
+  std::string Q(const std::string& sql) { return pg_->Query(database_, sql); }
 
   // Every message delivered to the sidecar's consumer and acked.
   bool ConsumerDrained() {
@@ -183,7 +184,7 @@ key = "required"
     return js_.Counts("PAYMENTS", "settlement", &c).empty() && c.ack_pending == 0 && c.pending == 0;
   }
 
-  PostgresServer& pg_ = SharedPostgresServer();
+  PostgresServer* pg_ = nullptr;
   std::string database_;
   TempDir dir_;
   NatsServer nats_;
