@@ -11,7 +11,12 @@ packages=(
   libcurl4-openssl-dev curl
   libnats-dev nats-server
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The examples in other languages (examples/python, examples/go, examples/node) and their tests
+  python3-psycopg2 golang-go golang-github-lib-pq-dev
 )
+# Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with Debian's) counts.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,7 +6,9 @@
 #
 # The ThreadSanitizer stage leaves out the long chaos run (label chaos: minutes of process kills,
 # under TSan about five): its processes are the same binaries the end-to-end tests run under
-# TSan, and its short in-process counterpart (idem_chaos_pipeline_tests) still runs there.
+# TSan, and its short in-process counterpart (idem_chaos_pipeline_tests) still runs there. Both
+# sanitizer stages leave out the examples in other languages (label examples): the idem
+# binaries they start are the payments end-to-end tests', and no sanitizer sees their own code.
 # docs/testing.md says what each stage runs and why.
 #
 # Each step reports its time against a budget (cold: no compiler cache yet; warm: a second run),
@@ -89,7 +91,8 @@ for stage in ${IDEM_TEST_STAGES:-thread-safety release asan tsan}; do
   # the build is the check (docs/architecture.md, "Locks and the thread-safety analysis").
   [[ $stage == thread-safety ]] && continue
   excluded=()
-  [[ $stage == tsan ]] && excluded=(--label-exclude chaos)
+  [[ $stage == asan ]] && excluded=(--label-exclude '^examples$')
+  [[ $stage == tsan ]] && excluded=(--label-exclude '^(chaos|examples)$')
   log=build/$stage/ctest-run.log
   status=0
   ctest --preset "$stage" -j"$jobs" "${excluded[@]}" 2>&1 | tee "$log" || status=$?
