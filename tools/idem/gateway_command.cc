@@ -137,12 +137,15 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       if (!durable.ok()) return fail(durable.status().message());
       options.durable_store = *durable;
     }
-    if (options.upstream.empty()) return fail("--upstream (upstream in the config file) is required");
+
     if (options.threads < 1 || options.store_threads < 0) {
       std::cerr << "idem gateway: --threads must be at least 1, --store-threads at least 0\n";
       return 2;
     }
     if (flags->check_config) {
+      if (options.upstream.empty()) {
+        return fail("no upstream: pass --upstream http://HOST:PORT (upstream in the file)");
+      }
       std::cout << "idem gateway: configuration OK\n";
       return 0;
     }
