@@ -391,12 +391,16 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
   }
   if (const toml::node* routes = root.get("route")) {
     const toml::array* array = routes->as_array();
-    if (array == nullptr) return ConfigError(At(path, routes), "route", "must be written [[route]]");
+    if (array == nullptr) {
+      return ConfigError(At(path, routes), "route", "must be written [[route]]");
+    }
     options.routes.clear();
     size_t index = 0;
     for (const toml::node& node : *array) {
       const toml::table* table = node.as_table();
-      if (table == nullptr) return ConfigError(At(path, &node), "route", "must be written [[route]]");
+      if (table == nullptr) {
+        return ConfigError(At(path, &node), "route", "must be written [[route]]");
+      }
       RoutePolicy route;
       IDEM_RETURN_IF_ERROR(ReadRoute(*table, path, index++, route));
       options.routes.push_back(std::move(route));

@@ -14,7 +14,8 @@ namespace {
 // --batch-size, at most.
 constexpr int kMaxBatchSize = 1000;
 
-// Checks the options; an empty string when they can work, else what is wrong. Logs the warnings about combinations that work but surprise.
+// Checks the options; an empty string when they can work, else what is wrong. Logs the
+// warnings about combinations that work but surprise.
 std::string CheckOptions(const ConsumeOptions& options, gateway::Log& log) {
   if (options.stream.empty() || options.consumer.empty() || options.deliver.empty()) {
     return "--stream, --consumer and --deliver are required";

@@ -110,7 +110,9 @@ void ApplyConfigFile(CLI::App& cmd, const std::string& section, const std::strin
   const toml::node* table_node = root.get(section);
   if (table_node == nullptr) return;
   const toml::table* table = table_node->as_table();
-  if (table == nullptr) Fail(Where(path, table_node->source()) + ": must be a table: [" + section + "]");
+  if (table == nullptr) {
+    Fail(Where(path, table_node->source()) + ": must be a table: [" + section + "]");
+  }
   for (const auto& [key, node] : *table) ApplyKey(cmd, path, section, key, node);
 }
 

@@ -33,7 +33,8 @@ Result<std::string> StoreUrlWithPasswordFile(const std::string& url, const std::
     if (url.rfind(s, 0) == 0) scheme = s;
   }
   if (scheme.empty()) {
-    return InvalidArgumentError(setting + ": only a postgresql:// or redis:// URL takes a password");
+    return InvalidArgumentError(setting +
+                                ": only a postgresql:// or redis:// URL takes a password");
   }
   auto password = ReadSecretFile(setting, password_file);
   if (!password.ok()) return password.status();
