@@ -159,7 +159,7 @@ relays=0
 start_relay() {  # $1: extra environment (the crash point) or ""
   relays=$((relays + 1))
   local log="$work/relay-$relays.log"
-  spawn "relay-$relays" "$log" env $1 "$bin/idem" relay --db "$db" --nats "$nats" \
+  spawn "relay-$relays" "$log" env $1 "$bin/idem" relay --store "$db" --nats "$nats" \
     --create-stream PAYMENTS --subjects 'payments.>' --duplicate-window 2m --claim-lease 2s \
     --poll-interval 500ms --admin-listen 127.0.0.1:0
   relay_pid=$spawned_pid

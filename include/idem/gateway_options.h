@@ -80,11 +80,16 @@ struct GatewayOptions {
   // With a redis:// store: the PostgreSQL database of the tiered store, where completed
   // records are made durable first (StoreOptions::durable_store, docs/stores.md). Empty: none.
   std::string durable_store;
+  // Files holding the password of `store` and of `durable_store` (a redis:// or postgresql://
+  // URL without one), so that it is on no command line. `idem gateway` adds each file's
+  // password to its URL before running; RunGateway reads neither. Empty: none.
+  std::string store_password_file;
+  std::string durable_store_password_file;
   std::string admin_listen;               // HOST:PORT; empty: no admin listener
   int threads = 2;                        // event-loop threads
   // StoreExecutor pool threads; 0 picks DefaultStoreThreads(store).
   int store_threads = 0;
-  bool log_json = false;                  // --log-format json
+  bool log_json = false;                  // --log-format json (log_format = "json")
 
   // The header whose value identifies the tenant; stored only as a SHA-256 digest. A request
   // without it belongs to the anonymous tenant.

@@ -145,7 +145,7 @@ struct Pipeline::Impl {
     // The crash point goes through env(1): setenv in this multi-threaded process would race
     // with libpq reading the environment on another thread.
     if (crash) argv = {"/usr/bin/env", "IDEM_TEST_CRASH_POINT=relay.after_publish"};
-    for (std::string a : {config.idem_binary, std::string("relay"), std::string("--db"),
+    for (std::string a : {config.idem_binary, std::string("relay"), std::string("--store"),
                           db_url, std::string("--nats"), nats_url,
                           std::string("--create-stream"), stream,
                           std::string("--subjects"), subject,

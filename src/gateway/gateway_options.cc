@@ -139,6 +139,19 @@ Status ConfigError(const std::string& path, std::string_view where, std::string_
   return InvalidArgumentError(path + ": " + std::string(where) + ": " + std::string(what));
 }
 
+// "FILE:LINE" of what an error is about, so the message points at the line to fix.
+std::string At(const std::string& path, const toml::source_region& source) {
+  return source.begin.line > 0 ? path + ":" + std::to_string(source.begin.line) : path;
+}
+std::string At(const std::string& path, const toml::node* node) {
+  return node != nullptr ? At(path, node->source()) : path;
+}
+// The line of `table`'s `name`, else of the table itself.
+std::string At(const std::string& path, const toml::table& table, std::string_view name) {
+  const toml::node* node = table.get(name);
+  return At(path, node != nullptr ? node : &table);
+}
+
 template <typename T>
 Status ReadScalar(const toml::table& table, std::string_view name, const std::string& path,
                   std::string_view where, T& out) {
@@ -146,7 +159,8 @@ Status ReadScalar(const toml::table& table, std::string_view name, const std::st
   if (node == nullptr) return Status::Ok();
   auto value = node->value<T>();
   if (!value) {
-    return ConfigError(path, std::string(where) + "." + std::string(name), "has the wrong type");
+    return ConfigError(At(path, node), std::string(where) + "." + std::string(name),
+                       "has the wrong type");
   }
   out = *value;
   return Status::Ok();
@@ -159,14 +173,16 @@ Status ReadDuration(const toml::table& table, std::string_view name, const std::
   const std::string field = std::string(where) + "." + std::string(name);
   if (auto seconds = node->value<int64_t>()) {
     auto parsed = ParseDuration(std::to_string(*seconds));
-    if (!parsed.ok()) return ConfigError(path, field, parsed.status().message());
+    if (!parsed.ok()) return ConfigError(At(path, node), field, parsed.status().message());
     out = *parsed;
     return Status::Ok();
   }
   auto text = node->value<std::string>();
-  if (!text) return ConfigError(path, field, "must be a duration such as \"30s\" or seconds");
+  if (!text) {
+    return ConfigError(At(path, node), field, "must be a duration such as \"30s\" or seconds");
+  }
   auto parsed = ParseDuration(*text);
-  if (!parsed.ok()) return ConfigError(path, field, parsed.status().message());
+  if (!parsed.ok()) return ConfigError(At(path, node), field, parsed.status().message());
   out = *parsed;
   return Status::Ok();
 }
@@ -177,11 +193,11 @@ Status ReadStrings(const toml::table& table, std::string_view name, const std::s
   if (node == nullptr) return Status::Ok();
   const std::string field = std::string(where) + "." + std::string(name);
   const toml::array* array = node->as_array();
-  if (array == nullptr) return ConfigError(path, field, "must be an array of strings");
+  if (array == nullptr) return ConfigError(At(path, node), field, "must be an array of strings");
   out.clear();
   for (const toml::node& item : *array) {
     auto s = item.value<std::string>();
-    if (!s) return ConfigError(path, field, "must be an array of strings");
+    if (!s) return ConfigError(At(path, node), field, "must be an array of strings");
     out.push_back(*s);
   }
   return Status::Ok();
@@ -196,7 +212,8 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
       "max_wait",    "long_running",   "operation_lease"};
   for (const auto& [k, v] : table) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
-      return ConfigError(path, where + "." + std::string(k.str()), "is not a route setting");
+      return ConfigError(At(path, k.source()), where + "." + std::string(k.str()),
+                         "is not a route setting");
     }
   }
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "method", path, where, route.method));
@@ -204,7 +221,8 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "path_prefix", path, where, route.path_prefix));
   if (route.path_prefix.empty() || route.path_prefix.front() != '/') {
-    return ConfigError(path, where + ".path_prefix", "is required and must start with '/'");
+    return ConfigError(At(path, table, "path_prefix"), where + ".path_prefix",
+                       "is required and must start with '/'");
   }
   std::string key = "required";
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "key", path, where, key));
@@ -215,11 +233,11 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   else if (key == "off")
     route.key = KeyRequirement::kOff;
   else
-    return ConfigError(path, where + ".key", "must be \"required\", \"optional\" or \"off\"");
+    return ConfigError(At(path, table, "key"), where + ".key", "must be \"required\", \"optional\" or \"off\"");
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "retention", path, where, route.retention));
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "lease", path, where, route.lease));
   if (route.retention <= Duration(0) || route.lease <= Duration(0)) {
-    return ConfigError(path, where, "retention and lease must be positive");
+    return ConfigError(At(path, &table), where, "retention and lease must be positive");
   }
   std::vector<std::string> parts;
   if (table.get("fingerprint") != nullptr) {
@@ -238,7 +256,7 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
         route.fingerprint.headers.push_back(part.substr(7));
       } else {
         return ConfigError(
-            path, where + ".fingerprint",
+            At(path, table, "fingerprint"), where + ".fingerprint",
             "unknown part '" + part + "' (use method, path, query, body, header:NAME)");
       }
     }
@@ -248,19 +266,23 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
   std::string key_format = "any";
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "key_format", path, where, key_format));
   auto format = ParseKeyFormat(key_format);
-  if (!format.ok()) return ConfigError(path, where + ".key_format", format.status().message());
+  if (!format.ok()) {
+    return ConfigError(At(path, table, "key_format"), where + ".key_format",
+                       format.status().message());
+  }
   route.key_format = *format;
   IDEM_RETURN_IF_ERROR(
       ReadDuration(table, "max_key_future_skew", path, where, route.max_key_future_skew));
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "max_wait", path, where, route.max_wait));
   if (route.max_wait < Duration(0)) {
-    return ConfigError(path, where + ".max_wait", "must not be negative (0s turns waiting off)");
+    return ConfigError(At(path, table, "max_wait"), where + ".max_wait", "must not be negative (0s turns waiting off)");
   }
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "long_running", path, where, route.long_running));
   IDEM_RETURN_IF_ERROR(
       ReadDuration(table, "operation_lease", path, where, route.operation_lease));
   if (route.operation_lease <= Duration(0)) {
-    return ConfigError(path, where + ".operation_lease", "must be positive");
+    return ConfigError(At(path, table, "operation_lease"), where + ".operation_lease",
+                       "must be positive");
   }
   return Status::Ok();
 }
@@ -269,7 +291,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   const std::string where = "gateway";
   // clang-format off
   static const std::vector<std::string_view> kKnown = {
-      "listen", "upstream", "store", "durable_store", "admin_listen", "tenant_header", "threads",
+      "listen", "upstream", "store", "store_password_file", "durable_store",
+      "durable_store_password_file", "admin_listen", "log_format", "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
       "max_upstream_response", "upstream_pool_size", "max_connections",
       "max_connections_per_client", "max_waiters", "max_pending_completions",
@@ -279,7 +302,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   // clang-format on
   for (const auto& [k, v] : g) {
     if (std::find(kKnown.begin(), kKnown.end(), k.str()) == kKnown.end()) {
-      return ConfigError(path, where + "." + std::string(k.str()), "is not a gateway setting");
+      return ConfigError(At(path, k.source()), where + "." + std::string(k.str()),
+                         "is not a gateway setting");
     }
   }
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "listen", path, where, options.listen));
@@ -287,6 +311,17 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "store", path, where, options.store));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "durable_store", path, where, options.durable_store));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "admin_listen", path, where, options.admin_listen));
+  IDEM_RETURN_IF_ERROR(
+      ReadScalar(g, "store_password_file", path, where, options.store_password_file));
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "durable_store_password_file", path, where,
+                                  options.durable_store_password_file));
+  std::string log_format = options.log_json ? "json" : "text";
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "log_format", path, where, log_format));
+  if (log_format != "text" && log_format != "json") {
+    return ConfigError(At(path, g, "log_format"), where + ".log_format",
+                       "must be \"text\" or \"json\"");
+  }
+  options.log_json = log_format == "json";
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "tenant_header", path, where, options.tenant_header));
   // Positive integers, bounded so a typo cannot ask for a billion threads.
   auto read_count = [&](std::string_view name, auto& out, int64_t max,
@@ -294,7 +329,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
     int64_t n = static_cast<int64_t>(out);
     IDEM_RETURN_IF_ERROR(ReadScalar(g, name, path, where, n));
     if (n < min || n > max) {
-      return ConfigError(path, where + "." + std::string(name),
+      return ConfigError(At(path, g, name), where + "." + std::string(name),
                          "must be between " + std::to_string(min) + " and " + std::to_string(max));
     }
     out = static_cast<std::remove_reference_t<decltype(out)>>(n);
@@ -326,7 +361,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   for (const auto& [name, out] : durations) {
     IDEM_RETURN_IF_ERROR(ReadDuration(g, name, path, where, *out));
     if (*out <= Duration(0)) {
-      return ConfigError(path, where + "." + std::string(name), "must be positive");
+      return ConfigError(At(path, g, name), where + "." + std::string(name), "must be positive");
     }
   }
   return Status::Ok();
@@ -345,22 +380,27 @@ Status LoadGatewayConfig(const std::string& path, GatewayOptions& options) {
   }
   for (const auto& [k, v] : root) {
     if (k.str() != "gateway" && k.str() != "route") {
-      return ConfigError(path, k.str(), "is not a section idem knows ([gateway], [[route]])");
+      return ConfigError(At(path, k.source()), k.str(),
+                         "is not a section idem knows ([gateway], [[route]])");
     }
   }
   if (const toml::table* g = root["gateway"].as_table()) {
     IDEM_RETURN_IF_ERROR(ReadGatewaySection(*g, path, options));
   } else if (root.get("gateway") != nullptr) {
-    return ConfigError(path, "gateway", "must be a table: [gateway]");
+    return ConfigError(At(path, root.get("gateway")), "gateway", "must be a table: [gateway]");
   }
   if (const toml::node* routes = root.get("route")) {
     const toml::array* array = routes->as_array();
-    if (array == nullptr) return ConfigError(path, "route", "must be written [[route]]");
+    if (array == nullptr) {
+      return ConfigError(At(path, routes), "route", "must be written [[route]]");
+    }
     options.routes.clear();
     size_t index = 0;
     for (const toml::node& node : *array) {
       const toml::table* table = node.as_table();
-      if (table == nullptr) return ConfigError(path, "route", "must be written [[route]]");
+      if (table == nullptr) {
+        return ConfigError(At(path, &node), "route", "must be written [[route]]");
+      }
       RoutePolicy route;
       IDEM_RETURN_IF_ERROR(ReadRoute(*table, path, index++, route));
       options.routes.push_back(std::move(route));

@@ -105,7 +105,8 @@ JetStreamPublisher::JetStreamPublisher(std::unique_ptr<State> state) : state_(st
 JetStreamPublisher::~JetStreamPublisher() = default;
 
 Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
-    const std::string& url, std::chrono::milliseconds ack_timeout) {
+    const std::string& url, std::chrono::milliseconds ack_timeout,
+    const internal::NatsAuth& auth) {
   auto state = std::make_unique<State>();
   state->ack_timeout = ack_timeout;
   natsOptions* opts = nullptr;
@@ -115,6 +116,7 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
   if (s == NATS_OK) s = natsOptions_SetName(opts, "idem relay");
+  if (s == NATS_OK) s = static_cast<natsStatus>(internal::ApplyNatsAuth(opts, auth));
   if (s == NATS_OK) s = natsConnection_Connect(&state->conn, opts);
   natsOptions_Destroy(opts);
   if (s != NATS_OK) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "idem/status.h"
+#include "nats/nats_auth.h"
 
 namespace idem::outbox {
 
@@ -54,8 +55,10 @@ class JetStreamPublisher {
  public:
   // Connects to `url`; after that nats.c reconnects by itself, forever. kUnavailable when the
   // server cannot be reached now.
+  // `auth`: a token or a credentials file besides what the URL carries.
   static Result<std::unique_ptr<JetStreamPublisher>> Connect(const std::string& url,
-                                                             std::chrono::milliseconds ack_timeout);
+                                                             std::chrono::milliseconds ack_timeout,
+                                                             const internal::NatsAuth& auth = {});
   ~JetStreamPublisher();
 
   // The stream's facts. kNotFound (with what to do) when it does not exist, kUnavailable when

@@ -152,7 +152,8 @@ Status Relay::Connect() {
     c.pg_connected_before = true;
   }
   if (c.nats == nullptr) {
-    auto nats = JetStreamPublisher::Connect(options_.nats_url, options_.ack_timeout);
+    auto nats = JetStreamPublisher::Connect(options_.nats_url, options_.ack_timeout,
+                                             options_.nats_auth);
     if (!nats.ok()) return nats.status();
     c.nats = std::move(*nats);
     spdlog::info("relay: connected to nats {}", options_.nats_url);

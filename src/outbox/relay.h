@@ -24,6 +24,7 @@ namespace idem::outbox {
 struct RelayOptions {
   std::string db_url;                      // postgresql://...
   std::string nats_url;                    // nats://HOST:PORT
+  internal::NatsAuth nats_auth;            // a token or credentials file; empty: none
   std::string stream;                      // the stream to check (or create)
   std::optional<StreamSpec> create_stream;  // create it when missing
   // The subjects whose rows this relay takes (NATS patterns), each within the stream's

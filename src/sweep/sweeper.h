@@ -18,7 +18,7 @@ namespace idem::sweep {
 
 struct SweepOptions {
   std::string db_url;  // postgresql://... (as the PostgreSQL store's)
-  // Days the outbox keeps published rows, 0 to 366 (as `idem relay --retention-days`);
+  // Days the outbox keeps published rows, 0 to 366 (as `idem relay --outbox-retention-days`);
   // negative: the outbox is left alone.
   int outbox_retention_days = 30;
   // Inbox partitions created beyond what the retentions in use need, 0 to 366.

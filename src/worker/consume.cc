@@ -14,9 +14,9 @@ namespace {
 // --batch-size, at most.
 constexpr int kMaxBatchSize = 1000;
 
-// Checks the options and fills in the derived defaults (ack_wait); an empty string when they
-// can work, else what is wrong. Logs the warnings about combinations that work but surprise.
-std::string CheckOptions(ConsumeOptions& options, gateway::Log& log) {
+// Checks the options; an empty string when they can work, else what is wrong. Logs the
+// warnings about combinations that work but surprise.
+std::string CheckOptions(const ConsumeOptions& options, gateway::Log& log) {
   if (options.stream.empty() || options.consumer.empty() || options.deliver.empty()) {
     return "--stream, --consumer and --deliver are required";
   }
@@ -38,9 +38,6 @@ std::string CheckOptions(ConsumeOptions& options, gateway::Log& log) {
   if (std::string e = ValidRetryLimits({options.max_deliver, options.max_retry_time}); !e.empty()) {
     return "--max-deliver " + std::to_string(options.max_deliver) + ", --max-retry-time " +
            Ms(options.max_retry_time) + ": " + e;
-  }
-  if (options.ack_wait.count() == 0) {
-    options.ack_wait = std::max(Duration(30000), options.timeout * 2);
   }
   // A delivery may outlast ack_wait: it is kept in progress (every third of ack_wait) until the
   // service answers or --timeout passes. Below a second, those acks would be too many and a
@@ -94,6 +91,13 @@ void LogStopped(const ConsumeMetrics& m, gateway::Log& log) {
 }
 
 }  // namespace
+
+std::string CheckConsumeOptions(const ConsumeOptions& in) {
+  gateway::Log log(in.log_json);
+  std::string error = CheckOptions(in, log);
+  log.Flush();
+  return error;
+}
 
 int RunConsume(const ConsumeOptions& in) {
   gateway::Log log(in.log_json);

@@ -7,12 +7,14 @@
 #include <string>
 
 #include "idem/clock.h"
+#include "nats/nats_auth.h"
 #include "worker/delivery_policy.h"
 
 namespace idem::worker {
 
 struct ConsumeOptions {
   std::string nats_url = "nats://127.0.0.1:4222";
+  internal::NatsAuth nats_auth;  // a token or credentials file besides the URL's; empty: none
   std::string stream;
   std::string consumer;        // durable pull consumer, created (explicit ack) when missing
   std::string filter_subject;  // only when the consumer is created
@@ -25,8 +27,8 @@ struct ConsumeOptions {
   // batch envelope (batch_envelope.h) of up to this many, answered per item.
   int batch_size = 1;
   Duration timeout{30000};         // one delivery, connect to answer; then nak
-  Duration ack_wait{0};            // 0: max(30 s, 2 x timeout), at least 1 s; only when the
-                                   // consumer is created (in-progress acks every third of it)
+  Duration ack_wait{30000};        // at least 1 s; only when the consumer is created (a
+                                   // delivery may outlast it: in-progress acks every third)
   Duration nak_delay{1000};        // first redelivery delay, doubled per delivery
   Duration max_nak_delay{60000};
   // A failing message is given up (dead-lettered, then terminated) at its max_deliver-th
@@ -41,5 +43,9 @@ struct ConsumeOptions {
 // Runs until SIGTERM or SIGINT, then finishes the deliveries in flight, settles them with NATS
 // and returns 0. Returns 2 on a configuration error (reported on standard output).
 int RunConsume(const ConsumeOptions& options);
+
+// What RunConsume would refuse in `options` before connecting ("" when nothing), as its
+// configuration error; its warnings about surprising combinations are logged as it logs them.
+std::string CheckConsumeOptions(const ConsumeOptions& options);
 
 }  // namespace idem::worker

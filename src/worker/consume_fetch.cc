@@ -54,7 +54,8 @@ Status Sidecar::Init() {
 
   auto conn = NatsConnection::Connect(
       options_.nats_url, "idem consume " + options_.stream + "/" + options_.consumer,
-      [this](bool connected, const std::string& detail) { OnNats(connected, detail); });
+      [this](bool connected, const std::string& detail) { OnNats(connected, detail); },
+      options_.nats_auth);
   if (!conn.ok()) return conn.status().WithContext("--nats");
   nats_ = std::move(*conn);
   nats_connected_ = nats_->connected();

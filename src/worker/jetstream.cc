@@ -38,7 +38,8 @@ bool TransientJsError(jsErrCode e) {
 
 Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::string& url,
                                                                 const std::string& name,
-                                                                Listener listener) {
+                                                                Listener listener,
+                                                                const internal::NatsAuth& auth) {
   natsOptions* raw = nullptr;
   if (natsStatus s = natsOptions_Create(&raw); s != NATS_OK) return FromNats(s, "nats options");
   std::unique_ptr<natsOptions, OptionsDeleter> opts(raw);
@@ -46,6 +47,7 @@ Result<std::unique_ptr<NatsConnection>> NatsConnection::Connect(const std::strin
   c->listener_ = std::move(listener);
   natsStatus s = internal::SetNatsServers(opts.get(), url);
   if (s == NATS_OK) s = natsOptions_SetName(opts.get(), name.c_str());
+  if (s == NATS_OK) s = static_cast<natsStatus>(internal::ApplyNatsAuth(opts.get(), auth));
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts.get(), -1);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts.get(), 250);
   if (s == NATS_OK) s = natsOptions_SetTimeout(opts.get(), 2000);

@@ -20,6 +20,7 @@
 #include "idem/clock.h"
 #include "idem/mutex.h"
 #include "idem/status.h"
+#include "nats/nats_auth.h"
 #include "nats/nats_status.h"
 
 namespace idem::worker {
@@ -33,10 +34,12 @@ class NatsConnection {
 
   // Connects to `url` ("nats://HOST:PORT", several separated by commas). A server that is not
   // up yet is not an error: the connection keeps trying (forever, every 250 ms) and so does it
-  // after every later disconnect. kInvalidArgument for a malformed URL.
+  // after every later disconnect. kInvalidArgument for a malformed URL. `auth`: a token or a
+  // credentials file besides what the URL carries.
   static Result<std::unique_ptr<NatsConnection>> Connect(const std::string& url,
                                                          const std::string& name,
-                                                         Listener listener = nullptr);
+                                                         Listener listener = nullptr,
+                                                         const internal::NatsAuth& auth = {});
   // Flushes (up to 2 s: pending acks reach the server), closes, and waits (up to 5 s) for
   // nats.c's closed callback, the last one it delivers, so no callback runs on a destroyed
   // connection.

@@ -82,7 +82,7 @@ TEST_F(NatsClusterTest, LeaderKilledMidRunLosesNothingAndAppliesNothingTwice) {
   AppliedLog log;
   RecordingService service([&log](const SeenRequest& req) { return log.Deliver(req); });
 
-  RelayProcess relay({"--db", pg().Url(database_), "--nats", cluster_.Urls(), "--stream",
+  RelayProcess relay({"--store", pg().Url(database_), "--nats", cluster_.Urls(), "--stream",
                       "ORDERS", "--claim-lease", "2s", "--poll-interval", "100ms",
                       "--batch", "20"},
                      dir_.File("relay.log"));

@@ -66,7 +66,7 @@ lease = "30s"
   // `idem relay` on the outbox; a 2 s claim lease so a crashed relay's rows go out again soon.
   std::unique_ptr<RelayProcess> StartRelay(const std::string& crash_point = "") {
     auto relay = std::make_unique<RelayProcess>(
-        std::vector<std::string>{"--db", pg_.Url(database_), "--nats", nats_.Url(), "--stream",
+        std::vector<std::string>{"--store", pg_.Url(database_), "--nats", nats_.Url(), "--stream",
                                  "PAYMENTS", "--claim-lease", "2s", "--poll-interval", "200ms"},
         dir_.File("relay-" + std::to_string(++relays_) + ".log"), crash_point);
     EXPECT_EQ(relay->WaitReady(), "");

@@ -70,7 +70,7 @@ class RelayTest : public ::testing::Test {
   }
 
   std::vector<std::string> RelayArgs(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--db", pg().Url(database_), "--nats", nats_.Url(),
+    std::vector<std::string> args = {"--store", pg().Url(database_), "--nats", nats_.Url(),
                                      "--stream", "ORDERS", "--poll-interval", "200ms"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
@@ -109,16 +109,16 @@ bool ExitedWith(const std::optional<int>& status, int code) {
 // refused at start, not by the first sweep an hour later.
 TEST_F(RelayTest, RetentionBeyondTheSweepsBoundIsRefusedAtStart) {
   ASSERT_EQ(testing::AddStream(js_.js(), "ORDERS", {"orders.>"}, seconds(120)), "");
-  testing::Process relay({idem::build_tree::kIdemBinary, "relay", "--db", pg().Url(database_), "--nats", nats_.Url(),
-                          "--stream", "ORDERS", "--retention-days", "367"},
+  testing::Process relay({idem::build_tree::kIdemBinary, "relay", "--store", pg().Url(database_), "--nats", nats_.Url(),
+                          "--stream", "ORDERS", "--outbox-retention-days", "367"},
                          Log("retention.log"));
   EXPECT_TRUE(ExitedWith(relay.WaitForExit(seconds(10)), 2)) << relay.Output();
-  EXPECT_NE(relay.Output().find("--retention-days must be 0 to 366"), std::string::npos)
+  EXPECT_NE(relay.Output().find("--outbox-retention-days must be 0 to 366"), std::string::npos)
       << relay.Output();
 }
 
 TEST_F(RelayTest, MissingStreamIsAClearErrorAndCreateStreamCreatesIt) {
-  testing::Process missing({idem::build_tree::kIdemBinary, "relay", "--db", pg().Url(database_), "--nats",
+  testing::Process missing({idem::build_tree::kIdemBinary, "relay", "--store", pg().Url(database_), "--nats",
                             nats_.Url(), "--stream", "NOPE"},
                            Log("missing.log"));
   const auto status = missing.WaitForExit(seconds(30));
@@ -128,7 +128,7 @@ TEST_F(RelayTest, MissingStreamIsAClearErrorAndCreateStreamCreatesIt) {
 
   Enqueue("created-", 10);
   RelayProcess relay(
-      {"--db", pg().Url(database_), "--nats", nats_.Url(), "--create-stream", "FRESH",
+      {"--store", pg().Url(database_), "--nats", nats_.Url(), "--create-stream", "FRESH",
        "--subjects", "orders.>", "--duplicate-window", "45s"},
       Log("create.log"));
   ASSERT_EQ(relay.WaitReady(), "");
@@ -335,7 +335,7 @@ TEST_F(RelayTest, KeyedRowsDrainWithoutWaitingForThePollInterval) {
                   "'UTF8'), '{}', CASE WHEN g % 10 = 0 THEN 'ok-' || (g % 7) END)) "
                   "FROM generate_series(1, 3000) g"),
             "3000");
-  RelayProcess relay({"--db", pg().Url(database_), "--nats", nats_.Url(), "--stream", "ORDERS",
+  RelayProcess relay({"--store", pg().Url(database_), "--nats", nats_.Url(), "--stream", "ORDERS",
                       "--poll-interval", "60s", "--batch", "100"},
                      Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");
@@ -591,7 +591,7 @@ TEST_F(RelayTest, TwoStreamsOnOneOutboxEachRelayTakesItsOwnRows) {
   ASSERT_EQ(testing::AddStream(js_.js(), "ORD", {"orders.>"}, seconds(120)), "");
   ASSERT_EQ(testing::AddStream(js_.js(), "SHORT", {"short.>"}, seconds(120)), "");
   auto args = [&](const std::string& stream) {
-    return std::vector<std::string>{"--db", pg().Url(database_), "--nats", nats_.Url(),
+    return std::vector<std::string>{"--store", pg().Url(database_), "--nats", nats_.Url(),
                                     "--stream", stream, "--poll-interval", "200ms",
                                     "--batch", "40", "--warn-uncovered-after", "1s"};
   };
@@ -655,7 +655,7 @@ TEST_F(RelayTest, SubjectsFlagNarrowsWhatARelayTakes) {
   for (const auto& [subjects, message] : std::vector<std::pair<std::string, std::string>>{
            {"short.>", "--subjects 'short.>' is not within stream ORD's subjects (orders.>)"},
            {"orders..x", "--subjects: 'orders..x' is not a NATS subject pattern"}}) {
-    testing::Process refused({idem::build_tree::kIdemBinary, "relay", "--db", pg().Url(database_), "--nats",
+    testing::Process refused({idem::build_tree::kIdemBinary, "relay", "--store", pg().Url(database_), "--nats",
                               nats_.Url(), "--stream", "ORD", "--subjects", subjects},
                              Log("refused.log"));
     const auto status = refused.WaitForExit(seconds(30));
@@ -664,7 +664,7 @@ TEST_F(RelayTest, SubjectsFlagNarrowsWhatARelayTakes) {
   }
   Enqueue("eu-", 30, 30, "orders.eu.created");
   Enqueue("us-", 30, 30, "orders.us.created");
-  RelayProcess relay({"--db", pg().Url(database_), "--nats", nats_.Url(), "--stream", "ORD",
+  RelayProcess relay({"--store", pg().Url(database_), "--nats", nats_.Url(), "--stream", "ORD",
                       "--subjects", "orders.eu.>", "--poll-interval", "200ms"},
                      Log("relay.log"));
   ASSERT_EQ(relay.WaitReady(), "");

@@ -63,19 +63,19 @@ TEST_F(SweepTest, OnceDropsTheExpiredInboxPartitionsAndKeepsTheRecentOnes) {
   }
   const std::string db = server_.Url(database_);
   std::string out;
-  ASSERT_EQ(Run({"--db", db, "--once"}, &out), 0) << out;
+  ASSERT_EQ(Run({"--store", db, "--once"}, &out), 0) << out;
   EXPECT_NE(out.find("inbox: dropped 0 claim(s) in 0 expired day partition(s), created "),
             std::string::npos)
       << out;
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "10");
 
-  ASSERT_EQ(Run({"--db", db, "--once", "--unsafe-clock-offset", "16d"}, &out), 0) << out;
+  ASSERT_EQ(Run({"--store", db, "--once", "--unsafe-clock-offset", "16d"}, &out), 0) << out;
   EXPECT_NE(out.find("UNSAFE, FOR TESTING ONLY"), std::string::npos) << out;
   EXPECT_NE(out.find("inbox: dropped 5 claim(s)"), std::string::npos) << out;
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE consumer = 'week'"), "0");
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE consumer = 'month'"), "5");
 
-  ASSERT_EQ(Run({"--db", db, "--once", "--unsafe-clock-offset", "61d"}, &out), 0) << out;
+  ASSERT_EQ(Run({"--store", db, "--once", "--unsafe-clock-offset", "61d"}, &out), 0) << out;
   EXPECT_NE(out.find("inbox: dropped 5 claim(s)"), std::string::npos) << out;
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "0");
   // No partition of a day before the moved "today" is left. (The CASE: PostgreSQL may apply
@@ -143,10 +143,10 @@ TEST_F(SweepTest, OnceDropsTheOutboxsOldPublishedDays) {
   ASSERT_EQ(old_row(10, "recent-published", 1), "");
   const std::string db = server_.Url(database_);
   std::string out;
-  ASSERT_EQ(Run({"--db", db, "--once", "--no-outbox"}, &out), 0) << out;
+  ASSERT_EQ(Run({"--store", db, "--once", "--no-outbox"}, &out), 0) << out;
   EXPECT_NE(out.find("outbox: left alone"), std::string::npos) << out;
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.outbox"), "3");
-  ASSERT_EQ(Run({"--db", db, "--once", "--outbox-retention-days", "30"}, &out), 0) << out;
+  ASSERT_EQ(Run({"--store", db, "--once", "--outbox-retention-days", "30"}, &out), 0) << out;
   EXPECT_NE(out.find("outbox: dropped 1 day partition(s) of published rows older than 30 days"),
             std::string::npos)
       << out;
@@ -160,23 +160,23 @@ TEST_F(SweepTest, OnceDropsTheOutboxsOldPublishedDays) {
 TEST_F(SweepTest, FlagsExitCodesAndTheDaemon) {
   const std::string db = server_.Url(database_);
   std::string out;
-  EXPECT_EQ(Run({"--once"}, &out), 2) << out;  // --db is required
-  EXPECT_EQ(Run({"--db", "mysql://x", "--once"}, &out), 2) << out;
-  EXPECT_NE(out.find("--db"), std::string::npos) << out;
-  EXPECT_EQ(Run({"--db", db, "--every", "0s"}, &out), 2) << out;
+  EXPECT_EQ(Run({"--once"}, &out), 2) << out;  // --store is required
+  EXPECT_EQ(Run({"--store", "mysql://x", "--once"}, &out), 2) << out;
+  EXPECT_NE(out.find("--store"), std::string::npos) << out;
+  EXPECT_EQ(Run({"--store", db, "--every", "0s"}, &out), 2) << out;
   EXPECT_NE(out.find("--every must be 1s to 24h"), std::string::npos) << out;
-  EXPECT_EQ(Run({"--db", db, "--once", "--outbox-retention-days", "367"}, &out), 2) << out;
-  EXPECT_EQ(Run({"--db", db, "--once", "--unsafe-clock-offset", "soon"}, &out), 2) << out;
+  EXPECT_EQ(Run({"--store", db, "--once", "--outbox-retention-days", "367"}, &out), 2) << out;
+  EXPECT_EQ(Run({"--store", db, "--once", "--unsafe-clock-offset", "soon"}, &out), 2) << out;
   EXPECT_EQ(Run({"--help"}, &out), 0) << out;
   EXPECT_NE(out.find("CronJob"), std::string::npos) << out;
   // A database nobody listens on: a clear error, exit 1.
-  EXPECT_EQ(Run({"--db", "postgresql://idem@127.0.0.1:1/none?connect_timeout=2", "--once"},
+  EXPECT_EQ(Run({"--store", "postgresql://idem@127.0.0.1:1/none?connect_timeout=2", "--once"},
                 &out),
             1)
       << out;
   EXPECT_NE(out.find("error"), std::string::npos) << out;
 
-  testing::Process daemon({idem::build_tree::kIdemBinary, "sweep", "--db", db, "--every", "1h"},
+  testing::Process daemon({idem::build_tree::kIdemBinary, "sweep", "--store", db, "--every", "1h"},
                           dir_.File("daemon.log"));
   ASSERT_TRUE(daemon.WaitForLine("sweep: inbox: dropped", seconds(30))) << daemon.Output();
   const int status = daemon.Stop(SIGTERM, seconds(10));

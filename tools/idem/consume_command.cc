@@ -4,6 +4,8 @@
 #include <iostream>
 #include <memory>
 
+#include "config_file.h"
+#include "daemon_log.h"
 #include "idem/gateway_options.h"
 #include "worker/consume.h"
 
@@ -13,11 +15,13 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   struct Flags {
     worker::ConsumeOptions options;
     std::string timeout = "30s";
-    std::string ack_wait;
+    std::string ack_wait = "30s";
     std::string nak_delay = "1s";
     std::string max_nak_delay = "60s";
     std::string max_retry_time = "30m";
     std::string log_format = "text";
+    std::string nats_token_file, nats_credentials_file;
+    bool check_config = false;
   };
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
@@ -49,10 +53,17 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
       "Example:\n"
       "  idem consume --nats nats://127.0.0.1:4222 --stream PAYMENTS --consumer ledger \\\n"
       "               --deliver http://127.0.0.1:9000/v1/apply --dead-letter payments.dead \\\n"
-      "               --admin-listen 127.0.0.1:9091");
+      "               --admin-listen 127.0.0.1:9091\n"
+      "  idem consume --config /etc/idem/consume-ledger.toml");
   worker::ConsumeOptions& o = flags->options;
-  cmd->add_option("--nats", o.nats_url, "NATS server URL(s), comma-separated")
+  cmd->add_option("--nats", o.nats_url,
+                  "The NATS server (nats://HOST:PORT), or every node of a cluster,\n"
+                  "comma-separated")
       ->capture_default_str();
+  cmd->add_option("--nats-token-file", flags->nats_token_file,
+                  "File holding the NATS authentication token");
+  cmd->add_option("--nats-credentials-file", flags->nats_credentials_file,
+                  "NATS credentials file (a user JWT and its NKey seed, as nsc writes it)");
   cmd->add_option("--stream", o.stream, "The JetStream stream to consume")->required();
   cmd->add_option("--consumer", o.consumer,
                   "Durable pull consumer name; created (explicit ack, deliver all) if missing")
@@ -99,8 +110,8 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--ack-wait", flags->ack_wait,
                   "How long NATS waits for a settlement before redelivering, when the consumer\n"
                   "is created; at least 1s. Messages being delivered or held for their ordering\n"
-                  "key are kept in progress every third of it (default: the larger of 30s and\n"
-                  "2x --timeout)");
+                  "key are kept in progress every third of it, so a delivery may outlast it")
+      ->capture_default_str();
   cmd->add_option("--nak-delay", flags->nak_delay,
                   "Redelivery delay after the first failure, doubled for each further one")
       ->capture_default_str();
@@ -109,9 +120,9 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
   cmd->add_option("--admin-listen", o.admin_listen,
                   "HOST:PORT for /healthz, /readyz (503 while NATS is unreachable) and\n"
                   "/metrics (default: none)");
-  cmd->add_option("--log-format", flags->log_format, "text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
+  AddLogFormatOption(*cmd, flags->log_format);
+  AddCheckConfigFlag(*cmd, flags->check_config);
+  AddConfigFileOption(*cmd, "consume");
 
   return [flags, max_in_flight]() -> int {
     worker::ConsumeOptions options = flags->options;
@@ -128,8 +139,24 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
         !duration("--nak-delay", flags->nak_delay, &options.nak_delay) ||
         !duration("--max-nak-delay", flags->max_nak_delay, &options.max_nak_delay) ||
         !duration("--max-retry-time", flags->max_retry_time, &options.max_retry_time) ||
-        (!flags->ack_wait.empty() && !duration("--ack-wait", flags->ack_wait, &options.ack_wait))) {
+        !duration("--ack-wait", flags->ack_wait, &options.ack_wait)) {
       return 2;
+    }
+    if (!flags->nats_token_file.empty()) {
+      auto token = ReadSecretFile("--nats-token-file", flags->nats_token_file);
+      if (!token.ok()) {
+        std::cerr << "idem consume: " << token.status().message() << "\n";
+        return 2;
+      }
+      options.nats_auth.token = *token;
+    }
+    if (!flags->nats_credentials_file.empty()) {
+      if (auto readable = ReadSecretFile("--nats-credentials-file", flags->nats_credentials_file);
+          !readable.ok()) {
+        std::cerr << "idem consume: " << readable.status().message() << "\n";
+        return 2;
+      }
+      options.nats_auth.credentials_file = flags->nats_credentials_file;
     }
     options.log_json = flags->log_format == "json";
     if (max_in_flight->count() == 0) {
@@ -139,6 +166,15 @@ std::function<int()> AddConsumeCommand(CLI::App& app) {
       const int64_t batches = std::min<int64_t>(16 * int64_t{options.batch_size},
                                                 options.max_ack_pending);
       options.max_in_flight = static_cast<int>(std::max<int64_t>(options.max_in_flight, batches));
+    }
+    UseLogFormat(flags->log_format);
+    if (flags->check_config) {
+      if (std::string e = worker::CheckConsumeOptions(options); !e.empty()) {
+        std::cerr << "idem consume: " << e << "\n";
+        return 2;
+      }
+      std::cout << "idem consume: configuration OK\n";
+      return 0;
     }
     return worker::RunConsume(options);
   };

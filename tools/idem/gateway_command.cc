@@ -3,7 +3,10 @@
 #include <iostream>
 #include <memory>
 
+#include "config_file.h"
+#include "daemon_log.h"
 #include "idem/gateway.h"
+#include "store_url.h"
 
 namespace idem::cli {
 
@@ -12,6 +15,7 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
     GatewayOptions options;
     std::string config;
     std::string log_format = "text";
+    bool check_config = false;
   };
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
@@ -23,7 +27,10 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       "(the Authorization header's digest). SIGTERM drains in-flight requests and exits.\n\n"
       "Example:\n"
       "  idem gateway --listen 127.0.0.1:8080 --upstream http://127.0.0.1:9000 \\\n"
-      "               --store sqlite:/var/lib/idem/idem.db --admin-listen 127.0.0.1:9090");
+      "               --store sqlite:/var/lib/idem/idem.db --admin-listen 127.0.0.1:9090\n"
+      "  idem gateway --config /etc/idem/gateway.toml\n\n"
+      "A PostgreSQL password comes from libpq's environment (PGPASSWORD, PGPASSFILE or\n"
+      "~/.pgpass, PGSERVICE) or --store-password-file, never from the command line.");
   GatewayOptions& o = flags->options;
   o.store = "sqlite:idem.db";
   cmd->add_option("--listen", o.listen, "HOST:PORT to serve clients on (port 0: any free port)")
@@ -37,19 +44,25 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
                   "postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N&timeout_ms=N&schema=NAME]\n"
                   "(see docs/postgresql.md)")
       ->capture_default_str();
+  cmd->add_option("--store-password-file", o.store_password_file,
+                  "File holding the password of the --store URL (redis:// or postgresql://,\n"
+                  "written without one)");
   cmd->add_option("--durable-store", o.durable_store,
                   "With a redis:// --store: the tiered store. Redis keeps claims and serves\n"
                   "replays; every completed record is written to this PostgreSQL database first\n"
                   "(postgresql://USER[:PASS]@HOST:PORT/DB), so losing Redis's data never runs a\n"
                   "completed request again, and with Redis down the gateway serves from\n"
                   "PostgreSQL alone (docs/stores.md). Default: none");
+  cmd->add_option("--durable-store-password-file", o.durable_store_password_file,
+                  "File holding the password of the --durable-store URL");
   cmd->add_option("--admin-listen", o.admin_listen,
                   "HOST:PORT for /healthz /readyz /metrics /v1/records, and for the jobs of\n"
                   "long-running operations: POST /v1/operations/complete|release (default: none)");
   cmd->add_option("--config", flags->config,
-                  "TOML file with [gateway] settings and [[route]] policies (retention, lease,\n"
-                  "max_wait, long_running, operation_lease, ...: docs/gateway.md); flags given on\n"
-                  "the command line win over the file");
+                  "TOML file with [gateway] settings (one key per flag, its name with '_' for\n"
+                  "'-', and more) and [[route]] policies (retention, lease, max_wait,\n"
+                  "long_running, operation_lease, ...: docs/gateway.md); flags given on the\n"
+                  "command line win over the file; an unknown key is an error naming its line");
   cmd->add_option("--threads", o.threads, "Event-loop threads")->capture_default_str();
   cmd->add_option("--store-threads", o.store_threads,
                   "Threads running store calls (default: 2 for memory and SQLite, 16 for Redis\n"
@@ -71,9 +84,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
                   "re-read every 100 ms, so a test can move a running gateway hours ahead by\n"
                   "renaming a new file over it (docs/gateway.md). Off by default")
       ->group("Testing");
-  cmd->add_option("--log-format", flags->log_format, "text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
+  AddLogFormatOption(*cmd, flags->log_format);
+  AddCheckConfigFlag(*cmd, flags->check_config);
 
   return [flags, cmd]() -> int {
     GatewayOptions options = flags->options;
@@ -90,6 +102,13 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       if (given("--upstream")) from_file.upstream = options.upstream;
       if (given("--store")) from_file.store = options.store;
       if (given("--durable-store")) from_file.durable_store = options.durable_store;
+      if (given("--store-password-file")) {
+        from_file.store_password_file = options.store_password_file;
+      }
+      if (given("--durable-store-password-file")) {
+        from_file.durable_store_password_file = options.durable_store_password_file;
+      }
+      if (given("--log-format")) from_file.log_json = flags->log_format == "json";
       if (given("--admin-listen")) from_file.admin_listen = options.admin_listen;
       if (given("--threads")) from_file.threads = options.threads;
       if (given("--store-threads")) from_file.store_threads = options.store_threads;
@@ -100,11 +119,35 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       }
       from_file.unsafe_clock_offset_file = options.unsafe_clock_offset_file;  // flag only
       options = std::move(from_file);
+    } else {
+      options.log_json = flags->log_format == "json";
     }
-    options.log_json = flags->log_format == "json";
+    UseLogFormat(options.log_json ? "json" : "text");
+    auto fail = [](const std::string& message) {
+      std::cerr << "idem gateway: " << message << "\n";
+      return 2;
+    };
+    auto store = StoreUrlWithPasswordFile(options.store, "store_password_file",
+                                          options.store_password_file);
+    if (!store.ok()) return fail(store.status().message());
+    options.store = *store;
+    if (!options.durable_store_password_file.empty() || !options.durable_store.empty()) {
+      auto durable = StoreUrlWithPasswordFile(options.durable_store, "durable_store_password_file",
+                                              options.durable_store_password_file);
+      if (!durable.ok()) return fail(durable.status().message());
+      options.durable_store = *durable;
+    }
+
     if (options.threads < 1 || options.store_threads < 0) {
       std::cerr << "idem gateway: --threads must be at least 1, --store-threads at least 0\n";
       return 2;
+    }
+    if (flags->check_config) {
+      if (options.upstream.empty()) {
+        return fail("no upstream: pass --upstream http://HOST:PORT (upstream in the file)");
+      }
+      std::cout << "idem gateway: configuration OK\n";
+      return 0;
     }
     return RunGateway(options);
   };

@@ -2,11 +2,15 @@
 // parses arguments and dispatches.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "call_command.h"
 #include "chaos_command.h"
+#include "command_line.h"
 #include "consume_command.h"
 #include "gateway_command.h"
 #include "idem/version.h"
@@ -18,15 +22,9 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "idem: exactly-once effects on top of at-least-once delivery.\n\n"
-      "Retries are safe to run again when a duplicate has to escape three independent layers:\n"
-      "the ingest gateway (Idempotency-Key dedup), the worker inbox, and the emit outbox.\n"
-      "This build ships the gateway (ingest layer), the core engine and its stores, and the\n"
-      "client side: key generators (idem key) and a retrying client (idem call); the worker\n"
-      "layer's JetStream-to-HTTP sidecar (idem consume); the emit layer's outbox relay to NATS\n"
-      "JetStream (idem relay); idem sweep, which keeps the inbox and the outbox within their\n"
-      "retention where no gateway runs; and idem chaos, which measures exactly-once effects\n"
-      "end to end under injected faults.",
+      "idem: exactly-once effects on top of at-least-once delivery. `idem SUBCOMMAND --help`\n"
+      "describes each subcommand; the daemons (gateway, relay, consume, sweep) also read their\n"
+      "flags from a TOML file (--config FILE).",
       "idem"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(idem::kVersion));
@@ -78,10 +76,31 @@ int main(int argc, char** argv) {
   auto run_chaos = idem::cli::AddChaosCommand(app);
   auto run_sweep = idem::cli::AddSweepCommand(app);
 
+  app.formatter(std::make_shared<idem::cli::OneLineSubcommands>(std::map<std::string, std::string>{
+      {"version", "Print the idem version"},
+      {"selfcheck", "Drive a store through every record transition and report each step"},
+      {"migrate", "Create or upgrade a store's schema (or print its SQL)"},
+      {"gateway", "Run the idempotency gateway: an HTTP reverse proxy with Idempotency-Key"},
+      {"key", "Print idempotency keys (UUIDv7, ULID, UUIDv4, UUIDv5 from an intent)"},
+      {"call", "Send one HTTP request with one key, retried safely"},
+      {"consume", "Deliver a JetStream stream to an HTTP service, one key per message"},
+      {"relay", "Publish the transactional outbox to a JetStream stream"},
+      {"chaos", "Run the whole pipeline under injected faults and judge exactly-once"},
+      {"sweep", "Keep the inbox and the outbox within their retention"},
+  }));
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (std::string unknown = idem::cli::UnknownSubcommand(app, args); !unknown.empty()) {
+    std::cerr << "idem: unknown subcommand '" << unknown << "' (idem --help lists them)\n";
+    return 2;
+  }
+  idem::cli::RewriteDeprecatedFlags(args, std::cerr);
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+
   // A bad flag is exit code 2 for every subcommand (the docs promise it), with CLI11's message
   // on standard error; --help and --version are not errors.
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;

@@ -10,6 +10,10 @@
 #include <spdlog/spdlog.h>
 
 #include "admin/admin_server.h"
+#include "config_file.h"
+#include "daemon_log.h"
+#include "pg/pg_url.h"
+#include "store_url.h"
 #include "idem/gateway_options.h"
 #include "outbox/relay.h"
 #include "outbox/subject_match.h"
@@ -36,11 +40,14 @@ std::vector<std::string> SplitSubjects(const std::string& text) {
 
 std::function<int()> AddRelayCommand(CLI::App& app) {
   struct Flags {
-    std::string db, nats, admin_listen, stream, create_stream, subjects;
-    std::string duplicate_window = "2m", claim_lease = "30s", ack_timeout = "5s",
+    std::string store, nats = "nats://127.0.0.1:4222", admin_listen, stream, create_stream,
+                                                       subjects;
+    std::string duplicate_window = "10m", claim_lease = "30s", ack_timeout = "5s",
                 poll_interval = "2s", warn_uncovered_after = "1m";
-    int batch = 256, max_pending = 256, retention_days = 30;
-    std::string relay_id;
+    int batch = 256, max_pending = 256, outbox_retention_days = 30;
+    std::string relay_id, store_password_file, nats_token_file, nats_credentials_file;
+    std::string log_format = "text";
+    bool check_config = false;
   };
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
@@ -57,22 +64,31 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       "batch in flight and exits 0. Rows the stream cannot take (too large) are parked with\n"
       "the reason, counted, and kept (SELECT idem.outbox_unpark(event_id)).\n\n"
       "Examples:\n"
-      "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
-      "             --stream ORDERS --admin-listen 127.0.0.1:9091\n"
-      "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
-      "             --create-stream ORDERS --subjects 'orders.>' --duplicate-window 10m\n"
-      "  idem relay --db postgresql://app@db:5432/app --nats nats://127.0.0.1:4222 \\\n"
-      "             --stream ORDERS --subjects 'orders.eu.>'\n\n"
+      "  idem relay --store postgresql://app@db:5432/app --stream ORDERS \\\n"
+      "             --admin-listen 127.0.0.1:9091\n"
+      "  idem relay --store postgresql://app@db:5432/app --nats nats://10.0.0.5:4222 \\\n"
+      "             --create-stream ORDERS --subjects 'orders.>' --duplicate-window 30m\n"
+      "  idem relay --store postgresql://app@db:5432/app --stream ORDERS --subjects 'orders.eu.>'\n"
+      "  idem relay --config /etc/idem/relay.toml\n\n"
+      "The database password comes from libpq's environment (PGPASSWORD, PGPASSFILE or\n"
+      "~/.pgpass, PGSERVICE) or --store-password-file, never from the command line.\n\n"
       "Exit codes: 0 after SIGTERM/SIGINT, 2 for bad flags, a missing stream or a schema\n"
       "from a newer idem.");
-  cmd->add_option("--db", flags->db,
+  cmd->add_option("--store", flags->store,
                   "The outbox's database: postgresql://USER[:PASS]@HOST:PORT/DB[?options] (as the\n"
                   "PostgreSQL store; the schema is created or upgraded on start)")
       ->required();
+  cmd->add_option("--store-password-file", flags->store_password_file,
+                  "File holding the database password (instead of one in the URL or libpq's\n"
+                  "PGPASSWORD, PGPASSFILE, ~/.pgpass)");
   cmd->add_option("--nats", flags->nats,
                   "The NATS server (nats://HOST:PORT), or every node of a cluster,\n"
                   "comma-separated")
-      ->required();
+      ->capture_default_str();
+  cmd->add_option("--nats-token-file", flags->nats_token_file,
+                  "File holding the NATS authentication token");
+  cmd->add_option("--nats-credentials-file", flags->nats_credentials_file,
+                  "NATS credentials file (a user JWT and its NKey seed, as nsc writes it)");
   cmd->add_option("--stream", flags->stream,
                   "The JetStream stream the outbox's subjects belong to; it must exist (the relay\n"
                   "reads its duplicate window, subjects and size limit from it)");
@@ -106,7 +122,7 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
                   "Longest idle wait between looks at the outbox when no enqueue notification\n"
                   "arrives (notifications wake the relay at once)")
       ->capture_default_str();
-  cmd->add_option("--retention-days", flags->retention_days,
+  cmd->add_option("--outbox-retention-days", flags->outbox_retention_days,
                   "Days published rows are kept, so a late re-run of a producer still finds its\n"
                   "event, 0 to 366 (day partitions dropped hourly; 0: never)")
       ->capture_default_str();
@@ -115,6 +131,9 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
                   "Warn (at most once a minute) when a pending row on a subject this relay does\n"
                   "not take has waited this long: no running relay may take it")
       ->capture_default_str();
+  AddLogFormatOption(*cmd, flags->log_format);
+  AddCheckConfigFlag(*cmd, flags->check_config);
+  AddConfigFileOption(*cmd, "relay");
 
   return [flags]() -> int {
     auto fail = [](const std::string& message) {
@@ -122,8 +141,26 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
       return 2;
     };
     outbox::RelayOptions o;
-    o.db_url = flags->db;
+    auto store = StoreUrlWithPasswordFile(flags->store, "--store-password-file",
+                                          flags->store_password_file);
+    if (!store.ok()) return fail(store.status().message());
+    if (auto parsed = internal::pg::ParsePostgresUrl(*store); !parsed.ok()) {
+      return fail("--store: " + parsed.status().message());
+    }
+    o.db_url = *store;
     o.nats_url = flags->nats;
+    if (!flags->nats_token_file.empty()) {
+      auto token = ReadSecretFile("--nats-token-file", flags->nats_token_file);
+      if (!token.ok()) return fail(token.status().message());
+      o.nats_auth.token = *token;
+    }
+    if (!flags->nats_credentials_file.empty()) {
+      if (auto readable = ReadSecretFile("--nats-credentials-file", flags->nats_credentials_file);
+          !readable.ok()) {
+        return fail(readable.status().message());
+      }
+      o.nats_auth.credentials_file = flags->nats_credentials_file;
+    }
     o.relay_id = flags->relay_id;
     if (!flags->stream.empty() && !flags->create_stream.empty() &&
         flags->stream != flags->create_stream) {
@@ -167,12 +204,16 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
     if (flags->max_pending < 1 || flags->max_pending > 100000) {
       return fail("--max-pending must be 1 to 100000");
     }
-    if (flags->retention_days < 0 || flags->retention_days > 366) {
-      return fail("--retention-days must be 0 to 366");
+    if (flags->outbox_retention_days < 0 || flags->outbox_retention_days > 366) {
+      return fail("--outbox-retention-days must be 0 to 366");
     }
     o.batch = flags->batch;
     o.max_pending = flags->max_pending;
-    o.retention_days = flags->retention_days;
+    o.retention_days = flags->outbox_retention_days;
+    if (flags->check_config) {
+      std::cout << "idem relay: configuration OK\n";
+      return 0;
+    }
     // SIGTERM and SIGINT go to one waiting thread (blocked before any other thread starts).
     sigset_t signals;
     sigemptyset(&signals);
@@ -180,8 +221,7 @@ std::function<int()> AddRelayCommand(CLI::App& app) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
-    spdlog::flush_on(spdlog::level::info);
+    UseLogFormat(flags->log_format);
     auto relay = std::make_shared<outbox::Relay>(o);
 
     std::unique_ptr<admin::AdminServer> admin;

@@ -12,8 +12,11 @@
 #include <spdlog/spdlog.h>
 
 #include "admin/admin_server.h"
+#include "config_file.h"
+#include "daemon_log.h"
 #include "idem/gateway_options.h"
 #include "pg/pg_url.h"
+#include "store_url.h"
 #include "sweep/sweeper.h"
 
 namespace idem::cli {
@@ -92,9 +95,10 @@ struct Stopper {
 
 std::function<int()> AddSweepCommand(CLI::App& app) {
   struct Flags {
-    std::string db, every = "10m", admin_listen, unsafe_clock_offset;
+    std::string store, store_password_file, every = "10m", admin_listen, unsafe_clock_offset;
+    std::string log_format = "text";
     int outbox_retention_days = 30, horizon_days = 2;
-    bool once = false, no_outbox = false;
+    bool once = false, no_outbox = false, check_config = false;
   };
   auto flags = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
@@ -111,16 +115,22 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
       "SIGINT ends it after the sweep in progress. With --once it sweeps once and exits: for a\n"
       "Kubernetes CronJob, a systemd timer or cron.\n\n"
       "Examples:\n"
-      "  idem sweep --db postgresql://app@db:5432/app                # daemon, every 10 min\n"
-      "  idem sweep --db postgresql://app@db:5432/app --once         # from a scheduler\n"
-      "  idem sweep --db postgresql://app@db:5432/app --every 1h --admin-listen 127.0.0.1:9092\n\n"
+      "  idem sweep --store postgresql://app@db:5432/app             # daemon, every 10 min\n"
+      "  idem sweep --store postgresql://app@db:5432/app --once      # from a scheduler\n"
+      "  idem sweep --store postgresql://app@db:5432/app --every 1h --admin-listen 127.0.0.1:9092\n"
+      "  idem sweep --config /etc/idem/sweep.toml\n\n"
+      "The database password comes from libpq's environment (PGPASSWORD, PGPASSFILE or\n"
+      "~/.pgpass, PGSERVICE) or --store-password-file, never from the command line.\n\n"
       "Exit codes: 0 after a successful --once, or after SIGTERM/SIGINT; 1 when the database\n"
       "fails (--once: unreachable, a statement failed; always: a schema from a newer idem);\n"
       "2 for bad flags.");
-  cmd->add_option("--db", flags->db,
+  cmd->add_option("--store", flags->store,
                   "The database: postgresql://USER[:PASS]@HOST:PORT/DB[?options] (as the\n"
                   "PostgreSQL store; the schema is created or upgraded first)")
       ->required();
+  cmd->add_option("--store-password-file", flags->store_password_file,
+                  "File holding the database password (instead of one in the URL or libpq's\n"
+                  "PGPASSWORD, PGPASSFILE, ~/.pgpass)");
   cmd->add_flag("--once", flags->once,
                 "Sweep once and exit (0 done, 1 database error) instead of running as a daemon");
   cmd->add_option("--every", flags->every,
@@ -129,7 +139,7 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--outbox-retention-days", flags->outbox_retention_days,
                   "Days the outbox keeps published rows, 0 to 366; use the value your relays\n"
-                  "run with (idem relay --retention-days, default 30): the shorter one wins")
+                  "run with (idem relay --outbox-retention-days, default 30): the shorter one wins")
       ->capture_default_str();
   cmd->add_flag("--no-outbox", flags->no_outbox, "Leave the outbox alone (sweep the inbox only)");
   cmd->add_option("--horizon-days", flags->horizon_days,
@@ -143,6 +153,9 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
                   "ran this far ahead (\"40d\"), dropping partitions before their retention has\n"
                   "passed. The outbox sweep is not moved. Off by default")
       ->group("Testing");
+  AddLogFormatOption(*cmd, flags->log_format);
+  AddCheckConfigFlag(*cmd, flags->check_config);
+  AddConfigFileOption(*cmd, "sweep");
 
   return [flags]() -> int {
     auto fail = [](const std::string& message) {
@@ -150,9 +163,12 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
       return 2;
     };
     sweep::SweepOptions o;
-    o.db_url = flags->db;
-    if (auto parsed = internal::pg::ParsePostgresUrl(flags->db); !parsed.ok()) {
-      return fail("--db: " + parsed.status().message());
+    auto store = StoreUrlWithPasswordFile(flags->store, "--store-password-file",
+                                          flags->store_password_file);
+    if (!store.ok()) return fail(store.status().message());
+    o.db_url = *store;
+    if (auto parsed = internal::pg::ParsePostgresUrl(o.db_url); !parsed.ok()) {
+      return fail("--store: " + parsed.status().message());
     }
     if (flags->outbox_retention_days < 0 || flags->outbox_retention_days > 366) {
       return fail("--outbox-retention-days must be 0 to 366");
@@ -179,9 +195,12 @@ std::function<int()> AddSweepCommand(CLI::App& app) {
     if (flags->once && !flags->admin_listen.empty()) {
       return fail("--admin-listen serves the daemon; --once exits after one sweep");
     }
+    if (flags->check_config) {
+      std::cout << "idem sweep: configuration OK\n";
+      return 0;
+    }
 
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
-    spdlog::flush_on(spdlog::level::info);
+    UseLogFormat(flags->log_format);
     if (o.unsafe_clock_offset.count() != 0) {
       spdlog::warn("sweep: UNSAFE, FOR TESTING ONLY: --unsafe-clock-offset {}: the inbox sweep's "
                    "clock runs {} ms ahead",
