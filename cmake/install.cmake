@@ -7,6 +7,7 @@
 #                                              as well; these are for a team's own migration tool)
 #   share/idem/prometheus, share/idem/grafana  the alert rules and the dashboard
 #   share/doc/idem/                            the operator's and the daemons' docs
+#   share/man/man1/idem.1.gz                   the man page (cmake/package.cmake)
 # The config and unit paths are absolute: they are where systemd and the units look, whatever
 # the prefix (a `cmake --install --prefix /tmp/x` stages them under DESTDIR only).
 include(GNUInstallDirs)

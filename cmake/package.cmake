@@ -53,7 +53,7 @@ if(IDEM_CONFIG_FILES)
 endif()
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 
-# Debian's copyright file and a changelog (gzip -9n: no timestamp in the header).
+# Debian's copyright file, a changelog and the man page (gzip -9n: no timestamp in the header).
 string(TIMESTAMP IDEM_DEB_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
 configure_file(${PROJECT_SOURCE_DIR}/deploy/debian/changelog.in ${CMAKE_BINARY_DIR}/debian/changelog
   @ONLY)
@@ -61,5 +61,8 @@ find_program(IDEM_GZIP gzip REQUIRED)
 execute_process(COMMAND ${IDEM_GZIP} -9nf ${CMAKE_BINARY_DIR}/debian/changelog)
 install(FILES ${PROJECT_SOURCE_DIR}/deploy/debian/copyright ${CMAKE_BINARY_DIR}/debian/changelog.gz
   DESTINATION ${CMAKE_INSTALL_DOCDIR})
+configure_file(${PROJECT_SOURCE_DIR}/deploy/man/idem.1 ${CMAKE_BINARY_DIR}/debian/idem.1 COPYONLY)
+execute_process(COMMAND ${IDEM_GZIP} -9nf ${CMAKE_BINARY_DIR}/debian/idem.1)
+install(FILES ${CMAKE_BINARY_DIR}/debian/idem.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 
 include(CPack)
