@@ -35,7 +35,7 @@ deb=$(ls -t "$out"/idem_*_amd64.deb | head -1)
 echo "scripts/package.sh: $deb ($(du -k "$deb" | cut -f1) KiB)"
 if $lint; then
   # Errors fail the build; warnings and notes are shown for the record.
-  lintian --fail-on error --no-tag-display-limit "$deb" || {
+  lintian --fail-on error --tag-display-limit 0 "$deb" || {
     echo "scripts/package.sh: lintian reported errors" >&2
     exit 1
   }
