@@ -13,6 +13,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # The examples in other languages (examples/python, examples/go, examples/node) and their tests
   python3-psycopg2 golang-go golang-github-lib-pq-dev
+  # the Debian package and its tests (scripts/package.sh, tests labelled package and deploy):
+  # dpkg-shlibdeps, lintian, systemd-analyze, promtool (in the prometheus package), and
+  # python3 to read the alert rules and the dashboard in the metrics check
+  dpkg-dev fakeroot lintian systemd prometheus python3 python3-yaml
 )
 # Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with Debian's) counts.
 command -v node >/dev/null || packages+=(nodejs)
@@ -32,3 +36,9 @@ if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# promtool comes with the Prometheus server, which its package starts where systemd runs: it
+# would take port 9090 (scripts/run.sh's admin port). Only promtool is needed here.
+if [[ " ${missing[*]} " == *" prometheus "* && -d /run/systemd/system ]]; then
+  echo "idem: stopping and disabling the prometheus service its package started (only promtool is used)" >&2
+  "${sudo_cmd[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+fi

@@ -21,7 +21,8 @@ case "${1:-}" in
 esac
 
 scripts/install-deps.sh
-scripts/build.sh release
+# Only what this script runs (the test command builds everything).
+scripts/build.sh release idem example_service
 
 listen=${IDEM_LISTEN:-127.0.0.1:8080}
 admin_listen=${IDEM_ADMIN_LISTEN:-127.0.0.1:9090}

@@ -47,8 +47,14 @@ Task<Response> AnswerGet(const AdminRoutes& routes, std::string_view path, const
     res = TextResponse(r.ready ? http::status::ok : http::status::service_unavailable, body,
                        kText, req);
   } else {
-    res = TextResponse(http::status::ok, routes.metrics ? routes.metrics() : std::string(),
-                       kPrometheusText, req);
+    std::string body = routes.metrics ? routes.metrics() : std::string();
+    // Readiness as a gauge, so an alert sees it where no load balancer probes /readyz.
+    Readiness r;
+    if (routes.readiness) r = co_await routes.readiness();
+    body += "# HELP idem_ready 1 when /readyz answers 200 (ready), 0 when it answers 503.\n"
+            "# TYPE idem_ready gauge\n";
+    body += r.ready ? "idem_ready 1\n" : "idem_ready 0\n";
+    res = TextResponse(http::status::ok, std::move(body), kPrometheusText, req);
   }
   co_return std::move(res);
 }

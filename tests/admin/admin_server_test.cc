@@ -53,8 +53,15 @@ TEST(AdminRoutesTest, HealthReadinessAndMetrics) {
 
   const Response metrics = Answer(routes, http::verb::get, "/metrics");
   EXPECT_EQ(metrics.result_int(), 200u);
-  EXPECT_EQ(metrics.body(), "idem_x_total 3\n");
+  EXPECT_EQ(metrics.body(),
+            "idem_x_total 3\n"
+            "# HELP idem_ready 1 when /readyz answers 200 (ready), 0 when it answers 503.\n"
+            "# TYPE idem_ready gauge\n"
+            "idem_ready 0\n");
   EXPECT_EQ(ContentType(metrics), "text/plain; version=0.0.4");
+  why_not.clear();
+  EXPECT_NE(Answer(routes, http::verb::get, "/metrics").body().find("\nidem_ready 1\n"),
+            std::string::npos);
 }
 
 TEST(AdminRoutesTest, ReadyWithANoteAndAlwaysReadyWithoutACheck) {
@@ -74,7 +81,8 @@ TEST(AdminRoutesTest, HeadIsAnsweredAsGetWithoutTheBody) {
   const Response res = Answer(routes, http::verb::head, "/metrics");
   EXPECT_EQ(res.result_int(), 200u);
   EXPECT_EQ(res.body(), "");
-  EXPECT_EQ(res[http::field::content_length], "15");
+  EXPECT_EQ(res[http::field::content_length],
+            std::to_string(Answer(routes, http::verb::get, "/metrics").body().size()));
 }
 
 TEST(AdminRoutesTest, TheDaemonsOwnEndpointsByMethodAndPath) {
