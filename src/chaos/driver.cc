@@ -54,142 +54,163 @@ void Driver::HarnessFailed(const Operation& op, std::string why) {
   harness_failures_.push_back({op.id, *op.fault, std::move(why)});
 }
 
+void Driver::ExpectSuccess(const Operation& op, const Answer& a, const char* step) {
+  if (a.status < 200 || a.status > 299) {
+    Problem(op.id + " (" + step + "): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
+  }
+}
+
 void Driver::RunOne(const Operation& op, std::mt19937_64& rng) {
-  auto expect_success = [&](const Answer& a, const char* step) {
-    if (a.status < 200 || a.status > 299) {
-      Problem(op.id + " (" + step + "): " + std::to_string(a.status) + " " + a.body.substr(0, 200));
-    }
-  };
   if (!op.fault) {
-    expect_success(SendUntilDone(op, op.amount), "send");
+    ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
     return;
   }
   switch (*op.fault) {
     case FaultMode::kRetrySoon:
-      expect_success(SendUntilDone(op, op.amount), "send");
-      expect_success(SendUntilDone(op, op.amount), "retry");
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "retry");
       break;
     case FaultMode::kRetryLater:
     case FaultMode::kRetryHours:
     case FaultMode::kRetryExpired: {
-      expect_success(SendUntilDone(op, op.amount), "send");
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
       MutexLock lock(mu_);
       later_.push_back(&op);
       break;
     }
-    case FaultMode::kConcurrent: {
-      std::vector<std::thread> copies;
-      std::vector<Answer> answers(3);
-      for (int i = 0; i < 3; ++i) {
-        copies.emplace_back([&, i] { answers[i] = SendUntilDone(op, op.amount); });
-      }
-      for (auto& t : copies) t.join();
-      for (const Answer& a : answers) expect_success(a, "concurrent copy");
+    case FaultMode::kConcurrent:
+      RunConcurrent(op);
       break;
-    }
-    case FaultMode::kOtherBody: {
-      expect_success(SendUntilDone(op, op.amount), "send");
+    case FaultMode::kOtherBody:
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
       // The same key with another amount: layer 1 must refuse it (422) and apply nothing.
       SendUntilDone(op, op.amount + 1);
       break;
-    }
-    case FaultMode::kGatewayKill: {
-      std::lock_guard lock(gateway_mu_);
-      std::thread first([&] { Send(op, op.amount, 3s); });
-      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-      if (!pipeline_.KillAndRestartGateway()) {
-        HarnessFailed(op, "the gateway was not killed and restarted: " + pipeline_.error());
-      }
-      first.join();
-      expect_success(SendUntilDone(op, op.amount), "retry after gateway kill");
+    case FaultMode::kGatewayKill:
+      RunGatewayKill(op, rng);
       break;
-    }
     case FaultMode::kRelayKill: {
       std::lock_guard lock(relay_mu_);
       const int before = pipeline_.ArmRelayCrash();
-      expect_success(SendUntilDone(op, op.amount), "send");
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
       if (!pipeline_.WaitForRelayCrash(before)) HarnessFailed(op, RelayDidNotCrash(pipeline_));
       break;
     }
-    case FaultMode::kRelayOutage: {
-      // The relay is stopped while the operation is sent, so its event is in the next batch; a
-      // relay armed to crash after publishing that batch is started, and no other until the
-      // outage is over: the stream's window is cut to kOutageWindow and the relay stays down
-      // kOutageDown, so the broker forgets the batch's ids. Then a relay republishes it and the
-      // window is set back. relay_mu_ keeps relay_kill out meanwhile.
-      std::lock_guard lock(relay_mu_);
-      pipeline_.HoldRelay();
-      expect_success(SendUntilDone(op, op.amount), "send");
-      const int before = pipeline_.ArmRelayCrash(/*hold_after_crash=*/true);
-      const bool crashed = pipeline_.WaitForRelayCrash(before);
-      if (!crashed) HarnessFailed(op, RelayDidNotCrash(pipeline_));
-      if (crashed && !pipeline_.RecordOutageBatch()) HarnessFailed(op, pipeline_.error());
-      const bool shortened = crashed && pipeline_.SetDuplicateWindow(kOutageWindow);
-      if (crashed && !shortened) HarnessFailed(op, pipeline_.error());
-      std::this_thread::sleep_for(kOutageDown);
-      pipeline_.ReleaseRelay();
-      if (crashed && !pipeline_.WaitForOutageRepublished()) HarnessFailed(op, pipeline_.error());
-      if (shortened && !pipeline_.SetDuplicateWindow(pipeline_.duplicate_window())) {
-        HarnessFailed(op, "setting the stream's window back: " + pipeline_.error());
-      }
+    case FaultMode::kRelayOutage:
+      RunRelayOutage(op);
       break;
-    }
-    case FaultMode::kZombie: {
-      // The first attempt hangs in the service (kZombieHang); the client gives up on it after
-      // the lease and retries, which takes the key over. The hung attempt finishes later.
-      std::thread first([&] { Send(op, op.amount, 5s); });
-      std::this_thread::sleep_for(1100ms);
-      expect_success(SendUntilDone(op, op.amount), "retry after the lease");
-      first.join();
+    case FaultMode::kZombie:
+      RunZombie(op);
       break;
-    }
     case FaultMode::kNatsRestart:
-    case FaultMode::kPostgresRestart: {
-      // Right after the success, while the operation's event is on its way (and the other
-      // clients keep sending): the server dies and comes back.
-      std::lock_guard lock(server_mu_);
-      expect_success(SendUntilDone(op, op.amount), "send");
-      const bool nats = *op.fault == FaultMode::kNatsRestart;
-      if (!(nats ? pipeline_.RestartNats() : pipeline_.RestartPostgres())) {
-        HarnessFailed(op, pipeline_.error());
-      }
+    case FaultMode::kPostgresRestart:
+    case FaultMode::kNatsLeaderKill:
+      RunServerRestart(op);
       break;
-    }
-    case FaultMode::kNatsLeaderKill: {
-      // As nats_restart, on a cluster: right after the success, with the event on its way, the
-      // node leading the R3 stream dies; another takes over and the killed one comes back.
-      std::lock_guard lock(server_mu_);
-      expect_success(SendUntilDone(op, op.amount), "send");
-      if (!pipeline_.KillStreamLeader()) HarnessFailed(op, pipeline_.error());
+    case FaultMode::kRedisRestart:
+      RunRedisRestart(op, rng);
       break;
-    }
-    case FaultMode::kRedisRestart: {
-      // The request is sent, and 0-3 ms later the gateway's Redis dies: the gateway answers
-      // 503 while it is down (the client retries with the same key) and finds the record
-      // again once it is back (append-only file, fsync always). On the tiered store Redis
-      // comes back empty, and the gateway serves from PostgreSQL meanwhile and finds the
-      // completed records there. Other clients hit it too.
-      std::lock_guard lock(server_mu_);
-      std::thread first([&] { Send(op, op.amount, 3s); });
-      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-      if (!pipeline_.KillRedis()) HarnessFailed(op, "no Redis to kill");
-      std::this_thread::sleep_for(kRedisDown);
-      if (!pipeline_.RestartRedis()) HarnessFailed(op, pipeline_.error());
-      first.join();
-      expect_success(SendUntilDone(op, op.amount), "retry after the Redis restart");
-      break;
-    }
     case FaultMode::kConsumerReplay:
       // Once the event was applied, a consumer re-reads the stream from its sequence.
-      expect_success(SendUntilDone(op, op.amount), "send");
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
       if (!pipeline_.ReplayFrom(op.id)) HarnessFailed(op, pipeline_.error());
       break;
     case FaultMode::kConsumerKill:
     case FaultMode::kRedeliveryStorm:
       // Injected by the services when the event is delivered.
-      expect_success(SendUntilDone(op, op.amount), "send");
+      ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
       break;
   }
+}
+
+void Driver::RunConcurrent(const Operation& op) {
+  std::vector<std::thread> copies;
+  std::vector<Answer> answers(3);
+  for (int i = 0; i < 3; ++i) {
+    copies.emplace_back([&, i] { answers[i] = SendUntilDone(op, op.amount); });
+  }
+  for (auto& t : copies) t.join();
+  for (const Answer& a : answers) ExpectSuccess(op, a, "concurrent copy");
+}
+
+void Driver::RunGatewayKill(const Operation& op, std::mt19937_64& rng) {
+  std::lock_guard lock(gateway_mu_);
+  std::thread first([&] { Send(op, op.amount, 3s); });
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+  if (!pipeline_.KillAndRestartGateway()) {
+    HarnessFailed(op, "the gateway was not killed and restarted: " + pipeline_.error());
+  }
+  first.join();
+  ExpectSuccess(op, SendUntilDone(op, op.amount), "retry after gateway kill");
+}
+
+void Driver::RunRelayOutage(const Operation& op) {
+  // The relay is stopped while the operation is sent, so its event is in the next batch; a
+  // relay armed to crash after publishing that batch is started, and no other until the
+  // outage is over: the stream's window is cut to kOutageWindow and the relay stays down
+  // kOutageDown, so the broker forgets the batch's ids. Then a relay republishes it and the
+  // window is set back. relay_mu_ keeps relay_kill out meanwhile.
+  std::lock_guard lock(relay_mu_);
+  pipeline_.HoldRelay();
+  ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
+  const int before = pipeline_.ArmRelayCrash(/*hold_after_crash=*/true);
+  const bool crashed = pipeline_.WaitForRelayCrash(before);
+  if (!crashed) HarnessFailed(op, RelayDidNotCrash(pipeline_));
+  if (crashed && !pipeline_.RecordOutageBatch()) HarnessFailed(op, pipeline_.error());
+  const bool shortened = crashed && pipeline_.SetDuplicateWindow(kOutageWindow);
+  if (crashed && !shortened) HarnessFailed(op, pipeline_.error());
+  std::this_thread::sleep_for(kOutageDown);
+  pipeline_.ReleaseRelay();
+  if (crashed && !pipeline_.WaitForOutageRepublished()) HarnessFailed(op, pipeline_.error());
+  if (shortened && !pipeline_.SetDuplicateWindow(pipeline_.duplicate_window())) {
+    HarnessFailed(op, "setting the stream's window back: " + pipeline_.error());
+  }
+}
+
+void Driver::RunZombie(const Operation& op) {
+  // The first attempt hangs in the service (kZombieHang); the client gives up on it after
+  // the lease and retries, which takes the key over. The hung attempt finishes later.
+  std::thread first([&] { Send(op, op.amount, 5s); });
+  std::this_thread::sleep_for(1100ms);
+  ExpectSuccess(op, SendUntilDone(op, op.amount), "retry after the lease");
+  first.join();
+}
+
+void Driver::RunServerRestart(const Operation& op) {
+  // Right after the success, while the operation's event is on its way (and the other
+  // clients keep sending): the server dies and comes back. nats_leader_kill, on a cluster:
+  // the node leading the R3 stream dies; another takes over and the killed one comes back.
+  std::lock_guard lock(server_mu_);
+  ExpectSuccess(op, SendUntilDone(op, op.amount), "send");
+  bool done = false;
+  switch (*op.fault) {
+    case FaultMode::kNatsRestart:
+      done = pipeline_.RestartNats();
+      break;
+    case FaultMode::kPostgresRestart:
+      done = pipeline_.RestartPostgres();
+      break;
+    default:  // kNatsLeaderKill
+      done = pipeline_.KillStreamLeader();
+      break;
+  }
+  if (!done) HarnessFailed(op, pipeline_.error());
+}
+
+void Driver::RunRedisRestart(const Operation& op, std::mt19937_64& rng) {
+  // The request is sent, and 0-3 ms later the gateway's Redis dies: the gateway answers
+  // 503 while it is down (the client retries with the same key) and finds the record
+  // again once it is back (append-only file, fsync always). On the tiered store Redis
+  // comes back empty, and the gateway serves from PostgreSQL meanwhile and finds the
+  // completed records there. Other clients hit it too.
+  std::lock_guard lock(server_mu_);
+  std::thread first([&] { Send(op, op.amount, 3s); });
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+  if (!pipeline_.KillRedis()) HarnessFailed(op, "no Redis to kill");
+  std::this_thread::sleep_for(kRedisDown);
+  if (!pipeline_.RestartRedis()) HarnessFailed(op, pipeline_.error());
+  first.join();
+  ExpectSuccess(op, SendUntilDone(op, op.amount), "retry after the Redis restart");
 }
 
 void Driver::Run() {

@@ -56,7 +56,17 @@ class Driver {
   Answer Send(const Operation& op, int64_t amount, std::chrono::milliseconds timeout);
   // Sends until a 2xx or a final 4xx answer, or 60 s pass.
   Answer SendUntilDone(const Operation& op, int64_t amount);
+  // Sends `op` and injects its fault around it.
   void RunOne(const Operation& op, std::mt19937_64& rng);
+  // The faults RunOne injects with more than one step, one function each.
+  void RunConcurrent(const Operation& op);
+  void RunGatewayKill(const Operation& op, std::mt19937_64& rng);
+  void RunRelayOutage(const Operation& op);
+  void RunZombie(const Operation& op);
+  void RunServerRestart(const Operation& op);  // nats_restart, postgres_restart, nats_leader_kill
+  void RunRedisRestart(const Operation& op, std::mt19937_64& rng);
+  // A Problem unless `a` is a success; `step` says which send of `op` it answered.
+  void ExpectSuccess(const Operation& op, const Answer& a, const char* step);
   void Problem(std::string what);
   // Records that the harness could not inject (or finish injecting) `op`'s fault.
   void HarnessFailed(const Operation& op, std::string why);

@@ -13,9 +13,9 @@
 namespace idem::outbox {
 
 // The header value for `key`: the key as it is, unless it holds a control character (U+0001
-// to U+001F, U+007F: possible only in rows enqueued before schema version 20, which refuses
-// them), which a header value cannot carry; then every control character and every '%' is
-// written %XX (upper-case hex). Either way one key always gives one value.
+// to U+001F, U+007F: possible only in rows enqueued before idem.outbox_enqueue refused them),
+// which a header value cannot carry; then every control character and every '%' is written
+// %XX (upper-case hex). Either way one key always gives one value.
 std::string OrderingKeyHeaderValue(std::string_view key);
 
 // Drops every header named Idem-Ordering-Key (any case) from `headers`, then, when `key` is

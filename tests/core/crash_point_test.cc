@@ -4,33 +4,42 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <ostream>
+
 namespace idem::internal {
 namespace {
 
-TEST(CrashPointTest, ParsesTheDocumentedForms) {
-  auto kill = ParseCrashPoint("relay.after_publish");
-  ASSERT_TRUE(kill);
-  EXPECT_EQ(kill->name, "relay.after_publish");
-  EXPECT_EQ(kill->nth, 1);
-  EXPECT_FALSE(kill->stop);
+// A documented form of IDEM_TEST_CRASH_POINT and what it arms.
+struct CrashPointForm {
+  const char* value;
+  const char* name;
+  int nth;
+  bool stop;
+  const char* test_name;  // for the test's name
+};
 
-  auto third = ParseCrashPoint("consume.after_ack:3");
-  ASSERT_TRUE(third);
-  EXPECT_EQ(third->name, "consume.after_ack");
-  EXPECT_EQ(third->nth, 3);
-  EXPECT_FALSE(third->stop);
+void PrintTo(const CrashPointForm& form, std::ostream* os) { *os << '"' << form.value << '"'; }
 
-  auto stop = ParseCrashPoint("relay.after_publish:stop");
-  ASSERT_TRUE(stop);
-  EXPECT_EQ(stop->nth, 1);
-  EXPECT_TRUE(stop->stop);
+class CrashPointFormTest : public ::testing::TestWithParam<CrashPointForm> {};
 
-  auto second_stop = ParseCrashPoint("x:2:stop");
-  ASSERT_TRUE(second_stop);
-  EXPECT_EQ(second_stop->name, "x");
-  EXPECT_EQ(second_stop->nth, 2);
-  EXPECT_TRUE(second_stop->stop);
+TEST_P(CrashPointFormTest, ParsesToItsPointTimeAndAction) {
+  const CrashPointForm& form = GetParam();
+  auto parsed = ParseCrashPoint(form.value);
+  ASSERT_TRUE(parsed) << form.value;
+  EXPECT_EQ(parsed->name, form.name);
+  EXPECT_EQ(parsed->nth, form.nth);
+  EXPECT_EQ(parsed->stop, form.stop);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    DocumentedForms, CrashPointFormTest,
+    ::testing::Values(CrashPointForm{"relay.after_publish", "relay.after_publish", 1, false, "Kill"},
+                      CrashPointForm{"consume.after_ack:3", "consume.after_ack", 3, false,
+                                     "KillTheNthTime"},
+                      CrashPointForm{"relay.after_publish:stop", "relay.after_publish", 1, true,
+                                     "Stop"},
+                      CrashPointForm{"x:2:stop", "x", 2, true, "StopTheNthTime"}),
+    [](const ::testing::TestParamInfo<CrashPointForm>& info) { return info.param.test_name; });
 
 TEST(CrashPointTest, RefusesEverythingElse) {
   for (const char* value : {"", ":3", "x:", "x:0", "x:-1", "x:abc", "x:3x", "x:stop:2",
