@@ -23,7 +23,6 @@
 
 #include "gateway/access_log.h"
 #include "gateway/http.h"
-#include "gateway/upstream_pool.h"
 #include "idem/mutex.h"
 #include "idem/status.h"
 #include "worker/consume.h"
@@ -34,16 +33,14 @@
 #include "worker/first_failures.h"
 #include "worker/jetstream.h"
 #include "worker/ordered_delivery.h"
+#include "worker/service_client.h"
 
 namespace idem::worker {
 
 namespace asio = gateway::asio;
 namespace http = gateway::http;
-using gateway::Request;
-using gateway::Response;
 using gateway::Task;
 using gateway::tcp;
-using gateway::UpstreamResult;
 using gateway::asio::use_awaitable;
 
 // "250 ms", for log lines.
@@ -157,12 +154,12 @@ class Sidecar {
   // refused); a 2xx answer that cannot be used naks every message; an item left out is naked.
   Task<std::vector<Attempt>> DeliverBatch(const std::vector<std::shared_ptr<JsMessage>>& batch);
   // The Attempt of each message of a batch answered 2xx, from the body that answer carried.
-  std::vector<Attempt> BatchAttempts(const Response& response, const std::string& batch_of,
+  std::vector<Attempt> BatchAttempts(const ServiceAnswer& answer, const std::string& batch_of,
                                      const std::vector<std::string_view>& keys);
-  // One POST to the service, timed.
-  Task<UpstreamResult> Exchange(Request& req);
+  // One POST to the service (`request`: HttpRequestText's), timed.
+  Task<ServiceAnswer> Exchange(const std::string& request);
   // The attempt of a POST that got no usable HTTP answer, counted once per POST.
-  Attempt FailedExchange(const UpstreamResult& r);
+  Attempt FailedExchange(const ServiceAnswer& r);
 
   // --- consume_settle.cc: the end of one attempt (event loop) --------------------------------
   // One message's attempt settled: a failure counts against the retry limits and may give it
@@ -183,7 +180,7 @@ class Sidecar {
   asio::io_context& io_;
   asio::thread_pool blocking_{1};
   std::string path_;
-  std::unique_ptr<gateway::UpstreamPool> upstream_;
+  std::unique_ptr<ServiceClient> service_;
   std::unique_ptr<NatsConnection> nats_;
   std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
   std::unique_ptr<ConsumeAdmin> admin_;
