@@ -81,20 +81,9 @@ void Sidecar::SettleWithNats(JsMessage& m, Disposition d, const std::string& why
   }
 }
 Task<Disposition> Sidecar::DeadLetter(JsMessage& m, const GiveUp& g, std::string* term_note) {
-  std::string given_up;
-  switch (g.reason) {
-    case GiveUpReason::kMaxDeliver:
-      given_up = "given up after " + std::to_string(m.delivery_count()) +
-                 " failed deliveries (--max-deliver " + std::to_string(limits_.max_deliver) + ")";
-      break;
-    case GiveUpReason::kMaxRetryTime:
-      given_up = "given up after failing for " + Ms(g.failing_for) + " (--max-retry-time " +
-                 Ms(limits_.max_retry_time) + ")";
-      break;
-    default:
-      given_up = "refused by the service";
-      break;
-  }
+  const std::string given_up =
+      GivenUpText(g.reason, m.delivery_count(), g.failing_for, limits_,
+                  {"--max-deliver", "--max-retry-time", "the service"});
   if (options_.dead_letter.empty()) {
     metrics_.Count(ConsumeMetrics::kDropped);
     *term_note = given_up + " (no --dead-letter subject: not kept anywhere but stream " +
