@@ -28,15 +28,7 @@ Task<void> Sidecar::Settle(JsMessage& m, Attempt a) {
     }
   }
   SettleWithNats(m, d, a.why, a.retry_after, term_note);
-  bool wake;
-  {
-    MutexLock lock(mu_);
-    --in_flight_;
-    // The fetch loop waits for half the window to free up, and Drain for none in flight:
-    // wake them at those two points only, not at every settled message.
-    wake = in_flight_ == RefetchAt() || in_flight_ == 0;
-  }
-  if (wake) cv_.NotifyAll();
+  FreeSlots(1);
 }
 
 void Sidecar::SettleWithNats(JsMessage& m, Disposition d, const std::string& why,

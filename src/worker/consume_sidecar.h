@@ -136,9 +136,20 @@ class Sidecar {
   // One batch POST; then each message is settled on its own, as its item's answer says, exactly
   // as a message delivered alone (Finish), without waiting for the others' dead letters.
   Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch);
-  // After a delivery attempt: the retry limits, the dead letter, the settle with NATS, the
-  // window, then whatever of its ordering key may go next.
+  // After a delivery attempt: an answer to ack goes to QueueAck; anything else meets the retry
+  // limits, the dead letter, the settle with NATS, then AfterSettled.
   Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a);
+  // A message the service accepted, acked with the others accepted in the same turn of the
+  // loop (AckQueued, posted once): nats.c wakes its flusher thread once per group of acks
+  // written together, and each ack written alone would wake it (and contend for the
+  // connection's lock) once per message.
+  void QueueAck(std::shared_ptr<JsMessage> m);
+  void AckQueued();
+  // Settled with NATS: the window is freed (FreeSlots, before), then whatever of its ordering
+  // key may go next, then the message is buried.
+  void AfterSettled(std::shared_ptr<JsMessage> m);
+  // `n` messages left the window: wakes the fetch loop and Drain when they wait for that.
+  void FreeSlots(int n);
   // A settled message, destroyed later with others: nats.c hands every destroyed message to its
   // garbage-collector thread and wakes that thread when its list was empty, so destroying them
   // one at a time would wake it (and contend for its lock) about once per message. They go in
@@ -162,8 +173,9 @@ class Sidecar {
   Attempt FailedExchange(const ServiceAnswer& r);
 
   // --- consume_settle.cc: the end of one attempt (event loop) --------------------------------
-  // One message's attempt settled: a failure counts against the retry limits and may give it
-  // up (dead letter, then term); then ack, nak or term with NATS, and the window is freed.
+  // One message's attempt settled (not an ack: QueueAck): a failure counts against the retry
+  // limits and may give it up (dead letter, then term); then nak or term with NATS, and the
+  // window is freed.
   Task<void> Settle(JsMessage& m, Attempt a);
   // `term_note` says why a terminated message was given up and where it went.
   void SettleWithNats(JsMessage& m, Disposition d, const std::string& why,
@@ -191,6 +203,8 @@ class Sidecar {
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
+  std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued
+  bool acks_posted_ = false;                          // AckQueued is posted
   std::vector<std::shared_ptr<JsMessage>> finished_;  // settled, destroyed together (Bury)
   size_t finished_bytes_ = 0;                          // their bodies' size
   bool ticking_ = false;
