@@ -95,23 +95,23 @@ ServiceClient::~ServiceClient() = default;
 asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& request) {
   using State = HttpResponseReader::State;
   ServiceAnswer answer;
+  // One deadline for the whole exchange, a retry on a new connection included.
+  const Clock::time_point end = Clock::now() + options_.response_timeout;
   for (bool retried = false;;) {
-    Clock::time_point now = Clock::now();
+    const Clock::time_point now = Clock::now();
     Connection* c = TakeIdle(now);
     const bool reused = c != nullptr;
     boost::system::error_code ec;
     if (!c) {
       c = Open();
-      Watch(*c, now + options_.connect_timeout);
+      Watch(*c, std::min(end, now + options_.connect_timeout));
       co_await asio::async_connect(c->socket, endpoints_,
                                    asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         // Nothing was sent, whether the connect was refused or timed out.
         answer.failure = ServiceAnswer::Failure::kConnect;
-        answer.detail = "connect to " + authority_ + ": " +
-                        (c->expired ? "timed out after " +
-                                          std::to_string(options_.connect_timeout.count()) + " ms"
-                                    : ec.message());
+        answer.detail =
+            "connect to " + authority_ + ": " + (c->expired ? "timed out" : ec.message());
         Close(c);
         co_return answer;
       }
@@ -119,9 +119,8 @@ asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& reques
       // for the service's delayed ACK.
       c->socket.set_option(tcp::no_delay(true), ec);
       ec = {};
-      now = Clock::now();
     }
-    Watch(*c, now + options_.response_timeout);
+    Watch(*c, end);
     co_await asio::async_write(c->socket, asio::buffer(request),
                                asio::redirect_error(asio::use_awaitable, ec));
     bool answered = false;  // any byte of the answer arrived

@@ -63,8 +63,8 @@ struct ServiceAnswer {
 };
 
 struct ServiceClientOptions {
-  Duration connect_timeout{5000};
-  Duration response_timeout{30000};  // from the request's send to the answer's end
+  Duration connect_timeout{5000};  // each connect, at most
+  Duration response_timeout{30000};  // the whole exchange: connect (a retry's too) to answer
   Duration idle_timeout{4000};       // an idle connection older than this is closed, not reused
   size_t max_idle = 64;
   size_t max_response_body = 16 << 20;

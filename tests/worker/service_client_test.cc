@@ -24,7 +24,8 @@ using asio::use_awaitable;
 // connection right after each answer (as a service whose idle timeout is zero would), `silent`
 // never answers.
 struct Server {
-  explicit Server(asio::io_context& io) : acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {}
+  explicit Server(asio::io_context& io)
+      : acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {}
 
   std::string url() const {
     return "http://127.0.0.1:" + std::to_string(acceptor.local_endpoint().port());
