@@ -110,7 +110,7 @@ int RunConsume(const ConsumeOptions& in) {
   if (std::string e = CheckOptions(options, log); !e.empty()) return fail(e);
 
   // One event-loop thread runs every delivery and the admin listener: an exchange is a few
-  // microseconds of work between waits, and the upstream pool's streams need no strand.
+  // microseconds of work between waits, and the service client's connections need no strand.
   asio::io_context io(1);
   auto work = asio::make_work_guard(io);
   Sidecar sidecar(options, log, io);

@@ -82,6 +82,10 @@ void Sidecar::SendReady() {
 Task<void> Sidecar::Dispatch(std::shared_ptr<JsMessage> m) {
   working_.emplace(m.get(), m);
   Attempt a = co_await Deliver(*m);
+  if (a.d == Disposition::kAck) {
+    QueueAck(std::move(m));
+    co_return;
+  }
   co_await Finish(std::move(m), std::move(a));
 }
 
@@ -94,10 +98,50 @@ Task<void> Sidecar::DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch)
 }
 
 Task<void> Sidecar::Finish(std::shared_ptr<JsMessage> m, Attempt a) {
+  if (a.d == Disposition::kAck) {
+    QueueAck(std::move(m));
+    co_return;
+  }
   co_await Settle(*m, std::move(a));
+  AfterSettled(std::move(m));
+}
+
+void Sidecar::QueueAck(std::shared_ptr<JsMessage> m) {
+  acks_.push_back(std::move(m));
+  if (acks_posted_) return;
+  acks_posted_ = true;
+  asio::post(io_, [this] { AckQueued(); });
+}
+
+void Sidecar::AckQueued() {
+  acks_posted_ = false;
+  std::vector<std::shared_ptr<JsMessage>> acks;
+  acks.swap(acks_);
+  for (const auto& m : acks) {
+    failures_.Forget(m->stream_sequence());
+    SettleWithNats(*m, Disposition::kAck, "", std::nullopt, "");
+  }
+  FreeSlots(static_cast<int>(acks.size()));
+  for (auto& m : acks) AfterSettled(std::move(m));
+}
+
+void Sidecar::AfterSettled(std::shared_ptr<JsMessage> m) {
   working_.erase(m.get());
   Launch(ordered_.AfterSettle(*m));
   Bury(std::move(m));
+}
+
+void Sidecar::FreeSlots(int n) {
+  bool wake;
+  {
+    MutexLock lock(mu_);
+    const int before = in_flight_;
+    in_flight_ -= n;
+    // The fetch loop waits for half the window to free up, and Drain for none in flight:
+    // wake them at those two points only, not at every settled message.
+    wake = (before > RefetchAt() && in_flight_ <= RefetchAt()) || in_flight_ == 0;
+  }
+  if (wake) cv_.NotifyAll();
 }
 
 void Sidecar::Bury(std::shared_ptr<JsMessage> m) {

@@ -43,14 +43,14 @@ Status Sidecar::Init() {
   const size_t slash = options_.deliver.find('/', kScheme.size());
   const std::string base = options_.deliver.substr(0, slash);
   path_ = slash == std::string::npos ? "/" : options_.deliver.substr(slash);
-  gateway::UpstreamOptions uo;
-  uo.connect_timeout = std::min(options_.timeout, Duration(5000));
-  uo.response_timeout = options_.timeout;
-  uo.max_idle = static_cast<size_t>(options_.max_in_flight);
-  uo.max_response_body = 16 << 20;
-  auto pool = gateway::UpstreamPool::Create(io_.get_executor(), base, uo);
-  if (!pool.ok()) return pool.status().WithContext("--deliver");
-  upstream_ = std::move(*pool);
+  ServiceClientOptions so;
+  so.connect_timeout = std::min(options_.timeout, Duration(5000));
+  so.response_timeout = options_.timeout;
+  so.max_idle = static_cast<size_t>(options_.max_in_flight);
+  so.max_response_body = 16 << 20;
+  auto client = ServiceClient::Create(io_, base, so);
+  if (!client.ok()) return client.status().WithContext("--deliver");
+  service_ = std::move(*client);
 
   auto conn = NatsConnection::Connect(
       options_.nats_url, "idem consume " + options_.stream + "/" + options_.consumer,

@@ -28,10 +28,8 @@ bool ForwardableHeader(std::string_view name, std::string_view value) {
   return !(name.size() >= 5 && internal::EqualsIgnoreCase(name.substr(0, 5), "idem-"));
 }
 
-std::optional<Duration> RetryAfter(const Response& res) {
-  const auto it = res.find(http::field::retry_after);
-  if (it == res.end()) return std::nullopt;
-  const std::string_view v = it->value();
+// Retry-After in seconds (an HTTP date is not followed).
+std::optional<Duration> RetryAfter(std::string_view v) {
   if (v.empty() || v.size() > 6) return std::nullopt;
   int64_t secs = 0;
   for (char c : v) {
@@ -44,34 +42,35 @@ std::optional<Duration> RetryAfter(const Response& res) {
 }  // namespace
 
 Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
-  Request req{http::verb::post, path_, 11};
+  // The request as one string, written once: headers and body in one buffer.
+  HttpRequestText req("POST", path_, service_->authority(), 384 + m.data().size());
   bool content_type = false;
   for (const auto& [name, value] : m.headers()) {
     if (!ForwardableHeader(name, value)) continue;
     if (internal::EqualsIgnoreCase(name, "content-type")) content_type = true;
-    req.insert(name, value);
+    req.Field(name, value);
   }
-  if (!content_type) req.set(http::field::content_type, "application/octet-stream");
-  req.set("Idempotency-Key", m.key());
-  req.set("Idem-Subject", m.subject());
-  req.set("Idem-Delivery-Count", std::to_string(m.delivery_count()));
-  req.set("Idem-Stream", m.stream());
-  req.set("Idem-Stream-Sequence", std::to_string(m.stream_sequence()));
+  if (!content_type) req.Field("Content-Type", "application/octet-stream");
+  req.Field("Idempotency-Key", m.key());
+  req.Field("Idem-Subject", m.subject());
+  req.Field("Idem-Delivery-Count", std::to_string(m.delivery_count()));
+  req.Field("Idem-Stream", m.stream());
+  req.Field("Idem-Stream-Sequence", std::to_string(m.stream_sequence()));
   if (auto ordering_key = OrderedDelivery::OrderingKey(m)) {
-    req.set(kOrderingKeyHeader, *ordering_key);
+    req.Field(kOrderingKeyHeader, *ordering_key);
   }
-  req.body() = std::string(m.data());
-  const UpstreamResult r = co_await Exchange(req);
-  if (r.failure != UpstreamResult::Failure::kNone) co_return FailedExchange(r);
+  const std::string request = std::move(req).Finish(m.data());
+  const ServiceAnswer r = co_await Exchange(request);
+  if (r.failure != ServiceAnswer::Failure::kNone) co_return FailedExchange(r);
   Attempt a;
-  a.give_up.status = r.response.result_int();
+  a.give_up.status = r.status;
   a.give_up.failure = "http";
   a.d = ClassifyHttpStatus(a.give_up.status);
   if (a.d != Disposition::kAck) {  // the reason is logged only for a nak or a term
     a.why = "HTTP " + std::to_string(a.give_up.status);
-    if (a.d == Disposition::kNak) a.retry_after = RetryAfter(r.response);
-    if (!r.response.body().empty()) a.why += ": " + r.response.body().substr(0, 200);
-    a.give_up.error_body = r.response.body().substr(0, kDeadLetterBodyBytes);
+    if (a.d == Disposition::kNak) a.retry_after = RetryAfter(r.retry_after);
+    if (!r.body.empty()) a.why += ": " + r.body.substr(0, 200);
+    a.give_up.error_body = r.body.substr(0, kDeadLetterBodyBytes);
   }
   co_return a;
 }
@@ -95,16 +94,17 @@ Task<std::vector<Sidecar::Attempt>> Sidecar::DeliverBatch(
     items.push_back(std::move(item));
     keys.push_back(m->key());
   }
-  Request req{http::verb::post, path_, 11};
-  req.set(http::field::content_type, "application/json");
-  req.set(kBatchHeader, std::to_string(batch.size()));
-  req.body() = EncodeBatch(items);
-  const UpstreamResult r = co_await Exchange(req);
-  if (r.failure != UpstreamResult::Failure::kNone) {
+  const std::string body_sent = EncodeBatch(items);
+  HttpRequestText req("POST", path_, service_->authority(), 256 + body_sent.size());
+  req.Field("Content-Type", "application/json");
+  req.Field(kBatchHeader, std::to_string(batch.size()));
+  const std::string request = std::move(req).Finish(body_sent);
+  ServiceAnswer r = co_await Exchange(request);
+  if (r.failure != ServiceAnswer::Failure::kNone) {
     co_return std::vector<Attempt>(batch.size(), FailedExchange(r));
   }
-  const int status = r.response.result_int();
-  const std::string& body = r.response.body();
+  const int status = r.status;
+  const std::string& body = r.body;
   const std::string batch_of = "a batch of " + std::to_string(batch.size());
   if (status / 100 != 2) {
     Attempt a;
@@ -112,18 +112,18 @@ Task<std::vector<Sidecar::Attempt>> Sidecar::DeliverBatch(
     a.give_up.failure = "http";
     a.why = batch_of + " answered HTTP " + std::to_string(status);
     if (!body.empty()) a.why += ": " + body.substr(0, 200);
-    a.retry_after = RetryAfter(r.response);
+    a.retry_after = RetryAfter(r.retry_after);
     a.give_up.error_body = body.substr(0, kDeadLetterBodyBytes);
     co_return std::vector<Attempt>(batch.size(), a);
   }
-  co_return BatchAttempts(r.response, batch_of, keys);
+  co_return BatchAttempts(r, batch_of, keys);
 }
 
-std::vector<Sidecar::Attempt> Sidecar::BatchAttempts(const Response& response,
+std::vector<Sidecar::Attempt> Sidecar::BatchAttempts(const ServiceAnswer& answer,
                                                      const std::string& batch_of,
                                                      const std::vector<std::string_view>& keys) {
-  const int status = response.result_int();
-  const std::string& body = response.body();
+  const int status = answer.status;
+  const std::string& body = answer.body;
   const size_t n = keys.size();
   auto results = DecodeBatchResults(body, keys);
   if (!results.ok()) {
@@ -138,7 +138,7 @@ std::vector<Sidecar::Attempt> Sidecar::BatchAttempts(const Response& response,
     a.give_up.error_body = body.substr(0, kDeadLetterBodyBytes);
     return std::vector<Attempt>(n, a);
   }
-  const std::optional<Duration> retry_after = RetryAfter(response);
+  const std::optional<Duration> retry_after = RetryAfter(answer.retry_after);
   std::vector<Attempt> out(n);
   for (size_t i = 0; i < n; ++i) {
     ItemResult& item = (*results)[i];
@@ -174,29 +174,29 @@ std::vector<Sidecar::Attempt> Sidecar::BatchAttempts(const Response& response,
   return out;
 }
 
-Task<UpstreamResult> Sidecar::Exchange(Request& req) {
+Task<ServiceAnswer> Sidecar::Exchange(const std::string& request) {
   const auto start = std::chrono::steady_clock::now();
-  UpstreamResult r = co_await upstream_->Exchange(req, options_.timeout);
+  ServiceAnswer r = co_await service_->Exchange(request);
   metrics_.delivery_seconds().Observe(std::chrono::duration<double>(
       std::chrono::steady_clock::now() - start).count());
   co_return r;
 }
 
-Sidecar::Attempt Sidecar::FailedExchange(const UpstreamResult& r) {
+Sidecar::Attempt Sidecar::FailedExchange(const ServiceAnswer& r) {
   Attempt a;
   switch (r.failure) {
-    case UpstreamResult::Failure::kTimeout:
+    case ServiceAnswer::Failure::kTimeout:
       metrics_.CountError(ConsumeMetrics::kTimeout);
       a.why = "no answer within " + Ms(options_.timeout) + " (" + r.detail + ")";
       a.give_up.failure = "timeout";
       break;
-    case UpstreamResult::Failure::kConnect:
+    case ServiceAnswer::Failure::kConnect:
       metrics_.CountError(ConsumeMetrics::kConnect);
       a.why = r.detail;
       a.give_up.failure = "connect";
       a.unreachable = true;
       break;
-    case UpstreamResult::Failure::kTooLarge:
+    case ServiceAnswer::Failure::kTooLarge:
       metrics_.CountError(ConsumeMetrics::kTooLarge);
       a.why = "answer larger than 16 MiB (" + r.detail + ")";
       a.give_up.failure = "too-large";

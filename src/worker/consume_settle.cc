@@ -28,15 +28,7 @@ Task<void> Sidecar::Settle(JsMessage& m, Attempt a) {
     }
   }
   SettleWithNats(m, d, a.why, a.retry_after, term_note);
-  bool wake;
-  {
-    MutexLock lock(mu_);
-    --in_flight_;
-    // The fetch loop waits for half the window to free up, and Drain for none in flight:
-    // wake them at those two points only, not at every settled message.
-    wake = in_flight_ == RefetchAt() || in_flight_ == 0;
-  }
-  if (wake) cv_.NotifyAll();
+  FreeSlots(1);
 }
 
 void Sidecar::SettleWithNats(JsMessage& m, Disposition d, const std::string& why,
@@ -81,20 +73,9 @@ void Sidecar::SettleWithNats(JsMessage& m, Disposition d, const std::string& why
   }
 }
 Task<Disposition> Sidecar::DeadLetter(JsMessage& m, const GiveUp& g, std::string* term_note) {
-  std::string given_up;
-  switch (g.reason) {
-    case GiveUpReason::kMaxDeliver:
-      given_up = "given up after " + std::to_string(m.delivery_count()) +
-                 " failed deliveries (--max-deliver " + std::to_string(limits_.max_deliver) + ")";
-      break;
-    case GiveUpReason::kMaxRetryTime:
-      given_up = "given up after failing for " + Ms(g.failing_for) + " (--max-retry-time " +
-                 Ms(limits_.max_retry_time) + ")";
-      break;
-    default:
-      given_up = "refused by the service";
-      break;
-  }
+  const std::string given_up =
+      GivenUpText(g.reason, m.delivery_count(), g.failing_for, limits_,
+                  {"--max-deliver", "--max-retry-time", "the service"});
   if (options_.dead_letter.empty()) {
     metrics_.Count(ConsumeMetrics::kDropped);
     *term_note = given_up + " (no --dead-letter subject: not kept anywhere but stream " +

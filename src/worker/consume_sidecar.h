@@ -23,7 +23,6 @@
 
 #include "gateway/access_log.h"
 #include "gateway/http.h"
-#include "gateway/upstream_pool.h"
 #include "idem/mutex.h"
 #include "idem/status.h"
 #include "worker/consume.h"
@@ -34,16 +33,14 @@
 #include "worker/first_failures.h"
 #include "worker/jetstream.h"
 #include "worker/ordered_delivery.h"
+#include "worker/service_client.h"
 
 namespace idem::worker {
 
 namespace asio = gateway::asio;
 namespace http = gateway::http;
-using gateway::Request;
-using gateway::Response;
 using gateway::Task;
 using gateway::tcp;
-using gateway::UpstreamResult;
 using gateway::asio::use_awaitable;
 
 // "250 ms", for log lines.
@@ -139,9 +136,20 @@ class Sidecar {
   // One batch POST; then each message is settled on its own, as its item's answer says, exactly
   // as a message delivered alone (Finish), without waiting for the others' dead letters.
   Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch);
-  // After a delivery attempt: the retry limits, the dead letter, the settle with NATS, the
-  // window, then whatever of its ordering key may go next.
+  // After a delivery attempt: an answer to ack goes to QueueAck; anything else meets the retry
+  // limits, the dead letter, the settle with NATS, then AfterSettled.
   Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a);
+  // A message the service accepted, acked with the others accepted in the same turn of the
+  // loop (AckQueued, posted once): nats.c wakes its flusher thread once per group of acks
+  // written together, and each ack written alone would wake it (and contend for the
+  // connection's lock) once per message.
+  void QueueAck(std::shared_ptr<JsMessage> m);
+  void AckQueued();
+  // Settled with NATS: the window is freed (FreeSlots, before), then whatever of its ordering
+  // key may go next, then the message is buried.
+  void AfterSettled(std::shared_ptr<JsMessage> m);
+  // `n` messages left the window: wakes the fetch loop and Drain when they wait for that.
+  void FreeSlots(int n);
   // A settled message, destroyed later with others: nats.c hands every destroyed message to its
   // garbage-collector thread and wakes that thread when its list was empty, so destroying them
   // one at a time would wake it (and contend for its lock) about once per message. They go in
@@ -157,16 +165,17 @@ class Sidecar {
   // refused); a 2xx answer that cannot be used naks every message; an item left out is naked.
   Task<std::vector<Attempt>> DeliverBatch(const std::vector<std::shared_ptr<JsMessage>>& batch);
   // The Attempt of each message of a batch answered 2xx, from the body that answer carried.
-  std::vector<Attempt> BatchAttempts(const Response& response, const std::string& batch_of,
+  std::vector<Attempt> BatchAttempts(const ServiceAnswer& answer, const std::string& batch_of,
                                      const std::vector<std::string_view>& keys);
-  // One POST to the service, timed.
-  Task<UpstreamResult> Exchange(Request& req);
+  // One POST to the service (`request`: HttpRequestText's), timed.
+  Task<ServiceAnswer> Exchange(const std::string& request);
   // The attempt of a POST that got no usable HTTP answer, counted once per POST.
-  Attempt FailedExchange(const UpstreamResult& r);
+  Attempt FailedExchange(const ServiceAnswer& r);
 
   // --- consume_settle.cc: the end of one attempt (event loop) --------------------------------
-  // One message's attempt settled: a failure counts against the retry limits and may give it
-  // up (dead letter, then term); then ack, nak or term with NATS, and the window is freed.
+  // One message's attempt settled (not an ack: QueueAck): a failure counts against the retry
+  // limits and may give it up (dead letter, then term); then nak or term with NATS, and the
+  // window is freed.
   Task<void> Settle(JsMessage& m, Attempt a);
   // `term_note` says why a terminated message was given up and where it went.
   void SettleWithNats(JsMessage& m, Disposition d, const std::string& why,
@@ -183,7 +192,7 @@ class Sidecar {
   asio::io_context& io_;
   asio::thread_pool blocking_{1};
   std::string path_;
-  std::unique_ptr<gateway::UpstreamPool> upstream_;
+  std::unique_ptr<ServiceClient> service_;
   std::unique_ptr<NatsConnection> nats_;
   std::unique_ptr<PullSubscription> sub_;  // the fetch loop's
   std::unique_ptr<ConsumeAdmin> admin_;
@@ -194,6 +203,8 @@ class Sidecar {
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
+  std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued
+  bool acks_posted_ = false;                          // AckQueued is posted
   std::vector<std::shared_ptr<JsMessage>> finished_;  // settled, destroyed together (Bury)
   size_t finished_bytes_ = 0;                          // their bodies' size
   bool ticking_ = false;

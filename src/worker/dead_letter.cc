@@ -61,6 +61,21 @@ MessageHeaders DeadLetterHeaders(const MessageHeaders& original, std::string_vie
   return out;
 }
 
+std::string GivenUpText(GiveUpReason reason, uint64_t delivery_count, Duration failing_for,
+                        const RetryLimits& limits, const GiveUpNames& names) {
+  switch (reason) {
+    case GiveUpReason::kMaxDeliver:
+      return "given up after " + std::to_string(delivery_count) + " failed deliveries (" +
+             std::string(names.max_deliver) + " " + std::to_string(limits.max_deliver) + ")";
+    case GiveUpReason::kMaxRetryTime:
+      return "given up after failing for " + std::to_string(failing_for.count()) + " ms (" +
+             std::string(names.max_retry_time) + " " +
+             std::to_string(limits.max_retry_time.count()) + " ms)";
+    default:
+      return "refused by " + std::string(names.refuser);
+  }
+}
+
 namespace {
 
 Status PublishOnce(NatsConnection& nats, const std::string& subject, const JsMessage& m,

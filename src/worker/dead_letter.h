@@ -34,6 +34,21 @@ struct GiveUp {
 // At most this many bytes of the service's error body go into Idem-Error-Body.
 inline constexpr size_t kDeadLetterBodyBytes = 1024;
 
+// What the retry limits and the party that refuses a message are called where the limits are
+// set, for GivenUpText: {"--max-deliver", "--max-retry-time", "the service"} for `idem consume`,
+// {"max_deliver", "max_retry_time", "the handler"} for JetStreamConsumer.
+struct GiveUpNames {
+  std::string_view max_deliver;
+  std::string_view max_retry_time;
+  std::string_view refuser;
+};
+
+// Why a message was given up, for its term log line: "given up after 3 failed deliveries
+// (--max-deliver 3)", "given up after failing for 1800000 ms (--max-retry-time 1800000 ms)",
+// "refused by the service". REQUIRES: reason is not kNone.
+std::string GivenUpText(GiveUpReason reason, uint64_t delivery_count, Duration failing_for,
+                        const RetryLimits& limits, const GiveUpNames& names);
+
 // The dead letter's headers: the original message's own (except the Nats-* ones the server
 // interprets, such as Nats-Msg-Id and Nats-Expected-*), then Nats-Msg-Id "dead:STREAM:SEQUENCE"
 // (a retried publish is dropped as a duplicate), Idem-Dead-Reason, Idem-Failure, Idem-Status

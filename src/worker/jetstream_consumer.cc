@@ -216,21 +216,9 @@ class JetStreamConsumer::Impl {
   // Gives `m` up: publishes it to dead_letter and terminates it; when that publish fails, naks
   // it while no limit is reached (the redelivery tries again), else terminates it without one.
   void GiveUpMessage(JsMessage& m, const GiveUp& g) {
-    std::string given_up;
-    switch (g.reason) {
-      case GiveUpReason::kMaxDeliver:
-        given_up = "given up after " + std::to_string(m.delivery_count()) +
-                   " failed deliveries (max_deliver " + std::to_string(limits_.max_deliver) + ")";
-        break;
-      case GiveUpReason::kMaxRetryTime:
-        given_up = "given up after failing for " + std::to_string(g.failing_for.count()) +
-                   " ms (max_retry_time " + std::to_string(limits_.max_retry_time.count()) +
-                   " ms)";
-        break;
-      default:
-        given_up = "refused by the handler";
-        break;
-    }
+    const std::string given_up =
+        GivenUpText(g.reason, m.delivery_count(), g.failing_for, limits_,
+                    {"max_deliver", "max_retry_time", "the handler"});
     std::string where;
     if (options_.dead_letter.empty()) {
       ++dropped_;

@@ -1,0 +1,264 @@
+#include "worker/service_client.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace idem::worker {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// A connection's read buffer to start with; it grows only for a head that does not fit.
+constexpr size_t kReadBuffer = 16 * 1024;
+
+}  // namespace
+
+// --- HttpRequestText ------------------------------------------------------------------------
+
+HttpRequestText::HttpRequestText(std::string_view method, std::string_view target,
+                                 std::string_view host, size_t reserve) {
+  text_.reserve(reserve);
+  text_.append(method).append(" ").append(target).append(" HTTP/1.1\r\nHost: ").append(host);
+  text_.append("\r\n");
+}
+
+void HttpRequestText::Field(std::string_view name, std::string_view value) {
+  text_.append(name).append(": ").append(value).append("\r\n");
+}
+
+std::string HttpRequestText::Finish(std::string_view body) && {
+  text_.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
+  text_.append(body);
+  return std::move(text_);
+}
+
+// --- ServiceClient --------------------------------------------------------------------------
+
+struct ServiceClient::Connection {
+  explicit Connection(asio::io_context& io) : socket(io) { in.resize(kReadBuffer); }
+  tcp::socket socket;
+  std::string in;  // bytes read: [in_begin, in_end) not yet used
+  size_t in_begin = 0;
+  size_t in_end = 0;
+  HttpResponseReader reader;
+  Clock::time_point deadline = Clock::time_point::max();  // max: not watched
+  bool expired = false;                                    // the sweep closed it
+  Clock::time_point idle_since;
+};
+
+Result<std::unique_ptr<ServiceClient>> ServiceClient::Create(asio::io_context& io,
+                                                             std::string_view url,
+                                                             ServiceClientOptions options) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    return InvalidArgumentError("'" + std::string(url) +
+                                "' must be http://HOST:PORT (https is not supported)");
+  }
+  std::string_view authority = url.substr(kScheme.size());
+  while (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
+  if (authority.find('/') != std::string_view::npos) {
+    return InvalidArgumentError("'" + std::string(url) + "' must not have a path here");
+  }
+  const size_t colon = authority.rfind(':');
+  const std::string host(colon == std::string_view::npos ? authority : authority.substr(0, colon));
+  const std::string port(colon == std::string_view::npos ? "80" : authority.substr(colon + 1));
+  if (host.empty() || port.empty()) {
+    return InvalidArgumentError("'" + std::string(url) + "' needs a host and a port");
+  }
+  boost::system::error_code ec;
+  tcp::resolver resolver(io);
+  auto endpoints = resolver.resolve(host, port, ec);
+  if (ec) {
+    return UnavailableError("cannot resolve " + std::string(authority) + ": " + ec.message());
+  }
+  return std::unique_ptr<ServiceClient>(
+      new ServiceClient(io, std::move(endpoints), std::string(authority), options));
+}
+
+ServiceClient::ServiceClient(asio::io_context& io, tcp::resolver::results_type endpoints,
+                             std::string authority, ServiceClientOptions options)
+    : io_(io),
+      endpoints_(std::move(endpoints)),
+      authority_(std::move(authority)),
+      options_(options),
+      timer_(io) {}
+
+ServiceClient::~ServiceClient() = default;
+
+asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& request) {
+  using State = HttpResponseReader::State;
+  ServiceAnswer answer;
+  // One deadline for the whole exchange, a retry on a new connection included.
+  const Clock::time_point end = Clock::now() + options_.response_timeout;
+  for (bool retried = false;;) {
+    const Clock::time_point now = Clock::now();
+    Connection* c = TakeIdle(now);
+    const bool reused = c != nullptr;
+    boost::system::error_code ec;
+    if (!c) {
+      c = Open();
+      Watch(*c, std::min(end, now + options_.connect_timeout));
+      co_await asio::async_connect(c->socket, endpoints_,
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        // Nothing was sent, whether the connect was refused or timed out.
+        answer.failure = ServiceAnswer::Failure::kConnect;
+        answer.detail =
+            "connect to " + authority_ + ": " + (c->expired ? "timed out" : ec.message());
+        Close(c);
+        co_return answer;
+      }
+      // The request goes in one write; without this, a write after a partial one would wait
+      // for the service's delayed ACK.
+      c->socket.set_option(tcp::no_delay(true), ec);
+      ec = {};
+    }
+    Watch(*c, end);
+    co_await asio::async_write(c->socket, asio::buffer(request),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    bool answered = false;  // any byte of the answer arrived
+    State state = State::kMore;
+    c->reader.Reset(options_.max_response_body);
+    while (!ec && state == State::kMore) {
+      if (c->in_end == c->in.size()) {  // make room: drop what was used, or grow
+        if (c->in_begin > 0) {
+          std::memmove(c->in.data(), c->in.data() + c->in_begin, c->in_end - c->in_begin);
+          c->in_end -= c->in_begin;
+          c->in_begin = 0;
+        } else {
+          c->in.resize(c->in.size() * 2);
+        }
+      }
+      const size_t n = co_await c->socket.async_read_some(
+          asio::buffer(c->in.data() + c->in_end, c->in.size() - c->in_end),
+          asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == asio::error::eof && answered) {
+        ec = {};
+        state = c->reader.End();
+        break;
+      }
+      if (ec) break;
+      answered = true;
+      c->in_end += n;
+      size_t used = 0;
+      state = c->reader.Read(
+          std::string_view(c->in.data() + c->in_begin, c->in_end - c->in_begin), &used);
+      c->in_begin += used;
+      if (c->in_begin == c->in_end) c->in_begin = c->in_end = 0;
+    }
+    c->deadline = Clock::time_point::max();
+    if (c->expired) {
+      answer.failure = ServiceAnswer::Failure::kTimeout;
+      answer.detail = authority_ + (answered ? " sent part of an answer" : " sent no answer");
+      Close(c);
+      co_return answer;
+    }
+    if (ec) {
+      Close(c);
+      // A reused connection the service had closed, or closed on reading the request: nothing
+      // came back, so the request goes once more on a new connection (the header says why
+      // that is safe).
+      if (reused && !answered && !retried) {
+        retried = true;
+        continue;
+      }
+      answer.failure = ServiceAnswer::Failure::kBroken;
+      answer.detail = (answered ? "answer from " : "exchange with ") + authority_ + ": " +
+                      ec.message();
+      co_return answer;
+    }
+    switch (state) {
+      case State::kDone:
+        answer.status = c->reader.status();
+        answer.body = std::move(c->reader.body());
+        answer.retry_after = c->reader.retry_after();
+        // Bytes after the answer were not asked for: such a connection is not reused.
+        Release(c, c->reader.keep_alive() && c->in_begin == c->in_end, Clock::now());
+        co_return answer;
+      case State::kTooLarge:
+        answer.failure = ServiceAnswer::Failure::kTooLarge;
+        answer.detail = "answer from " + authority_ + ": body larger than " +
+                        std::to_string(options_.max_response_body) + " bytes";
+        break;
+      default:
+        answer.failure = ServiceAnswer::Failure::kBroken;
+        answer.detail = "answer from " + authority_ + ": " + c->reader.error();
+        break;
+    }
+    Close(c);
+    co_return answer;
+  }
+}
+
+ServiceClient::Connection* ServiceClient::TakeIdle(Clock::time_point now) {
+  while (!idle_.empty()) {
+    Connection* c = idle_.back();
+    idle_.pop_back();
+    if (now - c->idle_since <= options_.idle_timeout) return c;
+    Close(c);  // the service may be closing it
+  }
+  return nullptr;
+}
+
+void ServiceClient::Release(Connection* c, bool reusable, Clock::time_point now) {
+  if (!reusable || idle_.size() >= options_.max_idle) {
+    Close(c);
+    return;
+  }
+  c->idle_since = now;
+  idle_.push_back(c);
+}
+
+ServiceClient::Connection* ServiceClient::Open() {
+  connections_.push_back(std::make_unique<Connection>(io_));
+  return connections_.back().get();
+}
+
+void ServiceClient::Close(Connection* c) {
+  const auto it = std::find_if(connections_.begin(), connections_.end(),
+                               [c](const auto& p) { return p.get() == c; });
+  if (it == connections_.end()) return;
+  std::iter_swap(it, connections_.end() - 1);
+  connections_.pop_back();  // closes the socket
+}
+
+void ServiceClient::Watch(Connection& c, Clock::time_point deadline) {
+  c.deadline = deadline;
+  if (!armed_ || deadline < armed_at_) Arm(deadline);
+}
+
+void ServiceClient::Arm(Clock::time_point at) {
+  armed_ = true;
+  armed_at_ = at;
+  timer_.expires_at(at);  // cancels the wait before, if any
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) Sweep();
+  });
+}
+
+void ServiceClient::Sweep() {
+  armed_ = false;
+  const Clock::time_point now = Clock::now();
+  Clock::time_point next = Clock::time_point::max();
+  for (const auto& c : connections_) {
+    if (c->deadline == Clock::time_point::max()) continue;
+    if (c->deadline <= now) {
+      c->deadline = Clock::time_point::max();
+      c->expired = true;
+      boost::system::error_code ignored;
+      c->socket.close(ignored);  // its pending operation ends with operation_aborted
+    } else {
+      next = std::min(next, c->deadline);
+    }
+  }
+  if (next != Clock::time_point::max()) Arm(next);
+}
+
+}  // namespace idem::worker
