@@ -58,6 +58,9 @@
 # not part of the table. ALLOC_STORES (default: every store in STORES) picks the stores counted.
 # The aims: at most 10 per memory-store first execution, at most 5 per memory-store replay.
 #
+# IDEM_BIN_DIR (build/release) is where `idem` and `example_service` are taken from, so a copy
+# of an earlier build can be measured the same way.
+#
 # Installs wrk, nginx and curl with apt-get if missing; builds the release binaries if absent.
 # Every process is started here and stopped by its PID on exit. Not part of the test command.
 set -euo pipefail
@@ -125,7 +128,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 # Copies, so that a rebuild during the run cannot mix two versions into one table.
 mkdir "$work/bin"
-cp build/release/idem build/release/example_service "$work/bin/"
+IDEM_BIN_DIR=${IDEM_BIN_DIR:-build/release}
+cp "$IDEM_BIN_DIR/idem" "$IDEM_BIN_DIR/example_service" "$work/bin/"
 [[ $ALLOCS == 0 ]] || cp build/release/bench/libidem_alloc_count.so "$work/bin/"
 
 fail() {
