@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -82,5 +83,10 @@ Result<Fingerprint> ComputeFingerprint(const FingerprintPolicy& policy,
 // SHA-256 of `data` as 64 lower-case hex characters (tenant digests, log digests). Fails only
 // if OpenSSL does (kInternal).
 Result<std::string> Sha256Hex(std::string_view data);
+
+// SHA-256 of `parts` one after another, as its first `hex_chars` (at most 64) lower-case hex
+// characters: the digest of a concatenation without building it.
+Result<std::string> Sha256HexOf(std::initializer_list<std::string_view> parts,
+                                size_t hex_chars = 64);
 
 }  // namespace idem

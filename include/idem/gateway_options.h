@@ -4,6 +4,8 @@
 // is stated here, next to the field.
 #pragma once
 
+#include <sched.h>
+
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -58,6 +60,13 @@ struct RoutePolicy {
   Duration operation_lease = std::chrono::hours(1);
 };
 
+// Event-loop threads when none are configured: one per CPU in `cpus`, at least 1.
+int EventLoopThreadsFor(const cpu_set_t& cpus);
+// The same for the CPUs this process may run on (sched_getaffinity), so a gateway pinned to
+// one core (taskset, a cgroup cpuset) runs one loop; std::thread::hardware_concurrency() if the
+// affinity cannot be read.
+int DefaultEventLoopThreads();
+
 // Store threads when none are configured: 2 for embedded stores (memory, SQLite: writes
 // serialise anyway), 16 for networked ones (Redis, PostgreSQL), whose calls each wait a round
 // trip, so more of them in flight means more throughput.
@@ -86,7 +95,7 @@ struct GatewayOptions {
   std::string store_password_file;
   std::string durable_store_password_file;
   std::string admin_listen;               // HOST:PORT; empty: no admin listener
-  int threads = 2;                        // event-loop threads
+  int threads = 0;                        // event-loop threads; 0 picks DefaultEventLoopThreads()
   // StoreExecutor pool threads; 0 picks DefaultStoreThreads(store).
   int store_threads = 0;
   bool log_json = false;                  // --log-format json (log_format = "json")

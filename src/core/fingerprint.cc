@@ -1,6 +1,10 @@
 #include "idem/fingerprint.h"
 
-#include <openssl/evp.h>
+// SHA-256 through OpenSSL's one-algorithm API, deprecated in OpenSSL 3 in favour of EVP: an EVP
+// context costs two heap allocations per digest even when reused, and the gateway takes three
+// digests per request. The algorithm and its output are the same.
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <memory>
@@ -13,26 +17,12 @@ namespace {
 
 constexpr uint8_t kEncodingVersion = 0x01;
 
-// SHA-256 is fetched once: in OpenSSL 3 an implicit fetch per digest costs a lock and a lookup.
-const EVP_MD* Sha256() {
-  static EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  return md;
-}
-
-struct CtxDeleter {
-  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
-};
-using CtxPtr = std::unique_ptr<EVP_MD_CTX, CtxDeleter>;
-
 class Hasher {
  public:
-  Hasher() : ctx_(EVP_MD_CTX_new()) {
-    ok_ = ctx_ != nullptr && Sha256() != nullptr &&
-          EVP_DigestInit_ex2(ctx_.get(), Sha256(), nullptr) == 1;
-  }
+  Hasher() { ok_ = SHA256_Init(&ctx_) == 1; }
 
   void Update(std::string_view data) {
-    if (ok_ && !data.empty()) ok_ = EVP_DigestUpdate(ctx_.get(), data.data(), data.size()) == 1;
+    if (ok_ && !data.empty()) ok_ = SHA256_Update(&ctx_, data.data(), data.size()) == 1;
   }
 
   void Part(char tag, std::string_view data) {
@@ -48,16 +38,16 @@ class Hasher {
   }
 
   Result<Fingerprint::Bytes> Finish() {
+    static_assert(sizeof(Fingerprint::Bytes) == SHA256_DIGEST_LENGTH);
     Fingerprint::Bytes out{};
-    unsigned int len = 0;
-    if (!ok_ || EVP_DigestFinal_ex(ctx_.get(), out.data(), &len) != 1 || len != out.size()) {
+    if (!ok_ || SHA256_Final(out.data(), &ctx_) != 1) {
       return InternalError("OpenSSL SHA-256 failed");
     }
     return out;
   }
 
  private:
-  CtxPtr ctx_;
+  SHA256_CTX ctx_;
   bool ok_ = false;
 };
 
@@ -141,12 +131,18 @@ Result<Fingerprint> ComputeFingerprint(const FingerprintPolicy& policy,
   return Fingerprint(*bytes);
 }
 
-Result<std::string> Sha256Hex(std::string_view data) {
+Result<std::string> Sha256Hex(std::string_view data) { return Sha256HexOf({data}); }
+
+Result<std::string> Sha256HexOf(std::initializer_list<std::string_view> parts,
+                                size_t hex_chars) {
   Hasher hasher;
-  hasher.Update(data);
+  for (std::string_view part : parts) hasher.Update(part);
   auto bytes = hasher.Finish();
   if (!bytes.ok()) return bytes.status();
-  return internal::ToHex(bytes->data(), bytes->size());
+  const size_t n = std::min<size_t>(hex_chars, 2 * bytes->size());
+  std::string hex = internal::ToHex(bytes->data(), (n + 1) / 2);
+  hex.resize(n);
+  return hex;
 }
 
 }  // namespace idem

@@ -1,11 +1,13 @@
 #include "idem/gateway_options.h"
 
 #define TOML_HEADER_ONLY 0
+#include <sched.h>
 #include <sys/resource.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <charconv>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -335,7 +337,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
     out = static_cast<std::remove_reference_t<decltype(out)>>(n);
     return Status::Ok();
   };
-  IDEM_RETURN_IF_ERROR(read_count("threads", options.threads, 1024));
+  IDEM_RETURN_IF_ERROR(read_count("threads", options.threads, 1024, 0));
   IDEM_RETURN_IF_ERROR(read_count("store_threads", options.store_threads, 1024, 0));
   constexpr int64_t kMaxBytes = int64_t{1} << 40;
   IDEM_RETURN_IF_ERROR(read_count("max_request_body", options.max_request_body, kMaxBytes));
@@ -421,6 +423,15 @@ size_t DefaultMaxConnections() {
 
 size_t DefaultMaxConnectionsPerClient(size_t max_connections) {
   return std::min(max_connections, std::max<size_t>(4, max_connections / 4));
+}
+
+int EventLoopThreadsFor(const cpu_set_t& cpus) { return std::max(1, CPU_COUNT(&cpus)); }
+
+int DefaultEventLoopThreads() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return EventLoopThreadsFor(cpus);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 int DefaultStoreThreads(std::string_view store_url) {

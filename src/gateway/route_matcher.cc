@@ -67,8 +67,23 @@ std::vector<std::string> RoutingReadings(std::string_view path) {
   return readings;
 }
 
+bool IsOnlyReading(std::string_view path) {
+  if (path.empty() || path.front() != '/') return false;
+  if (path.find_first_of("%\\;") != std::string_view::npos) return false;
+  std::string_view rest = path.substr(1);
+  while (!rest.empty()) {
+    const size_t slash = rest.find('/');
+    const std::string_view segment = rest.substr(0, slash);
+    if (segment.empty() || segment == "." || segment == "..") return false;
+    if (slash == std::string_view::npos) break;
+    rest = rest.substr(slash + 1);  // empty after a trailing '/': kept by every reading
+  }
+  return true;
+}
+
 const RoutePolicy& MatchRoute(const GatewayOptions& options, std::string_view method,
                               std::string_view path) {
+  if (IsOnlyReading(path)) return options.Match(method, path);
   const RoutePolicy* best = nullptr;
   for (const std::string& reading : RoutingReadings(path)) {
     const RoutePolicy& route = options.Match(method, reading);

@@ -19,6 +19,11 @@ namespace idem::gateway {
 // against, the gateway's canonical one (NormalizePathForRouting) first, without duplicates.
 std::vector<std::string> RoutingReadings(std::string_view path);
 
+// Whether `path` is its own only reading: it starts with '/', holds no '%', '\\' or ';', and no
+// empty, "." or ".." segment (a trailing '/' is kept). Such a path, the common case, is matched
+// as it is, without computing the readings.
+bool IsOnlyReading(std::string_view path);
+
 // The policy for a request: over every reading, the first route (in file order) that demands
 // the most (required > optional > off); on a tie, the earliest reading's. Method and path are
 // compared ignoring case (GatewayOptions::Match).

@@ -419,6 +419,7 @@ int RunGateway(const GatewayOptions& given) {
     return 2;
   }
   GatewayOptions options = given;
+  if (options.threads <= 0) options.threads = DefaultEventLoopThreads();
   std::unique_ptr<ClockOffsetFile> clock_offset;  // outlives `io` (FollowClockOffsetFile)
   if (!options.unsafe_clock_offset_file.empty()) {
     auto opened = ClockOffsetFile::Open(options.unsafe_clock_offset_file, options.clock);
@@ -525,6 +526,7 @@ int RunGateway(const GatewayOptions& given) {
     log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
                               std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
                               (*upstream)->authority() + ", store " + (**store).Describe() +
+                              ", " + std::to_string(options.threads) + " event-loop thread(s)" +
                               ", max_connections " + std::to_string(server.max_connections()) +
                               (server.max_connections_per_client() > 0
                                    ? " (" + std::to_string(server.max_connections_per_client()) +

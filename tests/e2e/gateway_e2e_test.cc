@@ -1,6 +1,8 @@
 // End-to-end tests of `idem gateway`: the real binary in front of the real example service,
 // both started as processes on free loopback ports, talked to over HTTP.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -122,6 +124,29 @@ TEST_F(GatewayTest, FirstRequestExecutesAndRetriesReplayByteForByte) {
   EXPECT_EQ(quoted.Header("Idempotent-Replayed"), "true");
   // The key and the fencing token reach the upstream.
   EXPECT_NE(first.body.find("\"fencing_token\":\"1\""), std::string::npos) << first.body;
+}
+
+// Unconfigured, the number of event loops follows the CPUs the process may run on: a gateway
+// started pinned to one core (as by taskset -c 0; a child inherits the mask) runs one loop.
+TEST_F(GatewayTest, AGatewayPinnedToOneCoreRunsOneEventLoop) {
+  cpu_set_t original;
+  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(original), &original), 0);
+  int first_cpu = 0;
+  while (!CPU_ISSET(first_cpu, &original)) ++first_cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first_cpu, &one);
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(one), &one), 0);
+  StartGateway("", "memory");
+  ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(original), &original), 0);
+  EXPECT_TRUE(Logged(", 1 event-loop thread(s),")) << gateway_->Output();
+  auto pinned = Post("/v1/payments", "pinned-1", "{}");
+  EXPECT_EQ(pinned.status, 201) << pinned.error << pinned.body;
+
+  // And unpinned, one per CPU the test itself may use.
+  StartGateway("", "memory");
+  EXPECT_TRUE(Logged(", " + std::to_string(CPU_COUNT(&original)) + " event-loop thread(s),"))
+      << gateway_->Output();
 }
 
 TEST_F(GatewayTest, SameKeyWithAnotherBodyIs422AndChangesNothing) {

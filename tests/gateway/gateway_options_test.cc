@@ -231,13 +231,29 @@ TEST_F(LoadGatewayConfigTest, ReadsThePerClientConnectionLimit) {
   EXPECT_EQ(DefaultMaxConnectionsPerClient(3), 3u);
 }
 
+TEST(EventLoopThreadsTest, OnePerCpuTheProcessMayRunOn) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  CPU_SET(0, &cpus);
+  EXPECT_EQ(EventLoopThreadsFor(cpus), 1);  // pinned to one core: one loop
+  CPU_SET(3, &cpus);
+  CPU_SET(7, &cpus);
+  EXPECT_EQ(EventLoopThreadsFor(cpus), 3);  // the CPUs allowed, not the highest number
+  CPU_ZERO(&cpus);
+  EXPECT_EQ(EventLoopThreadsFor(cpus), 1);  // never zero
+  // Unconfigured, the gateway follows this process's own affinity.
+  ASSERT_EQ(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+  EXPECT_EQ(DefaultEventLoopThreads(), CPU_COUNT(&cpus));
+  EXPECT_EQ(GatewayOptions{}.threads, 0);
+}
+
 TEST_F(LoadGatewayConfigTest, ErrorsNameTheFileTheFieldAndTheProblem) {
   struct Case {
     const char* toml;
     const char* expected;
   };
   const Case cases[] = {
-      {"[gateway]\nthreads = 0\n", "gateway.threads: must be between 1 and"},
+      {"[gateway]\nthreads = -1\n", "gateway.threads: must be between 0 and"},
       {"[gateway]\nthreads = \"two\"\n", "gateway.threads: has the wrong type"},
       {"[gateway]\nlisen = \"x\"\n", "gateway.lisen: is not a gateway setting"},
       {"[gateway]\nclient_read_timeout = \"0s\"\n",

@@ -75,5 +75,33 @@ TEST(RouteMatcherTest, ReadingsStartWithTheCanonicalOneAndHaveNoDuplicates) {
   EXPECT_NE(std::find(readings.begin(), readings.end(), "/a/b/c"), readings.end());
 }
 
+// The shortcut MatchRoute takes for a path that is its own only reading must agree with the
+// readings it skips: every path built from these pieces is checked both ways.
+TEST(RouteMatcherTest, APathThatIsItsOwnOnlyReadingHasNoOtherReading) {
+  const std::vector<std::string> pieces = {"a", "B", "", ".", "..", "%2F", "%70", ";x", "\\",
+                                           "v1", "-_~"};
+  int only = 0;
+  for (const auto& p1 : pieces) {
+    for (const auto& p2 : pieces) {
+      for (const char* trailer : {"", "/"}) {
+        for (const std::string& path : {"/" + p1 + "/" + p2 + trailer, p1 + "/" + p2 + trailer}) {
+          if (!IsOnlyReading(path)) continue;
+          ++only;
+          EXPECT_EQ(RoutingReadings(path), std::vector<std::string>{path}) << path;
+        }
+      }
+    }
+  }
+  EXPECT_GT(only, 10);
+  EXPECT_TRUE(IsOnlyReading("/"));
+  EXPECT_TRUE(IsOnlyReading("/v1/payments"));
+  EXPECT_TRUE(IsOnlyReading("/v1/payments/"));
+  EXPECT_FALSE(IsOnlyReading("/v1//payments"));
+  EXPECT_FALSE(IsOnlyReading("/v1/./payments"));
+  EXPECT_FALSE(IsOnlyReading("/v1/search/..%2Fpayments"));
+  EXPECT_FALSE(IsOnlyReading("v1/payments"));
+  EXPECT_FALSE(IsOnlyReading(""));
+}
+
 }  // namespace
 }  // namespace idem::gateway

@@ -63,7 +63,9 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
                   "'-', and more) and [[route]] policies (retention, lease, max_wait,\n"
                   "long_running, operation_lease, ...: docs/gateway.md); flags given on the\n"
                   "command line win over the file; an unknown key is an error naming its line");
-  cmd->add_option("--threads", o.threads, "Event-loop threads")->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "Event-loop threads (default 0: one per CPU the process may run on, so a\n"
+                  "gateway pinned to one core with taskset or a cpuset runs one loop)");
   cmd->add_option("--store-threads", o.store_threads,
                   "Threads running store calls (default: 2 for memory and SQLite, 16 for Redis\n"
                   "and PostgreSQL, whose calls each wait a network round trip)");
@@ -138,8 +140,8 @@ std::function<int()> AddGatewayCommand(CLI::App& app) {
       options.durable_store = *durable;
     }
 
-    if (options.threads < 1 || options.store_threads < 0) {
-      std::cerr << "idem gateway: --threads must be at least 1, --store-threads at least 0\n";
+    if (options.threads < 0 || options.store_threads < 0) {
+      std::cerr << "idem gateway: --threads and --store-threads must be at least 0\n";
       return 2;
     }
     if (flags->check_config) {

@@ -85,8 +85,10 @@ Admission Admit(const GatewayOptions& options, Request& request, TimePoint now) 
   parts.path = TargetPath(target);
   parts.query = TargetQuery(target);
   parts.body = request.body();
-  for (const auto& field : request) {
-    parts.headers.emplace_back(field.name_string(), field.value());
+  if (!route.fingerprint.headers.empty()) {  // only a policy naming headers reads them
+    for (const auto& field : request) {
+      parts.headers.emplace_back(field.name_string(), field.value());
+    }
   }
   auto fingerprint = ComputeFingerprint(route.fingerprint, parts);
   if (!fingerprint.ok()) {

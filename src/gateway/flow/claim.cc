@@ -75,6 +75,13 @@ Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerpr
         "); it forwards no new request until the store takes them");
     co_return refused;
   }
+  if (s.store.store().NeverBlocks()) {
+    // The memory store answers at once: called here, with no copy of the scope, no hand-off
+    // and no resumption posted to the event loop.
+    StoreTimer timer{s.metrics};
+    Result<BeginOutcome> begun = s.store.store().Begin(scope, fingerprint, lease);
+    co_return begun;
+  }
   // g++ 12: keep co_await arguments in named locals (see docs/architecture.md).
   Scope begin_scope = scope;
   const Fingerprint fp = fingerprint;
