@@ -53,6 +53,9 @@ std::string NatsServer::Launch() {
         << "http: 127.0.0.1:" << monitor_port_ << "\n"
         << "max_payload: " << options_.max_payload << "\n"
         << "jetstream {\n  store_dir: \"" << dir_.File("js") << "\"\n}\n";
+    if (!options_.auth_token.empty()) {
+      out << "authorization {\n  token: \"" << options_.auth_token << "\"\n}\n";
+    }
     if (options_.cluster) {
       const Options::Cluster& c = *options_.cluster;
       out << "server_name: " << c.server_name << "\n"

@@ -25,6 +25,8 @@ class NatsServer {
   struct Options {
     // The largest message the server accepts (nats-server's own default is 1 MiB).
     std::string max_payload = "8MB";
+    // Set: clients must present this token (nats-server's `authorization { token }`).
+    std::string auth_token;
     // Set: the server is a node of a cluster, with a JetStream cluster across its routes.
     struct Cluster {
       std::string server_name;  // unique in the cluster; JetStream names leaders by it

@@ -78,6 +78,13 @@ Status Sidecar::FetchLoop() {
   FetchState state{.dead_letter_checked = options_.dead_letter.empty()};
   while (!stopping_) {
     if ((!state.dead_letter_checked || !sub_) && !nats_->connected()) {
+      if (auto why = ever_bound_ ? std::nullopt : nats_->GaveUp()) {
+        stopping_ = true;
+        return FailedPreconditionError(
+            "--nats " + options_.nats_url + ": the connection cannot be made (" + *why +
+            "); a server that refuses the credentials says so in its log: check "
+            "--nats-token-file, --nats-credentials-file or the URL's user");
+      }
       // A JetStream request would wait its full timeout (5 s) for nothing; the connection
       // retries every 250 ms by itself.
       WaitStopping(Duration(250));

@@ -97,6 +97,19 @@ bool NatsConnection::connected() const {
   return conn_ != nullptr && natsConnection_Status(conn_) == NATS_CONN_STATUS_CONNECTED;
 }
 
+std::optional<std::string> NatsConnection::GaveUp() const {
+  if (conn_ == nullptr) return std::nullopt;
+  const char* text = nullptr;
+  const natsStatus last = natsConnection_GetLastError(conn_, &text);
+  const std::string detail = text != nullptr && *text != '\0' ? text : natsStatus_GetText(last);
+  // nats.c drops a server from its pool once it refuses the credentials twice, and closes the
+  // connection when its pool is empty; the first refusal is already final for us.
+  const bool refused = last == NATS_CONNECTION_AUTH_FAILED || last == NATS_NOT_PERMITTED ||
+                       detail.find("Authorization Violation") != std::string::npos;
+  if (!refused && !natsConnection_IsClosed(conn_)) return std::nullopt;
+  return detail;
+}
+
 Status NatsConnection::Flush(Duration timeout) {
   return FromNats(natsConnection_FlushTimeout(conn_, timeout.count()), "nats flush");
 }

@@ -46,6 +46,10 @@ class NatsConnection {
   ~NatsConnection();
 
   bool connected() const;
+  // Set when the connection will never be made as it stands: the server refused its
+  // credentials (none, or wrong ones), or nats.c gave up and closed it. nats.c's text for the
+  // last error. A caller that has never been connected should stop and say so.
+  std::optional<std::string> GaveUp() const;
   natsConnection* get() { return conn_; }
   jsCtx* js() { return js_; }
   // Sends what is buffered (acks) and waits for the server's answer, up to `timeout`.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/run_idem.h"
+#include "servers/nats_server.h"
 
 namespace idem {
 namespace {
@@ -223,6 +224,32 @@ TEST_F(ConfigFileTest, SecretFilesAreReadAndAMissingOneIsExitCode2) {
                               "--nats-token-file", empty, "--check-config"});
   EXPECT_EQ(relay.exit_code, 2) << relay.output;
   EXPECT_NE(relay.output.find("is empty"), std::string::npos) << relay.output;
+}
+
+// The token read from --nats-token-file is what a server that requires one sees: with the right
+// token the consumer gets as far as looking up its (missing) stream; with a wrong one it stops
+// at start with exit 2 and says why, rather than waiting forever for a connection nats.c has
+// given up on.
+TEST_F(ConfigFileTest, ANatsTokenFileAuthenticatesAndAWrongTokenEndsTheConsumerAtStart) {
+  servers::NatsServer nats(servers::NatsServer::Options{.auth_token = "t0ken-from-a-file"});
+  ASSERT_EQ(nats.Start(), "");
+  const std::string good = Write("good-token", "t0ken-from-a-file\n");
+  const std::string wrong = Write("wrong-token", "another-token\n");
+  auto consume = [&](const std::string& token_file) {
+    return RunIdem(dir_, {"consume", "--nats", nats.Url(), "--stream", "NO_SUCH_STREAM",
+                          "--consumer", "c", "--deliver", "http://127.0.0.1:9/x",
+                          "--nats-token-file", token_file, "--admin-listen", "127.0.0.1:0"});
+  };
+  auto accepted = consume(good);
+  EXPECT_EQ(accepted.exit_code, 2) << accepted.output;
+  EXPECT_NE(accepted.output.find("'NO_SUCH_STREAM' does not exist"), std::string::npos)
+      << accepted.output;
+
+  auto refused = consume(wrong);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("the connection cannot be made"), std::string::npos)
+      << refused.output;
+  EXPECT_EQ(refused.output.find("another-token"), std::string::npos) << refused.output;
 }
 
 }  // namespace
