@@ -132,7 +132,7 @@ step "gateway (as idem): serves, replays, records in /var/lib/idem"
 
 # The relay, the consumer and the sweep: their installed config files, the test's servers as flags.
 run_unit "${units[1]}" "$work/relay.log" "" --store "$db" --nats "$nats" \
-  --create-stream EVENTS --subjects 'events.>' --admin-listen 127.0.0.1:0
+  --stream EVENTS --create-stream EVENTS --subjects 'events.>' --admin-listen 127.0.0.1:0
 daemon_pid[relay]=$spawned_pid daemon_unit[relay]=${units[1]}
 ready "$(address_after "$work/relay.log" "admin on" "$spawned_pid")"
 step "relay (as idem): ready"
