@@ -9,36 +9,17 @@
 
 #include <boost/asio/connect.hpp>
 
+#include "admin/http_service_url.h"
+
 namespace idem::gateway {
 
 Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(asio::any_io_executor executor,
                                                           std::string_view url,
                                                           UpstreamOptions options) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return InvalidArgumentError("upstream '" + std::string(url) +
-                                "' must be http://HOST:PORT (https is not supported)");
-  }
-  std::string_view authority = url.substr(kScheme.size());
-  while (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
-  if (authority.find('/') != std::string_view::npos) {
-    return InvalidArgumentError("upstream '" + std::string(url) + "' must not have a path");
-  }
-  const size_t colon = authority.rfind(':');
-  const std::string host(colon == std::string_view::npos ? authority : authority.substr(0, colon));
-  const std::string port(colon == std::string_view::npos ? "80" : authority.substr(colon + 1));
-  if (host.empty() || port.empty()) {
-    return InvalidArgumentError("upstream '" + std::string(url) + "' needs a host and a port");
-  }
-  boost::system::error_code ec;
-  tcp::resolver resolver(executor);
-  auto endpoints = resolver.resolve(host, port, ec);
-  if (ec) {
-    return UnavailableError("cannot resolve upstream " + std::string(authority) + ": " +
-                            ec.message());
-  }
-  return std::unique_ptr<UpstreamPool>(
-      new UpstreamPool(executor, std::move(endpoints), std::string(authority), options));
+  auto service = admin::ResolveHttpService(executor, url);
+  if (!service.ok()) return service.status().WithContext("upstream");
+  return std::unique_ptr<UpstreamPool>(new UpstreamPool(
+      executor, std::move(service->endpoints), std::move(service->authority), options));
 }
 
 UpstreamPool::UpstreamPool(asio::any_io_executor executor, tcp::resolver::results_type endpoints,

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "admin/http_service_url.h"
+
 namespace idem::worker {
 
 namespace asio = boost::asio;
@@ -56,30 +58,10 @@ struct ServiceClient::Connection {
 Result<std::unique_ptr<ServiceClient>> ServiceClient::Create(asio::io_context& io,
                                                              std::string_view url,
                                                              ServiceClientOptions options) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
-    return InvalidArgumentError("'" + std::string(url) +
-                                "' must be http://HOST:PORT (https is not supported)");
-  }
-  std::string_view authority = url.substr(kScheme.size());
-  while (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
-  if (authority.find('/') != std::string_view::npos) {
-    return InvalidArgumentError("'" + std::string(url) + "' must not have a path here");
-  }
-  const size_t colon = authority.rfind(':');
-  const std::string host(colon == std::string_view::npos ? authority : authority.substr(0, colon));
-  const std::string port(colon == std::string_view::npos ? "80" : authority.substr(colon + 1));
-  if (host.empty() || port.empty()) {
-    return InvalidArgumentError("'" + std::string(url) + "' needs a host and a port");
-  }
-  boost::system::error_code ec;
-  tcp::resolver resolver(io);
-  auto endpoints = resolver.resolve(host, port, ec);
-  if (ec) {
-    return UnavailableError("cannot resolve " + std::string(authority) + ": " + ec.message());
-  }
+  auto service = admin::ResolveHttpService(io.get_executor(), url);
+  if (!service.ok()) return service.status();
   return std::unique_ptr<ServiceClient>(
-      new ServiceClient(io, std::move(endpoints), std::string(authority), options));
+      new ServiceClient(io, std::move(service->endpoints), std::move(service->authority), options));
 }
 
 ServiceClient::ServiceClient(asio::io_context& io, tcp::resolver::results_type endpoints,
