@@ -20,6 +20,9 @@ std::string CheckOptions(const ConsumeOptions& options, gateway::Log& log) {
   if (options.stream.empty() || options.consumer.empty() || options.deliver.empty()) {
     return "--stream, --consumer and --deliver are required";
   }
+  if (options.deliver.rfind("http://", 0) != 0) {
+    return "--deliver '" + options.deliver + "' must be http://HOST:PORT/PATH";
+  }
   if (options.max_in_flight < 1) return "--max-in-flight must be at least 1";
   if (options.max_ack_pending < 1) return "--max-ack-pending must be at least 1";
   if (options.batch_size < 1 || options.batch_size > kMaxBatchSize) {

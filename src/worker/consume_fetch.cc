@@ -35,11 +35,7 @@ Sidecar::Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_cont
                          4 * (options.max_nak_delay + options.ack_wait + options.timeout))) {}
 
 Status Sidecar::Init() {
-  const std::string_view kScheme = "http://";
-  if (options_.deliver.substr(0, kScheme.size()) != kScheme) {
-    return InvalidArgumentError("--deliver '" + options_.deliver +
-                                "' must be http://HOST:PORT/PATH");
-  }
+  const std::string_view kScheme = "http://";  // CheckOptions refused any other
   const size_t slash = options_.deliver.find('/', kScheme.size());
   const std::string base = options_.deliver.substr(0, slash);
   path_ = slash == std::string::npos ? "/" : options_.deliver.substr(slash);

@@ -51,7 +51,8 @@ class Sidecar {
   Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_context& io);
 
   // Before the event loop runs: the service's address and the NATS connection (which keeps
-  // trying on its own while NATS cannot be reached). kInvalidArgument for a bad --deliver.
+  // trying on its own while NATS cannot be reached). REQUIRES: options passed
+  // CheckConsumeOptions (--deliver is http://...); kInvalidArgument for a host it cannot use.
   Status Init();
   // Before the event loop runs: the admin listener on options.admin_listen.
   Status ListenAdmin(std::string* address);

@@ -139,6 +139,12 @@ TEST_F(ConfigFileTest, FlagsOfEachKindAreReadFromTheFile) {
   EXPECT_EQ(bad_format.exit_code, 2) << bad_format.output;
   EXPECT_NE(bad_format.output.find(format + ":2: consume.log_format:"), std::string::npos)
       << bad_format.output;
+
+  auto bad_deliver = RunIdem(dir_, {"consume", "--stream", "S", "--consumer", "c", "--deliver",
+                                    "https://127.0.0.1:9/x", "--check-config"});
+  EXPECT_EQ(bad_deliver.exit_code, 2) << bad_deliver.output;
+  EXPECT_NE(bad_deliver.output.find("must be http://HOST:PORT/PATH"), std::string::npos)
+      << bad_deliver.output;
 }
 
 TEST_F(ConfigFileTest, AnUnknownKeyIsAnErrorNamingItsLine) {
