@@ -35,10 +35,10 @@ fi
 
 # Budgets in seconds, cold and warm, measured on two cores (docs/testing.md has the figures).
 declare -A budget_cold=(
-  [thread-safety-build]=150 [release-build]=420 [release-tests]=240 [release-demos]=60
+  [thread-safety-build]=150 [release-build]=420 [release-tests]=300 [release-demos]=60
   [asan-build]=600 [asan-tests]=330 [tsan-build]=420 [tsan-tests]=330)
 declare -A budget_warm=(
-  [thread-safety-build]=60 [release-build]=180 [release-tests]=240 [release-demos]=60
+  [thread-safety-build]=60 [release-build]=180 [release-tests]=300 [release-demos]=60
   [asan-build]=300 [asan-tests]=330 [tsan-build]=180 [tsan-tests]=330)
 
 # Tests at twice the cores: most of a test's time is spent waiting on servers, sockets and
