@@ -145,22 +145,7 @@ stop_pid() {
   pids=("${rest[@]}")
 }
 
-# Waits until log $1 shows "$2 HOST:PORT" (process $3 still alive); prints HOST:PORT.
-address_after() {
-  local log=$1 marker=$2 pid=$3 found
-  for _ in $(seq 1 500); do
-    found=$(grep -o "$marker [0-9.]*:[0-9]*" "$log" 2>/dev/null | head -1) || true
-    if [[ -n $found ]]; then
-      echo "${found##* }"
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.02
-  done
-  echo "gateway-bench: '$marker' never appeared in the log:" >&2
-  cat "$log" >&2
-  return 1
-}
+source bench/lib/address-after.sh
 
 upstream_executions() { curl -sf "http://$service/executions"; }
 

@@ -51,17 +51,7 @@ cleanup() {
 trap cleanup EXIT
 source bench/lib/postgres-server.sh
 
-# Waits for "$2 HOST:PORT" in log $1; prints HOST:PORT.
-address_after() {
-  for _ in $(seq 1 250); do
-    local a
-    a=$(grep -o "$2 [0-9.]*:[0-9]*" "$1" 2>/dev/null | head -1 | awk '{print $NF}') || true
-    [[ -n $a ]] && { echo "$a"; return 0; }
-    sleep 0.02
-  done
-  cat "$1" >&2
-  return 1
-}
+source bench/lib/address-after.sh
 
 build/release/example_service 127.0.0.1:0 >"$work/service.log" 2>&1 &
 pids+=($!)

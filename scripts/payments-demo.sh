@@ -86,19 +86,7 @@ fail() {
   exit 1
 }
 
-# Waits until log $1 contains "$2"; prints the HOST:PORT after it. Fails if process $3 exits.
-address_after() {
-  local log=$1 marker=$2 pid=$3
-  for _ in $(seq 1500); do
-    if grep -q "$marker" "$log" 2>/dev/null; then
-      grep -o "$marker [0-9.]*:[0-9]*" "$log" | head -1 | awk '{print $NF}'
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.02
-  done
-  fail "'$marker' never appeared in $(basename "$log")"
-}
+source bench/lib/address-after.sh
 
 # Waits up to $1 seconds for the command after it to succeed.
 wait_for() {

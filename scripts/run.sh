@@ -45,21 +45,7 @@ trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Waits until $1 contains "$2"; prints the address after it. Fails if process $3 exits first.
-address_after() {
-  local log=$1 marker=$2 pid=$3
-  for _ in $(seq 1 500); do
-    if grep -q "$marker" "$log" 2>/dev/null; then
-      grep -o "$marker [0-9.]*:[0-9]*" "$log" | head -1 | awk '{print $NF}'
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.02
-  done
-  echo "scripts/run.sh: '$marker' never appeared; the log says:" >&2
-  cat "$log" >&2
-  return 1
-}
+source bench/lib/address-after.sh
 
 build/release/example_service "$service_listen" >"$service_log" 2>&1 &
 service_pid=$!

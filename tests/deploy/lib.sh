@@ -5,6 +5,7 @@
 #   deploy_setup NAME SOURCE_DIR   sets work (a fresh temp dir, mode 711) and the exit trap
 #   spawn NAME LOG COMMAND...      starts COMMAND in the background; sets spawned_pid
 #   address_after LOG MARKER PID   waits for "MARKER HOST:PORT" in LOG; prints HOST:PORT
+#                                  (bench/lib/address-after.sh)
 #   start_postgres_and_nats        sets db (postgresql://...) and nats (nats://...)
 #   stop_pid PID [SECONDS]         SIGTERM, waits (default 15 s), then SIGKILL; sets stop_status
 #   fail MESSAGE                   prints the logs and exits 1
@@ -17,6 +18,8 @@ deploy_setup() {
   chmod 711 "$work"
   # shellcheck source=../../bench/lib/postgres-server.sh
   source "$source_dir/bench/lib/postgres-server.sh"
+  # shellcheck source=../../bench/lib/address-after.sh
+  source "$source_dir/bench/lib/address-after.sh"
   trap deploy_cleanup EXIT
 }
 
@@ -68,19 +71,6 @@ spawn() {
   "$@" >"$log" 2>&1 &
   spawned_pid=$!
   pids+=("$spawned_pid")
-}
-
-address_after() {
-  local log=$1 marker=$2 pid=$3
-  for _ in $(seq 1500); do
-    if grep -q "$marker [0-9.]*:[0-9]" "$log" 2>/dev/null; then
-      grep -o "$marker [0-9.]*:[0-9]*" "$log" | head -1 | awk '{print $NF}'
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.02
-  done
-  fail "'$marker' never appeared in $(basename "$log")"
 }
 
 start_postgres_and_nats() {
