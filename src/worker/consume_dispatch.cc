@@ -82,10 +82,6 @@ void Sidecar::SendReady() {
 Task<void> Sidecar::Dispatch(std::shared_ptr<JsMessage> m) {
   working_.emplace(m.get(), m);
   Attempt a = co_await Deliver(*m);
-  if (a.d == Disposition::kAck) {
-    QueueAck(std::move(m));
-    co_return;
-  }
   co_await Finish(std::move(m), std::move(a));
 }
 

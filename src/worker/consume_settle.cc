@@ -11,21 +11,16 @@ Task<void> Sidecar::Settle(JsMessage& m, Attempt a) {
   Disposition d = a.d;
   GiveUp& give_up = a.give_up;
   std::string term_note;
-  if (d == Disposition::kAck) {
-    failures_.Forget(m.stream_sequence());
-  } else {
-    give_up.failing_for =
-        failures_.Failed(m.stream_sequence(), std::chrono::steady_clock::now());
-    give_up.reason = d == Disposition::kTerm
-                         ? GiveUpReason::kRefused
-                         : RetryLimitReached(m.delivery_count(), give_up.failing_for,
-                                             a.unreachable, limits_);
-    if (give_up.reason != GiveUpReason::kNone) {
-      give_up.why = a.why;
-      if (give_up.reason != GiveUpReason::kRefused) metrics_.Count(ConsumeMetrics::kLimitReached);
-      d = co_await DeadLetter(m, give_up, &term_note);
-      if (d == Disposition::kTerm) failures_.Forget(m.stream_sequence());
-    }
+  give_up.failing_for = failures_.Failed(m.stream_sequence(), std::chrono::steady_clock::now());
+  give_up.reason = d == Disposition::kTerm
+                       ? GiveUpReason::kRefused
+                       : RetryLimitReached(m.delivery_count(), give_up.failing_for,
+                                           a.unreachable, limits_);
+  if (give_up.reason != GiveUpReason::kNone) {
+    give_up.why = a.why;
+    if (give_up.reason != GiveUpReason::kRefused) metrics_.Count(ConsumeMetrics::kLimitReached);
+    d = co_await DeadLetter(m, give_up, &term_note);
+    if (d == Disposition::kTerm) failures_.Forget(m.stream_sequence());
   }
   SettleWithNats(m, d, a.why, a.retry_after, term_note);
   FreeSlots(1);

@@ -174,9 +174,9 @@ class Sidecar {
   Attempt FailedExchange(const ServiceAnswer& r);
 
   // --- consume_settle.cc: the end of one attempt (event loop) --------------------------------
-  // One message's attempt settled (not an ack: QueueAck): a failure counts against the retry
-  // limits and may give it up (dead letter, then term); then nak or term with NATS, and the
-  // window is freed.
+  // One message's failed attempt settled: it counts against the retry limits and may give the
+  // message up (dead letter, then term); then nak or term with NATS, and the window is freed.
+  // REQUIRES: a.d is not kAck (acks go to QueueAck).
   Task<void> Settle(JsMessage& m, Attempt a);
   // `term_note` says why a terminated message was given up and where it went.
   void SettleWithNats(JsMessage& m, Disposition d, const std::string& why,
