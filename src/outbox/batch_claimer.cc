@@ -9,7 +9,7 @@ namespace {
 
 // Batches locked while one is published. One, not two: on two cores a second lock ahead kept
 // one more transaction open and cost 3% to 11% more CPU per event, for a lower rate
-// (docs/benchmarks.md, "One batch locked ahead").
+// (docs/benchmarks.md, the relay under "How we got here").
 constexpr int kClaimsAhead = 1;
 // A lock ahead may take the next rows of the keys of the batches before it, since they are
 // published first on the same connection. Which rows those batches publish is known once they
