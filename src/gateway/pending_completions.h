@@ -8,7 +8,7 @@
 // what Begin will answer once the write is stored (Answer). The entry goes when the write is
 // stored or fenced (another owner took the key over on a gateway sharing the store, or it was
 // purged). An entry lives only as long as the process: a gateway that stops before the store
-// takes the write loses it (docs/gateway.md, "Completion fails").
+// takes the write loses it (docs/gateway.md, "When a store write fails").
 //
 // Bounded: once `max_entries` are held, full() is true and the gateway forwards no new protected
 // request (each could add one more); requests already at the upstream still add theirs, so the

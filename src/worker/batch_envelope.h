@@ -1,6 +1,6 @@
 // `idem consume --batch-size N`: the JSON envelope that carries several messages in one POST,
 // and the service's per-item answer read back. Pure functions (no NATS, no sockets), unit-tested
-// on their own; docs/worker.md ("Batch delivery") documents both formats for service authors.
+// on their own; docs/reference/http.md documents both formats for service authors.
 //
 // Request (Content-Type: application/json, header Idem-Batch: <number of messages>):
 //   {"messages":[{"idempotency_key":"order-1","subject":"orders.created","stream":"ORDERS",

@@ -1,6 +1,6 @@
 // Where a given-up message goes: a copy on the dead-letter subject, with headers saying why,
 // published before the message is terminated. Shared by `idem consume` and
-// idem::worker::JetStreamConsumer; docs/worker.md ("Poison messages") lists the headers.
+// idem::worker::JetStreamConsumer; docs/reference/http.md lists the headers.
 #pragma once
 
 #include <cstdint>

@@ -238,7 +238,7 @@ TEST_F(PgWorkerTest, LedgerRefusesTruncateAndBalancesOnlyMoveWithEntries) {
   ASSERT_EQ(c->Exec("COMMIT"), "");
 }
 
-// An application role with the privileges docs/worker.md lists appends entries (the balance
+// An application role with the privileges docs/reference/sql.md lists appends entries (the balance
 // moves through the ledger's trigger, which runs as the schema's owner) and reads balances, but
 // cannot write either table otherwise.
 TEST_F(PgWorkerTest, AnApplicationRoleAppendsWithoutWritingBalances) {
