@@ -280,30 +280,21 @@ def check_sql_reference(root, problems):
     headed, internal = {}, {}
     for path in sorted(glob.glob(os.path.join(root, REFERENCE, "sql*.md"))):
         where = os.path.relpath(path, root)
-        lines = read_numbered(path)
-        fenced, table = False, False
-        for number, line in lines:
+        fenced, own_use, section = False, False, []
+        for number, line in read_numbered(path):
             if FENCE.match(line):
                 fenced = not fenced
-            if fenced:
-                continue
-            heading = re.match(r"^(#{1,6})\s+(.*)$", line)
+            heading = None if fenced else re.match(r"^#{1,6}\s+(.*?)\s*$", line)
             if heading:
-                table = "own use" in heading.group(2)
-                m = re.match(r"^`(idem\.\w+)`\s*$", heading.group(2).strip())
+                own_use = "own use" in heading.group(1)
+                m = re.match(r"^`(idem\.\w+)`$", heading.group(1))
                 if m:
                     headed[m.group(1)] = f"{where}:{number}"
-        rows = [(n, l) for n, l in lines]
-        in_table = False
-        for number, line in rows:
-            heading = re.match(r"^#{1,6}\s+(.*)$", line)
-            if heading:
-                in_table = "own use" in heading.group(1)
-                continue
-            if in_table and line.startswith("|") and not re.match(r"^\|[\s:|-]*$", line):
-                cell = re.split(r"(?<!\\)\|", line)[1]
-                for name in re.findall(r"`((?:idem\.)?idem_\w+|idem\.\w+)`", cell):
-                    internal[name] = f"{where}:{number}"
+            elif own_use:
+                section.append((number, line))
+        for number, cell in table_first_cells(section):
+            for name in re.findall(r"`(idem_\w+|idem\.\w+)`", cell):
+                internal[name] = f"{where}:{number}"
     for name in sorted(created - set(headed) - set(internal)):
         problems.append(f"{REFERENCE}/sql*.md: function {name} (sql/schema) is neither a heading "
                         f"nor in the \"own use\" table")
