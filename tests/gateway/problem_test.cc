@@ -1,5 +1,5 @@
-// The answer tables (src/gateway/problem.cc) and docs/gateway.md say the same: a row added,
-// removed or changed on one side only fails here.
+// The answer tables (src/gateway/problem.cc) and the docs (docs/reference/http.md, the table in
+// docs/gateway.md) say the same: a row added, removed or changed on one side only fails here.
 #include "gateway/problem.h"
 
 #include <gtest/gtest.h>
@@ -18,8 +18,9 @@ namespace {
 
 using Row = std::vector<std::string>;
 
-std::string ReadDocs() {
-  std::ifstream in(std::string(idem::build_tree::kSourceDir) + "/docs/gateway.md");
+// A page of docs/, e.g. "reference/http.md".
+std::string ReadDocs(const std::string& page) {
+  std::ifstream in(std::string(idem::build_tree::kSourceDir) + "/docs/" + page);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
@@ -90,8 +91,8 @@ Row ExpectedCells(const Answer& a) {
 }
 
 TEST(ProblemTest, TheDocsAnswerTableIsTheCodesTable) {
-  const std::vector<Row> docs = Table(ReadDocs(), "cause");
-  ASSERT_FALSE(docs.empty()) << "docs/gateway.md has no '| cause |' table";
+  const std::vector<Row> docs = Table(ReadDocs("reference/http.md"), "cause");
+  ASSERT_FALSE(docs.empty()) << "docs/reference/http.md has no '| cause |' table";
   std::map<std::string, Row> by_cause;
   for (const Row& row : docs) {
     ASSERT_EQ(row.size(), 7u) << row[0];
@@ -103,7 +104,7 @@ TEST(ProblemTest, TheDocsAnswerTableIsTheCodesTable) {
     in_code.insert(cause);
     auto it = by_cause.find(cause);
     if (it == by_cause.end()) {
-      ADD_FAILURE() << "docs/gateway.md's answer table has no row for " << cause;
+      ADD_FAILURE() << "docs/reference/http.md's answer table has no row for " << cause;
       continue;
     }
     const Row& cells = it->second;
@@ -117,72 +118,59 @@ TEST(ProblemTest, TheDocsAnswerTableIsTheCodesTable) {
     EXPECT_EQ(Row(cells.begin() + 2, cells.end()), ExpectedCells(*row.answer)) << cause;
   }
   for (const auto& [cause, row] : by_cause) {
-    EXPECT_TRUE(in_code.count(cause)) << "docs/gateway.md lists " << cause
+    EXPECT_TRUE(in_code.count(cause)) << "docs/reference/http.md lists " << cause
                                       << ", which the code's table does not have";
   }
 }
 
 TEST(ProblemTest, TheDocsProblemTypesAreTheCodesProblems) {
-  const std::vector<Row> docs = Table(ReadDocs(), "status");
-  ASSERT_FALSE(docs.empty());
-  std::map<std::string, Row> by_type;
+  // docs/reference/http.md: | status | slug | when | a retry with the same key |
+  const std::vector<Row> docs = Table(ReadDocs("reference/http.md"), "status");
+  ASSERT_FALSE(docs.empty()) << "docs/reference/http.md has no '| status |' table";
+  std::map<std::string, Row> by_slug;
   for (const Row& row : docs) {
-    ASSERT_EQ(row.size(), 3u);
-    by_type[row[1]] = row;
+    ASSERT_EQ(row.size(), 4u) << row[1];
+    EXPECT_TRUE(by_slug.emplace(row[1], row).second) << "listed twice: " << row[1];
   }
-  ASSERT_EQ(by_type.size(), docs.size()) << "a type listed twice";
   for (size_t i = 0; i < static_cast<size_t>(Problem::kCount); ++i) {
     const auto problem = static_cast<Problem>(i);
     // Appended, not "`" + std::string(...): GCC 12.2 warns of a memcpy out of bounds in that
     // operator+ when it inlines it here (-Warray-bounds, a false report; GCC bug 105651).
-    std::string type = "`";
-    type.append(ProblemType(problem)).append("`");
-    auto it = by_type.find(type);
-    if (it == by_type.end()) {
-      ADD_FAILURE() << "docs/gateway.md's problem types lack " << type;
+    std::string slug = "`";
+    slug.append(Slug(problem)).append("`");
+    auto it = by_slug.find(slug);
+    if (it == by_slug.end()) {
+      ADD_FAILURE() << "docs/reference/http.md's statuses lack " << slug;
       continue;
     }
-    EXPECT_EQ(it->second[0], std::to_string(static_cast<int>(ProblemStatus(problem)))) << type;
-    // The docs may add a note in parentheses after the title.
-    const std::string title(ProblemTitle(problem));
-    EXPECT_TRUE(it->second[2] == title || it->second[2].rfind(title + " (", 0) == 0)
-        << type << ": " << it->second[2] << " vs " << title;
-    by_type.erase(it);
+    EXPECT_EQ(it->second[0], std::to_string(static_cast<int>(ProblemStatus(problem)))) << slug;
+    by_slug.erase(it);
   }
-  for (const auto& [type, row] : by_type) ADD_FAILURE() << "docs list an unknown type " << type;
+  for (const auto& [slug, row] : by_slug) ADD_FAILURE() << "docs list an unknown slug " << slug;
 }
 
-// The big "what happens to a request" table: every "NNN `slug`" it promises is that problem's
-// status, and every outcome it names is a metrics label.
-TEST(ProblemTest, TheDocsSituationTableNamesRealProblemsAndOutcomes) {
-  const std::vector<Row> docs = Table(ReadDocs(), "situation");
-  ASSERT_GT(docs.size(), 20u);
+// docs/gateway.md's "what happens to a request" table: every "NNN `slug`" it promises is that
+// problem's status.
+TEST(ProblemTest, TheDocsSituationTableNamesRealProblems) {
+  const std::vector<Row> docs = Table(ReadDocs("gateway.md"), "situation");
+  ASSERT_GT(docs.size(), 10u);
   std::map<std::string, int> status_of;
   for (size_t i = 0; i < static_cast<size_t>(Problem::kCount); ++i) {
     status_of[Slug(static_cast<Problem>(i))] =
         static_cast<int>(ProblemStatus(static_cast<Problem>(i)));
   }
-  std::set<std::string> labels;
-  for (size_t i = 0; i < static_cast<size_t>(Outcome::kCount); ++i) {
-    labels.insert(std::string(OutcomeLabel(static_cast<Outcome>(i))));
-  }
   const std::regex answer(R"((\d{3}) `([a-z-]+)`)");
-  const std::regex token("`([a-z_]+)`");
   int problems_seen = 0;
   for (const Row& row : docs) {
-    ASSERT_EQ(row.size(), 5u) << row[0];
+    ASSERT_EQ(row.size(), 4u) << row[0];
     for (std::sregex_iterator m(row[1].begin(), row[1].end(), answer), end; m != end; ++m) {
       const std::string slug = (*m)[2];
       ASSERT_TRUE(status_of.count(slug)) << "unknown problem type " << slug << " in: " << row[0];
       EXPECT_EQ(std::stoi((*m)[1]), status_of[slug]) << slug << " in: " << row[0];
       ++problems_seen;
     }
-    for (std::sregex_iterator m(row[4].begin(), row[4].end(), token), end; m != end; ++m) {
-      if ((*m)[1].str().rfind("idem_gateway_", 0) == 0) continue;  // a metric, not an outcome
-      EXPECT_TRUE(labels.count((*m)[1])) << "unknown outcome " << (*m)[1] << " in: " << row[0];
-    }
   }
-  EXPECT_GT(problems_seen, 20);
+  EXPECT_GE(problems_seen, 8);
 }
 
 TEST(ProblemTest, EveryStatusCodeHasARow) {
