@@ -34,4 +34,5 @@ set(IDEM_SQL_MIGRATIONS
   migrations/017_worker_fails_closed.sql
   migrations/018_outbox_relay_subjects_and_held_keys.sql
   migrations/019_outbox_fails_closed.sql
-  migrations/020_outbox_ordering_key_header.sql)
+  migrations/020_outbox_ordering_key_header.sql
+  migrations/021_operations_fail_closed.sql)

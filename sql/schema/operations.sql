@@ -71,7 +71,8 @@ BEGIN
     -- Completes an accepted long-running operation with its final response, in the caller's
     -- transaction: retries of the request replay it for `keep`. False when `token` no longer
     -- owns the operation (its lease ran out and a retry took it over, or it was released or
-    -- purged): a job that was taken over must not overwrite the new owner's result.
+    -- purged): a job that was taken over must not overwrite the new owner's result. A NULL
+    -- tenant digest, key or token is 22023, never a false a job would read as "taken over".
     CREATE OR REPLACE FUNCTION idem.operation_complete(tenant_digest text, key text,
                                                        token bigint, status integer,
                                                        headers jsonb DEFAULT '[]',
@@ -81,6 +82,10 @@ BEGIN
     DECLARE
       v_keep_ms bigint := floor(extract(epoch FROM keep) * 1000)::bigint;
     BEGIN
+      IF tenant_digest IS NULL OR key IS NULL OR token IS NULL THEN
+        RAISE EXCEPTION 'idem.operation_complete: tenant_digest, key and token are required'
+          USING ERRCODE = 'invalid_parameter_value';
+      END IF;
       IF v_keep_ms IS NULL OR v_keep_ms <= 0 THEN
         RAISE EXCEPTION 'idem.operation_complete: keep must be positive'
           USING ERRCODE = 'invalid_parameter_value';
@@ -90,12 +95,17 @@ BEGIN
     END $body$;
 
     -- Gives an accepted operation up after a transient failure: the next retry executes again.
-    -- False when `token` no longer owns it.
+    -- False when `token` no longer owns it; 22023 for a NULL tenant digest, key or token.
     CREATE OR REPLACE FUNCTION idem.operation_release(tenant_digest text, key text,
                                                       token bigint)
-    RETURNS boolean LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $body$
-      SELECT idem_release(idem.operation_scope_id($1, $2), $3, NULL)
-    $body$;
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $body$
+    BEGIN
+      IF tenant_digest IS NULL OR key IS NULL OR token IS NULL THEN
+        RAISE EXCEPTION 'idem.operation_release: tenant_digest, key and token are required'
+          USING ERRCODE = 'invalid_parameter_value';
+      END IF;
+      RETURN idem_release(idem.operation_scope_id(tenant_digest, key), token, NULL);
+    END $body$;
 
   PERFORM set_config('search_path', v_caller, true);
 END $install$;

@@ -353,6 +353,18 @@ TEST_F(PostgresStoreTest, JobCompletesAnAcceptedOperationInItsOwnTransaction) {
                 ", 201, '[[\"Location\"]]')")
                 .find("[name, value] pair"),
             std::string::npos);
+  // A NULL address fails closed: an error, never a false the job would read as "taken over".
+  for (const std::string& args : {"NULL, 'op-1', " + t, "'c0ffee', NULL, " + t,
+                                  std::string("'c0ffee', 'op-1', NULL")}) {
+    EXPECT_NE(Sql("SELECT idem.operation_complete(" + args + ", 201)")
+                  .find("tenant_digest, key and token are required"),
+              std::string::npos)
+        << args;
+    EXPECT_NE(Sql("SELECT idem.operation_release(" + args + ")")
+                  .find("tenant_digest, key and token are required"),
+              std::string::npos)
+        << args;
+  }
 
   // The job's transaction: its business write and the completion commit together. The
   // headers keep their order and their bytes.
