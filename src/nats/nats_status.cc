@@ -34,4 +34,9 @@ Status FromNats(natsStatus s, std::string_view what, jsErrCode js_error) {
   }
 }
 
+bool NatsRefusedCredentials(natsStatus s, std::string_view text) {
+  return s == NATS_CONNECTION_AUTH_FAILED || s == NATS_NOT_PERMITTED ||
+         text.find("Authorization Violation") != std::string_view::npos;
+}
+
 }  // namespace idem::internal

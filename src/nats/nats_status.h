@@ -23,4 +23,8 @@ std::string NatsErrorText(natsStatus s, jsErrCode js_error = static_cast<jsErrCo
 Status FromNats(natsStatus s, std::string_view what,
                 jsErrCode js_error = static_cast<jsErrCode>(0));
 
+// Whether a connection failed with `s` (nats.c's text for it `text`) because the server refused
+// its credentials (none, or wrong ones): retrying with the same ones will never connect.
+bool NatsRefusedCredentials(natsStatus s, std::string_view text);
+
 }  // namespace idem::internal

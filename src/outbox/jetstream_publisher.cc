@@ -123,6 +123,9 @@ Result<std::unique_ptr<JetStreamPublisher>> JetStreamPublisher::Connect(
     Status failed = internal::FromNats(s, "nats connect to " + url);
     // Before any server answered, nats.c's generic error is the URL's or the options'.
     if (s == NATS_ERR) return InvalidArgumentError(std::string(failed.message()));
+    if (internal::NatsRefusedCredentials(s, failed.message())) {
+      return FailedPreconditionError(std::string(failed.message()));
+    }
     return failed;
   }
   jsOptions jo;

@@ -54,7 +54,7 @@ int64_t EncodedSize(const OutMessage& message);
 class JetStreamPublisher {
  public:
   // Connects to `url`; after that nats.c reconnects by itself, forever. kUnavailable when the
-  // server cannot be reached now.
+  // server cannot be reached now; kFailedPrecondition when it refuses the credentials.
   // `auth`: a token or a credentials file besides what the URL carries.
   static Result<std::unique_ptr<JetStreamPublisher>> Connect(const std::string& url,
                                                              std::chrono::milliseconds ack_timeout,

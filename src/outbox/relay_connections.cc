@@ -14,6 +14,13 @@ Status RelayConnections::Connect() {
   if (nats_ == nullptr) {
     auto nats = JetStreamPublisher::Connect(options_.nats_url, options_.ack_timeout,
                                              options_.nats_auth);
+    if (!nats.ok() && nats.status().code() == StatusCode::kFailedPrecondition) {
+      return FailedPreconditionError(
+          "--nats " + options_.nats_url + ": the connection cannot be made (" +
+          std::string(nats.status().message()) +
+          "); a server that refuses the credentials says so in its log: check "
+          "--nats-token-file, --nats-credentials-file or the URL's user");
+    }
     if (!nats.ok()) return nats.status();
     nats_ = std::move(*nats);
     spdlog::info("relay: connected to nats {}", options_.nats_url);

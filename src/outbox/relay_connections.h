@@ -28,7 +28,8 @@ class RelayConnections {
 
   // Connects what is not connected (PostgreSQL again when its connection broke), then checks
   // or creates the stream and settles the subjects this relay takes. kInvalidArgument when
-  // --subjects reaches beyond the stream's; the connection errors otherwise.
+  // --subjects reaches beyond the stream's; kFailedPrecondition when the NATS server refuses
+  // the credentials; the connection errors otherwise.
   Status Connect();
   // Reads the stream again: its duplicate window and subjects may have changed. A failure is
   // logged and the stream as read before is kept.

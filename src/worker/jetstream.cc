@@ -104,8 +104,7 @@ std::optional<std::string> NatsConnection::GaveUp() const {
   const std::string detail = text != nullptr && *text != '\0' ? text : natsStatus_GetText(last);
   // nats.c drops a server from its pool once it refuses the credentials twice, and closes the
   // connection when its pool is empty; the first refusal is already final for us.
-  const bool refused = last == NATS_CONNECTION_AUTH_FAILED || last == NATS_NOT_PERMITTED ||
-                       detail.find("Authorization Violation") != std::string::npos;
+  const bool refused = internal::NatsRefusedCredentials(last, detail);
   if (!refused && !natsConnection_IsClosed(conn_)) return std::nullopt;
   return detail;
 }

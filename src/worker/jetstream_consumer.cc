@@ -14,7 +14,7 @@
 
 #include "core/crash_point.h"
 #include "core/text.h"
-#include "pg/pg_result.h"
+#include "worker/consumer_transactions.h"
 #include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"
 #include "worker/first_failures.h"
@@ -32,18 +32,15 @@ std::string_view ConsumedMessage::Header(std::string_view name) const {
 class JetStreamConsumer::Impl {
  public:
   Impl(Options options, std::string conninfo)
-      : options_(std::move(options)),
-        conninfo_(std::move(conninfo)),
+      : options_(WithDefaults(std::move(options))),
+        db_(std::move(conninfo), options_.inbox, options_.inbox_consumer),
         limits_{options_.max_deliver, options_.max_retry_time},
         failures_(std::max(Duration(10 * 60 * 1000),
-                           4 * (options_.max_nak_delay + options_.ack_wait))) {
-    if (options_.inbox_consumer.empty()) options_.inbox_consumer = options_.consumer;
-  }
+                           4 * (options_.max_nak_delay + options_.ack_wait))) {}
 
   ~Impl() {
     sub_.reset();
     nats_.reset();
-    if (pg_ != nullptr) PQfinish(pg_);
   }
 
   Status Connect() {
@@ -109,7 +106,7 @@ class JetStreamConsumer::Impl {
         Log("info", "pulling from " + options_.stream + "/" + options_.consumer +
                         (options_.inbox ? ", inbox '" + options_.inbox_consumer + "'" : ", no inbox"));
       }
-      if (Status s = EnsureDatabase(); !s.ok()) {
+      if (Status s = db_.EnsureConnected(); !s.ok()) {
         report("database unavailable: " + s.ToString() + "; retrying");
         Pause(std::chrono::milliseconds(500));
         continue;
@@ -150,6 +147,13 @@ class JetStreamConsumer::Impl {
   }
 
  private:
+  using Ending = ConsumerTransactions::Ending;
+
+  static Options WithDefaults(Options options) {
+    if (options.inbox_consumer.empty()) options.inbox_consumer = options.consumer;
+    return options;
+  }
+
   void Log(std::string_view level, const std::string& line) {
     if (options_.log) {
       options_.log(level, line);
@@ -161,39 +165,6 @@ class JetStreamConsumer::Impl {
   void Pause(std::chrono::milliseconds d) {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, d, [&] { return stop_.load(); });
-  }
-
-  Status EnsureDatabase() {
-    if (pg_ == nullptr || PQstatus(pg_) == CONNECTION_BAD) claim_prepared_ = false;
-    if (pg_ == nullptr) pg_ = PQconnectdb(conninfo_.c_str());
-    else if (PQstatus(pg_) == CONNECTION_BAD) PQreset(pg_);
-    if (PQstatus(pg_) != CONNECTION_OK) {
-      std::string e = PQerrorMessage(pg_);
-      while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
-      return UnavailableError("connect to PostgreSQL: " + e);
-    }
-    return Status::Ok();
-  }
-
-  // Runs a transaction-control statement; true if the server answered with `expect` as the
-  // command tag (a COMMIT of an aborted transaction answers ROLLBACK).
-  bool Control(const char* sql, std::string_view expect, std::string* error) {
-    PGresult* r = PQexec(pg_, sql);
-    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK && expect == PQcmdStatus(r);
-    if (!ok) {
-      *error = std::string(sql) + ": " +
-               (PQresultStatus(r) == PGRES_COMMAND_OK ? std::string("answered ") + PQcmdStatus(r)
-                                                      : std::string(PQerrorMessage(pg_)));
-      while (!error->empty() && error->back() == '\n') error->pop_back();
-    }
-    PQclear(r);
-    return ok;
-  }
-
-  void Rollback() {
-    if (PQstatus(pg_) == CONNECTION_OK && PQtransactionStatus(pg_) != PQTRANS_IDLE) {
-      PQclear(PQexec(pg_, "ROLLBACK"));
-    }
   }
 
   // A failed delivery of `m` (`failure`: what failed, for a dead letter): naked for a
@@ -273,149 +244,13 @@ class JetStreamConsumer::Impl {
            ", delivery " + std::to_string(m.delivery_count()) + ")";
   }
 
-  // The claim as a prepared statement of this connection (kClaimStatement), so that each
-  // message's claim skips parsing and planning. Prepared once per connection; after an error
-  // it is dropped and prepared again, in case the handler deallocated it.
-  static constexpr const char* kClaimStatement = "idem_consumer_inbox_claim";
-  Status PrepareClaim() {
-    if (claim_prepared_) return Status::Ok();
-    PQclear(PQexec(pg_, (std::string("DEALLOCATE ") + kClaimStatement).c_str()));  // may not exist
-    PGresult* r = PQexec(pg_, (std::string("PREPARE ") + kClaimStatement +
-                               " (text, text) AS SELECT idem.inbox_claim($1, $2)").c_str());
-    const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    Status out;
-    if (!ok) {
-      std::string e = PQerrorMessage(pg_);
-      while (!e.empty() && e.back() == '\n') e.pop_back();
-      const char* sqlstate = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-      out = (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
-                ? FailedPreconditionError("inbox claim: " + e +
-                                          " (is the worker schema installed? idem migrate)")
-                : UnavailableError("prepare the inbox claim: " + e);
-    }
-    PQclear(r);
-    claim_prepared_ = ok;
-    return out;
-  }
-
-  // The error of result `r` (or of the connection) as one line.
-  std::string ErrorText(PGresult* r) const {
-    std::string e = r != nullptr ? PQresultErrorMessage(r) : "";
-    if (e.empty()) e = PQerrorMessage(pg_);
-    while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
-    return e;
-  }
-
-  // How the previous message's transaction ends, sent in the same round trip as the next
-  // message's BEGIN and claim (see ApplyBatch).
-  enum class Ending { kNone, kCommit, kRollback };
-
-  // One round trip: [COMMIT or ROLLBACK of the previous message's transaction;] BEGIN; and
-  // with the inbox the claim of `key` (the prepared statement running the same SQL function
-  // worker.h's InboxClaim calls), as one simple-protocol query whose statements answer one
-  // result each. `*ended` receives the ending's own outcome: OK, or why the COMMIT did not
-  // commit; when it failed with an error the server skipped the rest, and the BEGIN and claim
-  // are sent again on their own. Returns whether the handler should run.
-  Result<bool> BeginAndClaim(const std::string& key, Ending ending, Status* ended) {
-    if (options_.inbox && !claim_prepared_ && ending != Ending::kNone) {
-      // Preparing runs statements of its own: end the previous transaction first.
-      if (ending == Ending::kCommit) {
-        *ended = Commit();
-        if (!ended->ok()) Rollback();
-      } else {
-        Rollback();
-      }
-      ending = Ending::kNone;
-    }
-    std::string sql;
-    if (ending == Ending::kCommit) sql = "COMMIT; ";
-    if (ending == Ending::kRollback) sql = "ROLLBACK; ";
-    sql += "BEGIN";
-    if (options_.inbox) {
-      IDEM_RETURN_IF_ERROR(PrepareClaim());
-      IDEM_RETURN_IF_ERROR(AppendClaim(key, &sql));
-    }
-    std::vector<internal::pg::PgResult> results;
-    if (PQsendQuery(pg_, sql.c_str()) == 1) {
-      while (PGresult* r = PQgetResult(pg_)) results.emplace_back(r);
-    }
-    size_t next = 0;
-    if (ending != Ending::kNone) {
-      PGresult* r = results.empty() ? nullptr : results[0].get();
-      const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK &&
-                      std::string_view(PQcmdStatus(r)) ==
-                          (ending == Ending::kCommit ? "COMMIT" : "ROLLBACK");
-      if (ok) {
-        *ended = Status::Ok();
-        next = 1;
-      } else if (r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK) {
-        *ended = UnavailableError("COMMIT: answered " + std::string(PQcmdStatus(r)));
-        next = 1;  // the transaction had failed; the BEGIN and claim ran after it
-      } else {
-        *ended = UnavailableError(std::string(ending == Ending::kCommit ? "COMMIT" : "ROLLBACK") +
-                                  ": " + ErrorText(r));
-        if (r == nullptr || PQstatus(pg_) != CONNECTION_OK) {
-          claim_prepared_ = false;
-          return UnavailableError("BEGIN and inbox claim: " + ErrorText(r));
-        }
-        return BeginAndClaim(key, Ending::kNone, ended);  // skipped by the server: again
-      }
-    }
-    PGresult* begun = results.size() > next ? results[next].get() : nullptr;
-    PGresult* claim = results.size() > next + 1 ? results[next + 1].get() : nullptr;
-    if (begun == nullptr || PQresultStatus(begun) != PGRES_COMMAND_OK) {
-      claim_prepared_ = false;
-      return UnavailableError("BEGIN: " + ErrorText(begun));
-    }
-    if (!options_.inbox) return true;
-    return ClaimAnswer(claim);
-  }
-
-  // Appends "; EXECUTE <the prepared claim>('<inbox consumer>', '<key>')" to `sql`.
-  Status AppendClaim(const std::string& key, std::string* sql) {
-    char* consumer =
-        PQescapeLiteral(pg_, options_.inbox_consumer.data(), options_.inbox_consumer.size());
-    char* id = PQescapeLiteral(pg_, key.data(), key.size());
-    Status out;
-    if (consumer == nullptr || id == nullptr) {
-      out = UnavailableError(std::string("escape: ") + PQerrorMessage(pg_));
-    } else {
-      *sql += std::string("; EXECUTE ") + kClaimStatement + "(" + consumer + ", " + id + ")";
-    }
-    PQfreemem(consumer);
-    PQfreemem(id);
-    return out;
-  }
-
-  // What one claim's result says: claimed or not, or why it failed (which also forgets the
-  // prepared claim, in case the failure was its loss).
-  Result<bool> ClaimAnswer(PGresult* claim) {
-    if (claim != nullptr && PQresultStatus(claim) == PGRES_TUPLES_OK && PQntuples(claim) == 1) {
-      return PQgetvalue(claim, 0, 0)[0] == 't';
-    }
-    const std::string e = ErrorText(claim);
-    const char* sqlstate = claim != nullptr ? PQresultErrorField(claim, PG_DIAG_SQLSTATE) : nullptr;
-    claim_prepared_ = false;
-    return (sqlstate != nullptr && std::string_view(sqlstate).substr(0, 2) == "42")
-               ? FailedPreconditionError("inbox claim: " + e +
-                                         " (is the worker schema installed? idem migrate)")
-               : UnavailableError("inbox claim: " + e);
-  }
-
-  // COMMIT on its own round trip (the last message of a batch).
-  Status Commit() {
-    std::string error;
-    if (Control("COMMIT", "COMMIT", &error)) return Status::Ok();
-    return UnavailableError(error);
-  }
-
   // After the COMMIT of `m`'s transaction answered: ack it, or nak it when the COMMIT failed
   // (committed or not, a redelivery is safe: the claim decides).
   void Committed(JsMessage& m, const Status& commit) {
     if (!commit.ok()) {
       ++errors_;
       // A deferred constraint may fail this message's COMMIT every time: it counts.
-      Failed(m, commit.message(), "commit", /*unreachable=*/PQstatus(pg_) != CONNECTION_OK);
+      Failed(m, commit.message(), "commit", /*unreachable=*/!db_.connected());
       return;
     }
     internal::CrashPoint("runtime.after_commit");
@@ -445,50 +280,35 @@ class JetStreamConsumer::Impl {
   // handler or the COMMIT failed; the caller then applies the group one message at a time,
   // which settles each message on its own outcome.
   bool ApplyGroup(std::span<JsMessage> group, const MessageHandler& handler) {
-    std::string sql = "BEGIN";
     std::vector<size_t> order(group.size());  // claim i is for message order[i]
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (options_.inbox) {
       // Stable: of two messages with one key, the first fetched is the one claimed.
       std::stable_sort(order.begin(), order.end(),
                        [&](size_t a, size_t b) { return group[a].key() < group[b].key(); });
-      if (Status s = PrepareClaim(); !s.ok()) return GroupFailed(group.size(), s.ToString());
-      for (size_t i : order) {
-        if (Status s = AppendClaim(group[i].key(), &sql); !s.ok()) {
-          return GroupFailed(group.size(), s.ToString());
-        }
-      }
     }
-    std::vector<internal::pg::PgResult> results;
-    if (PQsendQuery(pg_, sql.c_str()) == 1) {
-      while (PGresult* r = PQgetResult(pg_)) results.emplace_back(r);
-    }
-    if (results.empty() || PQresultStatus(results[0].get()) != PGRES_COMMAND_OK) {
-      claim_prepared_ = false;
-      return GroupFailed(group.size(),
-                         "BEGIN: " + ErrorText(results.empty() ? nullptr : results[0].get()));
-    }
+    std::vector<std::string_view> keys;
+    keys.reserve(order.size());
+    for (size_t i : order) keys.push_back(group[i].key());
+    Result<std::vector<bool>> answers = db_.BeginAndClaimAll(keys);
+    if (!answers.ok()) return GroupFailed(group.size(), answers.status().ToString());
     std::vector<char> claimed(group.size(), 1);
-    if (options_.inbox) {
-      for (size_t i = 0; i < order.size(); ++i) {
-        Result<bool> c = ClaimAnswer(results.size() > i + 1 ? results[i + 1].get() : nullptr);
-        if (!c.ok()) return GroupFailed(group.size(), c.status().ToString());
-        claimed[order[i]] = *c ? 1 : 0;
-      }
-    }
+    for (size_t i = 0; i < order.size(); ++i) claimed[order[i]] = (*answers)[i] ? 1 : 0;
     for (size_t i = 0; i < group.size(); ++i) {
       if (!claimed[i]) continue;
       JsMessage& m = group[i];
       const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
                                  m.stream(), m.stream_sequence(), m.delivery_count()};
-      Status handled = handler(pg_, view);
-      if (handled.ok() && PQtransactionStatus(pg_) != PQTRANS_INTRANS) {
+      Status handled = handler(db_.conn(), view);
+      if (handled.ok() && PQtransactionStatus(db_.conn()) != PQTRANS_INTRANS) {
         handled = InternalError("the handler's transaction failed or was ended");
       }
       if (!handled.ok()) return GroupFailed(group.size(), "handler: " + handled.ToString());
     }
     internal::CrashPoint("runtime.before_commit");
-    if (Status commit = Commit(); !commit.ok()) return GroupFailed(group.size(), commit.ToString());
+    if (Status commit = db_.Commit(); !commit.ok()) {
+      return GroupFailed(group.size(), commit.ToString());
+    }
     internal::CrashPoint("runtime.after_commit");
     for (size_t i = 0; i < group.size(); ++i) {
       Settle(group[i], true);
@@ -504,7 +324,7 @@ class JetStreamConsumer::Impl {
 
   // Rolls back a failed group's transaction and says why it is applied again one by one.
   bool GroupFailed(size_t size, const std::string& why) {
-    Rollback();
+    db_.Rollback();
     Log("warn", "a group of " + std::to_string(size) + " messages was rolled back (" + why +
                     "); applying them one per transaction");
     return false;
@@ -520,13 +340,13 @@ class JetStreamConsumer::Impl {
     Ending ending = Ending::kNone;
     for (JsMessage& m : batch) {
       Status ended = UnavailableError("COMMIT: not sent");
-      Result<bool> claimed = BeginAndClaim(m.key(), ending, &ended);
+      Result<bool> claimed = db_.BeginAndClaim(m.key(), ending, &ended);
       if (committing != nullptr) Committed(*committing, ended);
       committing = nullptr;
       ending = Ending::kNone;
       if (!claimed.ok()) {
         ++errors_;
-        Rollback();
+        db_.Rollback();
         Nak(m, claimed.status().ToString());  // the database's failure, not the message's
         continue;
       }
@@ -540,14 +360,14 @@ class JetStreamConsumer::Impl {
       }
       const ConsumedMessage view{m.key(),    m.subject(),         m.data(),          m.headers(),
                                  m.stream(), m.stream_sequence(), m.delivery_count()};
-      Status handled = handler(pg_, view);
-      if (handled.ok() && PQtransactionStatus(pg_) != PQTRANS_INTRANS) {
-        handled = InternalError(PQtransactionStatus(pg_) == PQTRANS_INERROR
+      Status handled = handler(db_.conn(), view);
+      if (handled.ok() && PQtransactionStatus(db_.conn()) != PQTRANS_INTRANS) {
+        handled = InternalError(PQtransactionStatus(db_.conn()) == PQTRANS_INERROR
                                     ? "a statement failed in the handler's transaction"
                                     : "the handler ended the transaction itself");
       }
       if (!handled.ok()) {
-        Rollback();
+        db_.Rollback();
         if (handled.code() == StatusCode::kInvalidArgument) {
           GiveUp g;
           g.reason = GiveUpReason::kRefused;
@@ -558,7 +378,7 @@ class JetStreamConsumer::Impl {
           GiveUpMessage(m, g);
         } else {
           Failed(m, "handler: " + handled.ToString(), "handler",
-                 /*unreachable=*/PQstatus(pg_) != CONNECTION_OK);
+                 /*unreachable=*/!db_.connected());
         }
         continue;
       }
@@ -567,19 +387,17 @@ class JetStreamConsumer::Impl {
       ending = Ending::kCommit;
     }
     if (ending == Ending::kCommit) {
-      Status commit = Commit();
-      if (!commit.ok()) Rollback();
+      Status commit = db_.Commit();
+      if (!commit.ok()) db_.Rollback();
       Committed(*committing, commit);
     }
-    if (ending == Ending::kRollback) Rollback();
+    if (ending == Ending::kRollback) db_.Rollback();
   }
 
   Options options_;
-  std::string conninfo_;
+  ConsumerTransactions db_;
   std::unique_ptr<NatsConnection> nats_;
   std::unique_ptr<PullSubscription> sub_;
-  PGconn* pg_ = nullptr;
-  bool claim_prepared_ = false;  // kClaimStatement exists on pg_
   bool ever_bound_ = false;
   const RetryLimits limits_;
   FirstFailures failures_;

@@ -143,6 +143,24 @@ TEST_F(RelayTest, MissingStreamIsAClearErrorAndCreateStreamCreatesIt) {
   EXPECT_EQ(relay.process().Stop(SIGTERM), 0) << relay.process().Output();
 }
 
+// A NATS server that refuses the relay's token will never take its connection: the relay stops
+// at start with exit 2 and says why (as `idem consume` does), rather than retrying forever.
+TEST_F(RelayTest, ANatsServerThatRefusesTheTokenEndsTheRelayAtStart) {
+  testing::NatsServer guarded(testing::NatsServer::Options{.auth_token = "the-right-token"});
+  ASSERT_EQ(guarded.Start(), "");
+  const std::string token_file = dir_.File("wrong-token");
+  std::ofstream(token_file) << "a-wrong-token\n";
+  testing::Process relay({idem::build_tree::kIdemBinary, "relay", "--store", pg().Url(database_),
+                          "--nats", guarded.Url(), "--nats-token-file", token_file, "--stream",
+                          "ORDERS"},
+                         Log("refused.log"));
+  EXPECT_TRUE(ExitedWith(relay.WaitForExit(seconds(10)), 2)) << relay.Output();
+  EXPECT_NE(relay.Output().find("the connection cannot be made"), std::string::npos)
+      << relay.Output();
+  EXPECT_NE(relay.Output().find("--nats-token-file"), std::string::npos) << relay.Output();
+  EXPECT_EQ(relay.Output().find("a-wrong-token"), std::string::npos) << relay.Output();
+}
+
 // SIGKILL after the PubAcks and before the mark: on restart the rows go out again, the stream
 // answers duplicate: true, and a consumer sees each event once.
 TEST_F(RelayTest, KilledBetweenPublishAndMarkRepublishesAsDuplicates) {

@@ -31,43 +31,8 @@ int main(int argc, char** argv) {
 
   auto* version = app.add_subcommand("version", "Print the idem version and exit");
 
-  std::string store_url = "sqlite:idem-selfcheck.db";
-  auto* selfcheck = app.add_subcommand(
-      "selfcheck",
-      "Drive a store through every record transition (acquire, in flight, complete, replay,\n"
-      "mismatch, tenant isolation, lease takeover with fencing, a 16-thread race, sweep) and\n"
-      "report each step. Exit code 0 when all behave, 1 when one does not, 2 when the store\n"
-      "cannot be opened.");
-  selfcheck->add_option("--store", store_url,
-                        "Store URL: 'memory', 'sqlite:PATH[?durability=off|normal|full]',\n"
-                        "'redis://HOST:PORT[?options]' or\n"
-                        "'postgresql://USER[:PASS]@HOST:PORT/DB[?options]'")
-      ->capture_default_str();
-  std::string selfcheck_durable;
-  selfcheck->add_option("--durable-store", selfcheck_durable,
-                        "With a redis:// --store: check the tiered store, with this\n"
-                        "'postgresql://...' database behind Redis (docs/stores.md)");
-
-  std::string migrate_url;
-  bool migrate_print_sql = false;
-  auto* migrate = app.add_subcommand(
-      "migrate",
-      "Create or upgrade a store's schema and print its version. Run it once before rolling\n"
-      "out gateways on a new idem version (they also migrate on start, one at a time).\n"
-      "Exit code 0 when the schema is current, 1 when it cannot be migrated.");
-  auto* migrate_store = migrate->add_option(
-      "--store", migrate_url, "Store URL, e.g. 'postgresql://idem@db.internal:5432/idem'");
-  auto* print_sql = migrate->add_flag(
-      "--print-sql", migrate_print_sql,
-      "Print the SQL instead of applying it, for your own migration tool\n"
-      "(sql/README.md): with a PostgreSQL --store, what that database still\n"
-      "needs (read, never changed); without, the whole schema (schema public)");
-  migrate->callback([&] {
-    if (migrate_store->count() == 0 && print_sql->count() == 0) {
-      throw CLI::RequiredError("--store");
-    }
-  });
-
+  auto run_selfcheck = idem::cli::AddSelfCheckCommand(app);
+  auto run_migrate = idem::cli::AddMigrateCommand(app);
   auto run_gateway = idem::cli::AddGatewayCommand(app);
   auto run_key = idem::cli::AddKeyCommand(app);
   auto run_call = idem::cli::AddCallCommand(app);
@@ -110,13 +75,8 @@ int main(int argc, char** argv) {
     std::cout << "idem " << idem::kVersion << "\n";
     return 0;
   }
-  if (selfcheck->parsed()) {
-    return idem::cli::RunSelfCheck(store_url, selfcheck_durable, std::cout);
-  }
-  if (migrate->parsed()) {
-    if (migrate_print_sql) return idem::cli::RunMigratePrintSql(migrate_url, std::cout, std::cerr);
-    return idem::cli::RunMigrate(migrate_url, std::cout, std::cerr);
-  }
+  if (app.got_subcommand("selfcheck")) return run_selfcheck();
+  if (app.got_subcommand("migrate")) return run_migrate();
   if (app.got_subcommand("gateway")) return run_gateway();
   if (app.got_subcommand("key")) return run_key();
   if (app.got_subcommand("call")) return run_call();

@@ -1,6 +1,8 @@
 #include "migrate_command.h"
 
 #include <chrono>
+#include <iostream>
+#include <memory>
 
 #include "idem/store.h"
 #include "pg/pg_connection.h"
@@ -52,6 +54,35 @@ int RunMigratePrintSql(const std::string& store_url, std::ostream& out, std::ost
   out << *sql;
   out.flush();
   return 0;
+}
+
+std::function<int()> AddMigrateCommand(CLI::App& app) {
+  struct Flags {
+    std::string store_url;
+    bool print_sql = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  auto* migrate = app.add_subcommand(
+      "migrate",
+      "Create or upgrade a store's schema and print its version. Run it once before rolling\n"
+      "out gateways on a new idem version (they also migrate on start, one at a time).\n"
+      "Exit code 0 when the schema is current, 1 when it cannot be migrated.");
+  auto* migrate_store = migrate->add_option(
+      "--store", flags->store_url, "Store URL, e.g. 'postgresql://idem@db.internal:5432/idem'");
+  auto* print_sql = migrate->add_flag(
+      "--print-sql", flags->print_sql,
+      "Print the SQL instead of applying it, for your own migration tool\n"
+      "(sql/README.md): with a PostgreSQL --store, what that database still\n"
+      "needs (read, never changed); without, the whole schema (schema public)");
+  migrate->callback([migrate_store, print_sql] {
+    if (migrate_store->count() == 0 && print_sql->count() == 0) {
+      throw CLI::RequiredError("--store");
+    }
+  });
+  return [flags] {
+    if (flags->print_sql) return RunMigratePrintSql(flags->store_url, std::cout, std::cerr);
+    return RunMigrate(flags->store_url, std::cout, std::cerr);
+  };
 }
 
 }  // namespace idem::cli

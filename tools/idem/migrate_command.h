@@ -2,6 +2,9 @@
 // prints the SQL that would do it.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -20,5 +23,8 @@ int RunMigrate(const std::string& store_url, std::ostream& out, std::ostream& er
 // exit code: 0 when printed, 1 when the store cannot be read, holds a newer version, or is not
 // PostgreSQL.
 int RunMigratePrintSql(const std::string& store_url, std::ostream& out, std::ostream& err);
+
+// Adds `idem migrate` to `app`; returns a callback that runs it once parsed (exit code).
+std::function<int()> AddMigrateCommand(CLI::App& app);
 
 }  // namespace idem::cli

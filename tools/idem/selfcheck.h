@@ -2,6 +2,9 @@
 // and prints what happened, as a quick proof that an installation works.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -12,5 +15,8 @@ namespace idem::cli {
 // behaved as specified, 1 when one did not, 2 when the store cannot be opened.
 int RunSelfCheck(const std::string& store_url, const std::string& durable_store,
                  std::ostream& out);
+
+// Adds `idem selfcheck` to `app`; returns a callback that runs it once parsed (exit code).
+std::function<int()> AddSelfCheckCommand(CLI::App& app);
 
 }  // namespace idem::cli

@@ -1,0 +1,238 @@
+// The Store calls of the SQLite store: the fast path of Begin on a reader, and every write
+// queued to the group commit (sqlite_write_batches.cc runs the batches).
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "core/record_machine.h"
+#include "core/response_codec.h"
+#include "core/store_checks.h"
+#include "core/wait_for_done.h"
+#include "store/sqlite/sqlite_record_statements.h"
+#include "store/sqlite/sqlite_store_impl.h"
+
+namespace idem::internal::sqlite {
+
+Result<BeginOutcome> SqliteStore::Begin(const Scope& scope, const Fingerprint& fingerprint,
+                                        Duration lease) {
+  return internal::WaitForDone<BeginOutcome>([&](Done<BeginOutcome> done) {
+    SubmitBegin(scope, fingerprint, lease, std::move(done));
+  });
+}
+
+Result<CompleteOutcome> SqliteStore::Complete(const Scope& scope, FencingToken token,
+                                              const StoredResponse& response, Duration ttl) {
+  return internal::WaitForDone<CompleteOutcome>([&](Done<CompleteOutcome> done) {
+    SubmitComplete(scope, token, response, ttl, std::move(done));
+  });
+}
+
+Result<ReleaseOutcome> SqliteStore::Release(const Scope& scope, FencingToken token) {
+  return internal::WaitForDone<ReleaseOutcome>(
+      [&](Done<ReleaseOutcome> done) { SubmitRelease(scope, token, std::move(done)); });
+}
+
+void SqliteStore::SubmitBegin(const Scope& scope, const Fingerprint& fingerprint,
+                              Duration lease, Done<BeginOutcome> done) {
+  if (Status s = internal::CheckLease(lease); !s.ok()) return done(s);
+  // Fast path on a reader, without the write lock: replays, conflicts and mismatches only
+  // read, and a batch being committed does not hold them up. The reader goes back before
+  // `done` runs.
+  Result<Decided> read = [&] {
+    auto reader = readers_.Acquire();
+    return ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
+  }();
+  if (!read.ok()) return done(read.status().WithContext("begin scope " + scope.Digest()));
+  if (read->outcome) return done(std::move(*read->outcome));
+  // The scope needs a write. Inside the write transaction, decide again: another caller, or
+  // another process sharing the file, may have written in between.
+  auto outcome = std::make_shared<Result<BeginOutcome>>(InternalError("begin did not run"));
+  writes_.Submit(
+      [this, scope, fingerprint, lease, outcome]() -> Status {
+        mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+        *outcome = BeginLocked(scope, fingerprint, lease, options_.clock->Now());
+        return outcome->ok() ? Status::Ok() : outcome->status();
+      },
+      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+        if (!written.ok()) return done(written.WithContext("begin scope " + scope_digest));
+        done(std::move(*outcome));
+      });
+}
+
+void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
+                                 const StoredResponse& response, Duration ttl,
+                                 Done<CompleteOutcome> done) {
+  if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
+  auto outcome = std::make_shared<CompleteOutcome>(CompleteOutcome::kFenced);
+  writes_.Submit(
+      [this, scope, token, status = response.status,
+       headers = internal::EncodeHeaders(response.headers), body = response.body, ttl,
+       outcome]() -> Status {
+        mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+        const TimePoint now = options_.clock->Now();
+        Use use(complete_, db_);
+        BindScope(use, scope)
+            .Int(4, static_cast<int64_t>(token))
+            .Int(5, ToMillis(now + ttl))
+            .Int(6, status)
+            .Blob(7, headers)
+            .Blob(8, body)
+            .Int(9, ToMillis(now));
+        auto changed = use.Exec("complete");
+        if (!changed.ok()) return changed.status();
+        *outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+        return Status::Ok();
+      },
+      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
+        done(*outcome);
+      });
+}
+
+void SqliteStore::SubmitRelease(const Scope& scope, FencingToken token,
+                                Done<ReleaseOutcome> done) {
+  auto outcome = std::make_shared<ReleaseOutcome>(ReleaseOutcome::kFenced);
+  writes_.Submit(
+      [this, scope, token, outcome]() -> Status {
+        mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+        Use use(release_, db_);
+        BindScope(use, scope)
+            .Int(4, static_cast<int64_t>(token))
+            .Int(5, ToMillis(options_.clock->Now()));
+        auto changed = use.Exec("release");
+        if (!changed.ok()) return changed.status();
+        *outcome = *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
+        return Status::Ok();
+      },
+      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
+        done(*outcome);
+      });
+}
+
+Result<CompleteOutcome> SqliteStore::Accept(const Scope& scope, FencingToken token,
+                                            const StoredResponse& accepted, Duration lease) {
+  IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+  const std::string headers = internal::EncodeHeaders(accepted.headers);
+  CompleteOutcome outcome = CompleteOutcome::kFenced;
+  Status written = writes_.Write([&]() -> Status {
+    mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+    const TimePoint now = options_.clock->Now();
+    const TimePoint deadline = now + lease;
+    Use use(accept_, db_);
+    BindScope(use, scope)
+        .Int(4, static_cast<int64_t>(token))
+        .Int(5, ToMillis(deadline))
+        .Int(6, ToMillis(internal::InFlightExpiry(deadline, options_)))
+        .Int(7, accepted.status)
+        .Blob(8, headers)
+        .Blob(9, accepted.body)
+        .Int(10, ToMillis(now));
+    auto changed = use.Exec("accept");
+    if (!changed.ok()) return changed.status();
+    outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    return Status::Ok();
+  });
+  if (!written.ok()) return written.WithContext("accept scope " + scope.Digest());
+  return outcome;
+}
+
+Result<std::optional<Record>> SqliteStore::Get(const Scope& scope) {
+  IDEM_RETURN_IF_ERROR(CheckFile());  // Get is the gateway's readiness probe
+  auto reader = readers_.Acquire();
+  const TimePoint now = options_.clock->Now();
+  Use use(reader->select, reader->db);
+  BindScope(use, scope);
+  auto row = use.Step("get");
+  if (!row.ok()) return row.status().WithContext("scope " + scope.Digest());
+  if (!*row) return std::optional<Record>();
+  auto head = ReadHead(use);
+  if (!head.ok()) return head.status().WithContext("get scope " + scope.Digest());
+  if (!internal::IsLive(*head, now)) return std::optional<Record>();
+  Record record;
+  record.scope = scope;
+  record.fingerprint = head->fingerprint;
+  record.state = head->state;
+  record.token = head->token;
+  record.lease_deadline = head->lease_deadline;
+  record.expires_at = head->expires_at;
+  record.created_at = FromMillis(use.ColumnInt(column::kCreated));
+  if (head->state == RecordState::kCompleted || !use.ColumnNull(column::kStatus)) {
+    auto response = ReadResponse(use, column::kStatus);
+    if (!response.ok()) return response.status().WithContext("get scope " + scope.Digest());
+    (head->state == RecordState::kCompleted ? record.response : record.accepted) =
+        std::move(*response);
+  }
+  return std::optional<Record>(std::move(record));
+}
+
+Result<bool> SqliteStore::Purge(const Scope& scope) {
+  bool live = false;
+  Status written = writes_.Write([&]() -> Status {
+    mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+    Use use(purge_, db_);
+    BindScope(use, scope);
+    auto row = use.Step("purge");
+    if (!row.ok()) return row.status();
+    if (!*row) return Status::Ok();
+    live = options_.clock->Now() < FromMillis(use.ColumnInt(0));  // RETURNING expires_ms
+    auto done = use.Step("purge");  // finish the statement so the delete takes effect
+    return done.ok() ? Status::Ok() : done.status();
+  });
+  if (!written.ok()) return written.WithContext("scope " + scope.Digest());
+  return live;
+}
+
+Result<uint64_t> SqliteStore::Sweep(TimePoint now) {
+  IDEM_RETURN_IF_ERROR(CheckFile());
+  uint64_t removed = 0;
+  const int batch = std::max(1, sqlite_.sweep_batch);
+  for (;;) {
+    // The lock is retaken per batch so Begin calls interleave with a long sweep.
+    ConnectionLock lock(*this);
+    Use use(sweep_, db_);
+    use.Int(1, ToMillis(now)).Int(2, batch);
+    auto changed = use.Exec("sweep");
+    if (!changed.ok()) return changed.status();
+    removed += static_cast<uint64_t>(*changed);
+    if (*changed < batch) return removed;
+  }
+}
+
+Result<BeginOutcome> SqliteStore::BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
+                                              Duration lease, TimePoint now) {
+  auto decided = ReadAndDecide(select_record_, db_, scope, fingerprint, now);
+  if (!decided.ok()) return decided.status();
+  // Another process may have changed the record since the fast path looked.
+  if (decided->outcome) return std::move(*decided->outcome);
+
+  auto token = fence_.Next();
+  if (!token.ok()) return token.status();
+  const TimePoint deadline = now + lease;
+  const TimePoint expires = internal::InFlightExpiry(deadline, options_);
+  if (decided->action == BeginAction::kTakeOver) {
+    Use use(take_over_, db_);
+    BindScope(use, scope)
+        .Int(4, static_cast<int64_t>(*token))
+        .Int(5, ToMillis(deadline))
+        .Int(6, ToMillis(expires));
+    auto changed = use.Exec("take over");
+    if (!changed.ok()) return changed.status();
+    return BeginOutcome(TakenOver{*token, decided->previous_token});
+  }
+  Use use(insert_in_flight_, db_);
+  BindScope(use, scope)
+      .Blob(4, fingerprint.raw())
+      .Int(5, static_cast<int64_t>(*token))
+      .Int(6, ToMillis(deadline))
+      .Int(7, ToMillis(now))
+      .Int(8, ToMillis(expires));
+  auto changed = use.Exec("insert");
+  if (!changed.ok()) return changed.status();
+  return BeginOutcome(Acquired{*token});
+}
+
+
+}  // namespace idem::internal::sqlite

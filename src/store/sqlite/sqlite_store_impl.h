@@ -1,0 +1,137 @@
+// SqliteStore, the class behind OpenSqliteStore (sqlite_store.h describes what it does), declared
+// here so that its jobs live in files of their own:
+//   sqlite_store.cc            opening the file (connection, pragmas, schema, statements), the
+//                              file identity check, stats and test hooks
+//   sqlite_store_calls.cc      the Store calls: Begin, Complete, Release, Accept, Get, Purge, Sweep
+//   sqlite_write_batches.cc    the group commit's batch body: one transaction, a savepoint each,
+//                              and the connection's idle check
+//   sqlite_record_statements.* the SQL of each call and how a row of idem_records is read
+// Internal to the SQLite store.
+#pragma once
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/mutex.h"
+#include "idem/store.h"
+#include "store/sqlite/sqlite_checkpointer.h"
+#include "store/sqlite/sqlite_fence.h"
+#include "store/sqlite/sqlite_group_commit.h"
+#include "store/sqlite/sqlite_options.h"
+#include "store/sqlite/sqlite_readers.h"
+#include "store/sqlite/sqlite_record_statements.h"
+#include "store/sqlite/sqlite_statement.h"
+#include "store/sqlite/sqlite_store.h"
+
+namespace idem::internal::sqlite {
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(std::string path, const StoreOptions& options, const SqliteOptions& sqlite);
+
+  // sqlite3_close_v2 defers the close until the member statements are finalised just after.
+  ~SqliteStore() override;
+
+  // Runs once, before the store is shared; holds mu_ all the same, for the analysis.
+  Status Open() IDEM_EXCLUDES(mu_);
+
+  // Begin, Complete and Release are their Submit forms waited for: one code path.
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
+                             Duration lease) override;
+  Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
+                                   const StoredResponse& response, Duration ttl) override;
+  Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override;
+
+  bool QueuesWrites() const override { return true; }
+
+  void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                   Done<BeginOutcome> done) override;
+  void SubmitComplete(const Scope& scope, FencingToken token, const StoredResponse& response,
+                      Duration ttl, Done<CompleteOutcome> done) override;
+  void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) override;
+  Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
+                                 const StoredResponse& accepted, Duration lease) override;
+  Result<std::optional<Record>> Get(const Scope& scope) override;
+  Result<bool> Purge(const Scope& scope) override;
+  Result<uint64_t> Sweep(TimePoint now) override;
+
+  std::string Describe() const override;
+
+  // The path must still name the file this store has open. Deleting the file (or its
+  // directory) or putting another file in its place does not disturb an open SQLite connection:
+  // it would go on serving from the unlinked file, and every record written there would be lost
+  // at the next restart, so keys would execute again. One stat(2), compared by device and inode,
+  // on every write batch, every Get (the gateway's readiness probe) and every Sweep; reads that
+  // need no write (replays) go on. Not sticky: a file moved back in place is used again.
+  Status CheckFile() const;
+
+  // Counters for tests and diagnostics (internal::GetSqliteStats).
+  internal::SqliteStats Stats() const;
+
+  // Test hook: steps a read statement and leaves it un-reset, as a forgotten reset would.
+  Status LeakReadForTesting() IDEM_EXCLUDES(mu_);
+
+ private:
+  // Holds mu_ for one use of the connection, and checks the connection is idle when the use
+  // begins and when it ends: not inside a transaction and no statement stepped but not reset.
+  // Between calls the connection must hold no read transaction, or the WAL cannot be
+  // checkpointed past it and grows without bound. A violation is a bug in this store: it is
+  // counted (internal::SqliteStats::busy_connection_found, which the tests assert stays 0), and
+  // the connection is put back to idle so the damage stops here.
+  class IDEM_SCOPED_CAPABILITY ConnectionLock {
+   public:
+    explicit ConnectionLock(SqliteStore& store) IDEM_ACQUIRE(store.mu_)
+        : store_(store), lock_(store.mu_) {
+      store_.EnsureIdle();
+    }
+    ~ConnectionLock() IDEM_RELEASE() { store_.EnsureIdle(); }
+    ConnectionLock(const ConnectionLock&) = delete;
+    ConnectionLock& operator=(const ConnectionLock&) = delete;
+
+   private:
+    SqliteStore& store_;
+    MutexLock lock_;
+  };
+
+  void EnsureIdle() IDEM_REQUIRES(mu_);
+
+  // The body of each GroupCommit batch (sqlite_group_commit.h): one transaction, each write in
+  // its own savepoint when there are several, so one failing write undoes only its own changes.
+  void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_);
+
+  // REQUIRES: inside BEGIN IMMEDIATE.
+  Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
+                                   Duration lease, TimePoint now) IDEM_REQUIRES(mu_);
+
+  Result<int> Exec(const Statement& statement, std::string_view op) IDEM_REQUIRES(mu_);
+
+  const std::string path_;
+  const StoreOptions options_;
+  const SqliteOptions sqlite_;
+  dev_t file_device_ = 0;  // the opened file's identity, set once by Open
+  ino_t file_inode_ = 0;
+  Mutex mu_;  // the connection: one use at a time (ConnectionLock)
+  sqlite3* db_ IDEM_GUARDED_BY(mu_) = nullptr;
+  FenceAllocator fence_ IDEM_GUARDED_BY(mu_);
+  Statement select_record_ IDEM_GUARDED_BY(mu_), insert_in_flight_ IDEM_GUARDED_BY(mu_),
+      accept_ IDEM_GUARDED_BY(mu_),
+      take_over_ IDEM_GUARDED_BY(mu_), complete_ IDEM_GUARDED_BY(mu_),
+      release_ IDEM_GUARDED_BY(mu_), purge_ IDEM_GUARDED_BY(mu_), sweep_ IDEM_GUARDED_BY(mu_),
+      begin_immediate_ IDEM_GUARDED_BY(mu_), commit_ IDEM_GUARDED_BY(mu_),
+      rollback_ IDEM_GUARDED_BY(mu_), savepoint_ IDEM_GUARDED_BY(mu_),
+      release_savepoint_ IDEM_GUARDED_BY(mu_), rollback_to_savepoint_ IDEM_GUARDED_BY(mu_),
+      leaked_for_testing_ IDEM_GUARDED_BY(mu_);
+  std::atomic<uint64_t> busy_connection_found_{0};
+  WalCheckpointer checkpointer_;
+  ReaderPool readers_;
+  GroupCommit writes_;
+};
+
+}  // namespace idem::internal::sqlite
