@@ -46,15 +46,45 @@ void Sidecar::Launch(std::vector<std::shared_ptr<JsMessage>> messages) {
 }
 
 void Sidecar::Start(std::vector<std::shared_ptr<JsMessage>> messages) {
-  if (options_.batch_size <= 1) {
-    for (auto& m : messages) asio::co_spawn(io_, Dispatch(std::move(m)), asio::detached);
+  for (auto& m : messages) waiting_.push_back(std::move(m));
+  Pump();
+}
+
+void Sidecar::Pump() {
+  if (stopping_) {
+    GiveBackWaiting();
     return;
   }
-  if (messages.empty()) return;
-  for (auto& m : messages) ready_.push_back(std::move(m));
-  if (flush_posted_) return;
+  if (options_.batch_size <= 1) {
+    while (delivering_ < options_.max_in_flight && !waiting_.empty()) {
+      ++delivering_;
+      asio::co_spawn(io_, Dispatch(std::move(waiting_.front())), asio::detached);
+      waiting_.pop_front();
+    }
+    return;
+  }
+  bool more = false;
+  while (delivering_ < options_.max_in_flight && !waiting_.empty()) {
+    ++delivering_;
+    ready_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    more = true;
+  }
+  if (!more || flush_posted_) return;
   flush_posted_ = true;
   asio::post(io_, [this] { SendReady(); });
+}
+
+void Sidecar::GiveBackWaiting() {
+  if (waiting_.empty()) return;
+  const size_t n = waiting_.size();
+  std::deque<std::shared_ptr<JsMessage>> waiting;
+  waiting.swap(waiting_);
+  for (const auto& m : waiting) ordered_.GiveBack(m);
+  metrics_.set_held(static_cast<int64_t>(ordered_.held()));
+  log_.Info("shutdown", std::to_string(n) + " message(s) fetched ahead given back to NATS, "
+                            "not delivered while stopping");
+  FreeSlots(static_cast<int>(n), /*delivered=*/false);
 }
 
 void Sidecar::SendReady() {
@@ -127,17 +157,19 @@ void Sidecar::AfterSettled(std::shared_ptr<JsMessage> m) {
   Bury(std::move(m));
 }
 
-void Sidecar::FreeSlots(int n) {
+void Sidecar::FreeSlots(int n, bool delivered) {
+  if (delivered) delivering_ -= n;
   bool wake;
   {
     MutexLock lock(mu_);
     const int before = in_flight_;
     in_flight_ -= n;
-    // The fetch loop waits for half the window to free up, and Drain for none in flight:
-    // wake them at those two points only, not at every settled message.
+    // The fetch loop waits for a quarter of its capacity to free up, and Drain for none in
+    // flight: wake them at those two points only, not at every settled message.
     wake = (before > RefetchAt() && in_flight_ <= RefetchAt()) || in_flight_ == 0;
   }
   if (wake) cv_.NotifyAll();
+  if (delivered) Pump();
 }
 
 void Sidecar::Bury(std::shared_ptr<JsMessage> m) {

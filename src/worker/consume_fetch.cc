@@ -156,11 +156,11 @@ void Sidecar::FetchOnce(FetchState& state) {
   int room = 0;
   {
     MutexLock lock(mu_);
-    // Fetch once half the window is free: one pull request per half window rather than one
-    // per settled message keeps the broker round trips off the delivery path.
+    // Fetch once a quarter of the capacity is free: one pull request per quarter rather than
+    // one per settled message, and the messages fetched ahead keep the window full meanwhile.
     while (!stopping_ && in_flight_ > RefetchAt()) cv_.Wait(lock);
     if (stopping_) return;
-    room = options_.max_in_flight - in_flight_;
+    room = Capacity() - in_flight_;
   }
   auto fetched = sub_->Fetch(std::min(room, 256), Duration(1000));
   if (!fetched.ok()) {
@@ -203,6 +203,7 @@ void Sidecar::BeginShutdown(std::string_view why) {
   log_.Info("shutdown", std::string(why) + ": no more fetching; finishing " +
                             std::to_string(n) + " message(s) in flight");
   cv_.NotifyAll();
+  asio::post(io_, [this] { GiveBackWaiting(); });
 }
 
 int Sidecar::Drain() {
@@ -321,6 +322,7 @@ Task<void> Sidecar::KeepInProgress() {
     co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
     size_t failed = ordered_.TouchHeld();
     for (auto& [ptr, m] : working_) failed += m->InProgress().ok() ? 0 : 1;
+    for (auto& m : waiting_) failed += m->InProgress().ok() ? 0 : 1;
     if (failed > 0 && last_failed == 0) {
       log_.Warn("in_progress", "cannot tell NATS that " + std::to_string(failed) +
                                    " message(s) are still in progress; they may be "

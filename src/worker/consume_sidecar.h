@@ -1,9 +1,11 @@
 // The `idem consume` process (internal to it): a fetch loop (the caller's thread,
-// consume_fetch.cc) keeps at most max_in_flight messages out and hands them to an event loop
-// that delivers them (consume_dispatch.cc: one at a time per ordering key, ordered_delivery.h),
-// POSTs them to the service (consume_http.cc), keeps them in progress with NATS and settles each
+// consume_fetch.cc) keeps up to twice max_in_flight messages out (the window being delivered
+// and as many fetched ahead) and hands them to an event loop that delivers them
+// (consume_dispatch.cc: one at a time per ordering key, ordered_delivery.h), POSTs them to the
+// service (consume_http.cc), keeps them in progress with NATS and settles each
 // (consume_settle.cc). consume.cc checks the options and runs start-up and shutdown: stop
-// fetching, let the deliveries in flight finish and settle, give held messages back, flush.
+// fetching, let the deliveries in flight finish and settle, give held and fetched-ahead
+// messages back, flush.
 //
 // Thread safety: the public methods say which thread calls them; everything else runs on the
 // event loop (one thread), except what mu_ guards and the atomics.
@@ -12,8 +14,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
@@ -97,8 +101,13 @@ class Sidecar {
   static constexpr size_t kBuryGroup = 32;
   static constexpr size_t kBuryBytes = 1 << 20;
 
-  // The fetch loop fetches again once no more than this many messages are in flight.
-  int RefetchAt() const { return options_.max_in_flight / 2; }
+  // Messages in the sidecar's hands, not held for order, at most: the --max-in-flight being
+  // delivered plus as many fetched ahead (waiting_), so that a pull round trip to NATS never
+  // leaves the window short: a slot freed by a settle is refilled at once from waiting_.
+  int Capacity() const { return 2 * options_.max_in_flight; }
+  // The fetch loop fetches again once no more than this many messages are in its hands: a
+  // quarter of the capacity per pull request.
+  int RefetchAt() const { return Capacity() - std::max(1, Capacity() / 4); }
 
   // --- consume_fetch.cc: the fetch loop's steps (its thread) and NATS's state ---------------
   // Each returns a fatal Status, or OK with the step done or to be tried again (after a wait).
@@ -126,10 +135,15 @@ class Sidecar {
   void AdmitBatch(std::vector<JsMessage> batch);
   // Messages released by a settle or the ack floor: delivered, unless stopping.
   void Launch(std::vector<std::shared_ptr<JsMessage>> messages);
-  // Messages now in flight: one POST each; with --batch-size above 1, queued and sent in
-  // batches cut from everything that becomes ready before the loop's next turn (no waiting for
-  // more).
+  // Messages that may be delivered now: they wait (waiting_, in the order given) for a slot of
+  // the --max-in-flight window, then Pump starts them.
   void Start(std::vector<std::shared_ptr<JsMessage>> messages);
+  // Fills the window from waiting_: one POST each; with --batch-size above 1, queued and sent
+  // in batches cut from everything that becomes ready before the loop's next turn (no waiting
+  // for more). While stopping, gives the waiting messages back instead (GiveBackWaiting).
+  void Pump();
+  // Naks every waiting message back to NATS at once (stopping: they are not delivered).
+  void GiveBackWaiting();
   void SendReady();
   // One delivery, kept in progress with JetStream until settled, then whatever of its ordering
   // key may go next.
@@ -149,8 +163,10 @@ class Sidecar {
   // Settled with NATS: the window is freed (FreeSlots, before), then whatever of its ordering
   // key may go next, then the message is buried.
   void AfterSettled(std::shared_ptr<JsMessage> m);
-  // `n` messages left the window: wakes the fetch loop and Drain when they wait for that.
-  void FreeSlots(int n);
+  // `n` messages left the window (`delivered`: they had a slot in it, else they were
+  // waiting): starts waiting ones in their slots, wakes the fetch loop and Drain when they wait
+  // for that.
+  void FreeSlots(int n, bool delivered = true);
   // A settled message, destroyed later with others: nats.c hands every destroyed message to its
   // garbage-collector thread and wakes that thread when its list was empty, so destroying them
   // one at a time would wake it (and contend for its lock) about once per message. They go in
@@ -202,6 +218,8 @@ class Sidecar {
   // ack-floor loops run.
   OrderedDelivery ordered_;
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
+  std::deque<std::shared_ptr<JsMessage>> waiting_;  // fetched ahead, for a slot of the window
+  int delivering_ = 0;                               // slots of the window taken
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
   std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued
@@ -219,6 +237,7 @@ class Sidecar {
   FirstFailures failures_;
   Mutex mu_;
   CondVar cv_;
+  // Messages fetched and not yet settled nor held: delivering_ plus waiting_.
   int in_flight_ IDEM_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ IDEM_GUARDED_BY(mu_){std::random_device{}()};
 };

@@ -188,6 +188,52 @@ TEST_F(ConsumeTest, SigtermFinishesTheMessagesInFlightAcksThemAndExitsZero) {
   EXPECT_EQ(service.count(), 5u);
 }
 
+// The sidecar fetches up to --max-in-flight messages ahead of the window, so that a settle is
+// followed by the next POST without a pull round trip; the window still bounds the POSTs the
+// service gets at once, and what was fetched ahead goes back to NATS at SIGTERM (the next
+// process gets it at once, not after the ack wait).
+TEST_F(ConsumeTest, TheWindowBoundsPostsAndMessagesFetchedAheadGoBackAtSigterm) {
+  std::atomic<int> concurrent{0};
+  std::atomic<int> most{0};
+  std::atomic<bool> release{false};
+  RecordingService service([&](const SeenRequest&) {
+    const int now = ++concurrent;
+    for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+    }
+    WaitFor([&] { return release.load(); }, 10s);
+    --concurrent;
+    return 200;
+  });
+  // The default ack wait (30 s): a message left unsettled would come back only after it.
+  auto consume = StartConsume(service.Url("/apply"), {"--max-in-flight", "3"});
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(js_.Publish("orders.created", "m" + std::to_string(i), "ahead-" + std::to_string(i)),
+              "");
+  }
+  // Three being delivered and three more fetched ahead, waiting for a slot.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        JsClient::ConsumerCounts c;
+        return service.count() == 3 && js_.Counts("ORDERS", "svc", &c).empty() &&
+               c.ack_pending == 6;
+      },
+      10s))
+      << consume->Output();
+  ASSERT_EQ(kill(consume->process().pid(), SIGTERM), 0);
+  ASSERT_TRUE(consume->process().WaitForLine("3 message(s) fetched ahead given back", 10s))
+      << consume->Output();
+  release = true;
+  const auto status = consume->process().WaitForExit(10s);
+  ASSERT_TRUE(status && WIFEXITED(*status)) << consume->Output();
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  EXPECT_EQ(service.count(), 3u) << "the messages fetched ahead were not delivered while stopping";
+  EXPECT_EQ(most.load(), 3) << "never more POSTs at once than --max-in-flight";
+  ASSERT_EQ(consume->Start(), "");
+  ASSERT_TRUE(WaitFor([&] { return service.count() == 10 && Settled(); }, 5s))
+      << consume->Output();
+  EXPECT_EQ(most.load(), 3);
+}
+
 TEST_F(ConsumeTest, NatsRestartIsSurvivedAndReadyzSaysSoMeanwhile) {
   RecordingService service;
   // A SIGKILLed nats-server may forget acks it had not written out yet; what it then thinks is
