@@ -19,7 +19,6 @@
 #include <string_view>
 
 #include "idem/clock.h"
-#include "idem/mutex.h"
 #include "idem/status.h"
 
 namespace idem {
@@ -77,14 +76,13 @@ Result<TimePoint> UuidV7Time(std::string_view text);
 class UuidV7Generator {
  public:
   explicit UuidV7Generator(std::shared_ptr<Clock> clock = SystemClock());
+  ~UuidV7Generator();
   Result<Uuid> Next();
 
  private:
+  struct State;  // the last timestamp and random part, under a mutex
   std::shared_ptr<Clock> clock_;
-  Mutex mu_;
-  int64_t last_ms_ IDEM_GUARDED_BY(mu_) = -1;
-  uint64_t rand_hi_ IDEM_GUARDED_BY(mu_) = 0;  // rand_a, 12 bits
-  uint64_t rand_lo_ IDEM_GUARDED_BY(mu_) = 0;  // rand_b, 62 bits
+  std::unique_ptr<State> state_;
 };
 
 // A UUIDv7 from a process-wide generator on the system clock.
@@ -105,13 +103,13 @@ Result<TimePoint> UlidTime(std::string_view text);
 class UlidGenerator {
  public:
   explicit UlidGenerator(std::shared_ptr<Clock> clock = SystemClock());
+  ~UlidGenerator();
   Result<std::string> Next();
 
  private:
+  struct State;  // the last timestamp and random part, under a mutex
   std::shared_ptr<Clock> clock_;
-  Mutex mu_;
-  int64_t last_ms_ IDEM_GUARDED_BY(mu_) = -1;
-  std::array<uint8_t, 10> random_ IDEM_GUARDED_BY(mu_){};
+  std::unique_ptr<State> state_;
 };
 
 // A ULID from a process-wide generator on the system clock.

@@ -16,11 +16,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
-#include "idem/mutex.h"
 
 namespace idem {
 
@@ -65,12 +64,14 @@ class SequenceWindow {
 // forgotten, so memory grows with the number of distinct producers (about 150 bytes each).
 class SequenceDeduplicator {
  public:
+  SequenceDeduplicator();
+  ~SequenceDeduplicator();
   SequenceOutcome Observe(std::string_view producer, uint64_t seq);
   size_t producers() const;
 
  private:
-  mutable Mutex mu_;
-  std::unordered_map<std::string, SequenceWindow> windows_ IDEM_GUARDED_BY(mu_);
+  struct State;  // the windows by producer, under a mutex
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace idem

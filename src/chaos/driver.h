@@ -18,7 +18,7 @@
 #include "chaos/chaos_options.h"
 #include "chaos/oracle.h"
 #include "chaos/pipeline.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 namespace idem::chaos {
 

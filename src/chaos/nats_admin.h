@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "worker/jetstream.h"
 

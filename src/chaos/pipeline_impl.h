@@ -17,7 +17,7 @@
 
 #include "chaos/nats_admin.h"
 #include "chaos/pipeline.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "servers/nats_cluster.h"
 #include "servers/nats_server.h"

@@ -14,7 +14,7 @@
 
 #include "chaos/pg_connect.h"
 #include "idem/fingerprint.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/outbox.h"
 #include "idem/postgres.h"
 #include "idem/worker.h"

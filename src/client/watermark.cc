@@ -1,6 +1,9 @@
 #include "idem/watermark.h"
 
 #include <algorithm>
+#include <unordered_map>
+
+#include "core/mutex.h"
 
 namespace idem {
 
@@ -39,16 +42,28 @@ SequenceOutcome SequenceWindow::Observe(uint64_t seq) {
   return SequenceOutcome::kNew;
 }
 
+struct SequenceDeduplicator::State {
+  mutable Mutex mu;
+  std::unordered_map<std::string, SequenceWindow> windows IDEM_GUARDED_BY(mu);
+};
+
+SequenceDeduplicator::SequenceDeduplicator() : state_(std::make_unique<State>()) {}
+SequenceDeduplicator::~SequenceDeduplicator() = default;
+
 SequenceOutcome SequenceDeduplicator::Observe(std::string_view producer, uint64_t seq) {
-  MutexLock lock(mu_);
-  auto it = windows_.find(std::string(producer));
-  if (it == windows_.end()) it = windows_.emplace(std::string(producer), SequenceWindow()).first;
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  auto it = s.windows.find(std::string(producer));
+  if (it == s.windows.end()) {
+    it = s.windows.emplace(std::string(producer), SequenceWindow()).first;
+  }
   return it->second.Observe(seq);
 }
 
 size_t SequenceDeduplicator::producers() const {
-  MutexLock lock(mu_);
-  return windows_.size();
+  const State& s = *state_;
+  MutexLock lock(s.mu);
+  return s.windows.size();
 }
 
 }  // namespace idem

@@ -5,6 +5,7 @@
 
 #include <cctype>
 
+#include "core/mutex.h"
 #include "core/text.h"
 
 namespace idem {
@@ -164,37 +165,47 @@ Result<TimePoint> UuidV7Time(std::string_view text) {
   return FromMillis(BigEndian48(u->bytes.data()));
 }
 
-UuidV7Generator::UuidV7Generator(std::shared_ptr<Clock> clock) : clock_(std::move(clock)) {}
+struct UuidV7Generator::State {
+  Mutex mu;
+  int64_t last_ms IDEM_GUARDED_BY(mu) = -1;
+  uint64_t rand_hi IDEM_GUARDED_BY(mu) = 0;  // rand_a, 12 bits
+  uint64_t rand_lo IDEM_GUARDED_BY(mu) = 0;  // rand_b, 62 bits
+};
+
+UuidV7Generator::UuidV7Generator(std::shared_ptr<Clock> clock)
+    : clock_(std::move(clock)), state_(std::make_unique<State>()) {}
+UuidV7Generator::~UuidV7Generator() = default;
 
 Result<Uuid> UuidV7Generator::Next() {
   const int64_t now = ToMillis(clock_->Now());
-  MutexLock lock(mu_);
-  bool fresh = now > last_ms_;
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  bool fresh = now > s.last_ms;
   if (!fresh) {
     auto step = RandomU64();
     if (!step.ok()) return step.status();
-    rand_lo_ += (*step & 0xFFFFFFFF) + 1;
-    if (rand_lo_ > kRandBMask) {
-      rand_lo_ &= kRandBMask;
-      if (++rand_hi_ > 0xFFF) {
+    s.rand_lo += (*step & 0xFFFFFFFF) + 1;
+    if (s.rand_lo > kRandBMask) {
+      s.rand_lo &= kRandBMask;
+      if (++s.rand_hi > 0xFFF) {
         // 2^41 UUIDs in one millisecond: borrow the next millisecond (stays monotonic).
-        ++last_ms_;
+        ++s.last_ms;
         fresh = true;
       }
     }
   } else {
-    last_ms_ = now;
+    s.last_ms = now;
   }
   if (fresh) {
     auto r = RandomU64();
     if (!r.ok()) return r.status();
-    rand_hi_ = (*r >> 52) & 0x7FF;  // top bit clear: room to count up
+    s.rand_hi = (*r >> 52) & 0x7FF;  // top bit clear: room to count up
     auto r2 = RandomU64();
     if (!r2.ok()) return r2.status();
-    rand_lo_ = *r2 & kRandBMask;
+    s.rand_lo = *r2 & kRandBMask;
   }
-  if (last_ms_ > kMaxMillis) return InternalError("clock beyond the UUIDv7 range");
-  return MakeUuidV7(last_ms_, static_cast<uint16_t>(rand_hi_), rand_lo_);
+  if (s.last_ms > kMaxMillis) return InternalError("clock beyond the UUIDv7 range");
+  return MakeUuidV7(s.last_ms, static_cast<uint16_t>(s.rand_hi), s.rand_lo);
 }
 
 Result<Uuid> NewUuidV7() {
@@ -234,21 +245,30 @@ Result<TimePoint> UlidTime(std::string_view text) {
   return FromMillis(static_cast<int64_t>(v >> 80));
 }
 
-UlidGenerator::UlidGenerator(std::shared_ptr<Clock> clock) : clock_(std::move(clock)) {}
+struct UlidGenerator::State {
+  Mutex mu;
+  int64_t last_ms IDEM_GUARDED_BY(mu) = -1;
+  std::array<uint8_t, 10> random IDEM_GUARDED_BY(mu){};
+};
+
+UlidGenerator::UlidGenerator(std::shared_ptr<Clock> clock)
+    : clock_(std::move(clock)), state_(std::make_unique<State>()) {}
+UlidGenerator::~UlidGenerator() = default;
 
 Result<std::string> UlidGenerator::Next() {
   const int64_t now = ToMillis(clock_->Now());
-  MutexLock lock(mu_);
-  if (now > last_ms_) {
-    IDEM_RETURN_IF_ERROR(RandomBytes(random_.data(), random_.size()));
-    last_ms_ = now;
+  State& s = *state_;
+  MutexLock lock(s.mu);
+  if (now > s.last_ms) {
+    IDEM_RETURN_IF_ERROR(RandomBytes(s.random.data(), s.random.size()));
+    s.last_ms = now;
   } else {
     // Same millisecond (or the clock stepped back): increment the random part by one.
-    int i = static_cast<int>(random_.size()) - 1;
-    while (i >= 0 && ++random_[static_cast<size_t>(i)] == 0) --i;
+    int i = static_cast<int>(s.random.size()) - 1;
+    while (i >= 0 && ++s.random[static_cast<size_t>(i)] == 0) --i;
     if (i < 0) return ResourceExhaustedError("ULID random part overflowed within one millisecond");
   }
-  return EncodeUlid(last_ms_, random_);
+  return EncodeUlid(s.last_ms, s.random);
 }
 
 Result<std::string> NewUlid() {

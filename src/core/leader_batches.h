@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 namespace idem::internal {
 

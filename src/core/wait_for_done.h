@@ -9,7 +9,7 @@
 #include <optional>
 #include <utility>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 
 namespace idem::internal {

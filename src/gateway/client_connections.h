@@ -19,7 +19,7 @@
 
 #include <boost/asio/ip/address.hpp>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 namespace idem::gateway {
 

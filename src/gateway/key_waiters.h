@@ -32,7 +32,7 @@
 
 #include "gateway/http.h"
 #include "idem/fingerprint.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/record.h"
 #include "idem/store.h"
 

@@ -25,7 +25,7 @@
 
 #include "gateway/metrics.h"
 #include "idem/fingerprint.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/record.h"
 #include "idem/scope.h"
 #include "idem/store.h"

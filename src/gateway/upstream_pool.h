@@ -11,7 +11,7 @@
 
 #include "gateway/http.h"
 #include "gateway/upstream.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 
 namespace idem::gateway {

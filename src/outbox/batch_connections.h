@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "outbox/outbox_db.h"
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "nats/nats_servers.h"
 #include "nats/nats_status.h"
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "pg/pg_connection.h"
 #include "pg/pg_url.h"
 

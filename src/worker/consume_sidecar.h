@@ -27,7 +27,7 @@
 
 #include "gateway/access_log.h"
 #include "gateway/http.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "worker/consume.h"
 #include "worker/consume_admin.h"

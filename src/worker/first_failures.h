@@ -19,7 +19,7 @@
 #include <unordered_map>
 
 #include "idem/clock.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 namespace idem::worker {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "idem/clock.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "nats/nats_auth.h"
 #include "nats/nats_status.h"

@@ -1,4 +1,4 @@
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include "core/response_codec.h"
 #include "core/store_checks.h"
 #include "core/text.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 namespace idem {
 namespace {

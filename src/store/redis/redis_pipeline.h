@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "store/redis/redis_pool.h"
 
 namespace idem::internal {

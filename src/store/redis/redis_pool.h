@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "store/redis/redis_url.h"
 

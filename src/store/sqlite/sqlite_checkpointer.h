@@ -42,7 +42,7 @@
 #include <string>
 #include <thread>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 
 namespace idem::internal::sqlite {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 #include "store/sqlite/sqlite_statement.h"
 

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "idem/mutex.h"
+#include "core/mutex.h"
 #include "idem/store.h"
 #include "store/sqlite/sqlite_checkpointer.h"
 #include "store/sqlite/sqlite_fence.h"

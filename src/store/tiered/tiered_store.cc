@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "core/store_checks.h"
-#include "idem/mutex.h"
+#include "core/mutex.h"
 
 namespace idem::internal {
 namespace {
