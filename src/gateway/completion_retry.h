@@ -32,7 +32,7 @@
 #include "gateway/metrics.h"
 #include "gateway/pending_completions.h"
 #include "idem/clock.h"
-#include "idem/store_executor.h"
+#include "store/store_executor.h"
 
 namespace idem::gateway {
 

@@ -10,7 +10,7 @@
 #include "gateway/pending_completions.h"
 #include "gateway/upstream.h"
 #include "idem/gateway_options.h"
-#include "idem/store_executor.h"
+#include "store/store_executor.h"
 
 namespace idem::gateway {
 

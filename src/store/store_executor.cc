@@ -1,4 +1,4 @@
-#include "idem/store_executor.h"
+#include "store/store_executor.h"
 
 #include <algorithm>
 #include <chrono>

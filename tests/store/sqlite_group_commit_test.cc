@@ -8,7 +8,7 @@
 
 #include "idem/fingerprint.h"
 #include "idem/store.h"
-#include "idem/store_executor.h"
+#include "store/store_executor.h"
 #include "store/sqlite/sqlite_store.h"
 #include "util/executor_pairs.h"
 #include "util/temp_dir.h"

@@ -1,5 +1,5 @@
 // StoreExecutor: blocking stores driven from an Asio event loop. Runs under TSan in CI.
-#include "idem/store_executor.h"
+#include "store/store_executor.h"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 #include <variant>
 
 #include "idem/store.h"
-#include "idem/store_executor.h"
+#include "store/store_executor.h"
 #include "util/test_fingerprint.h"
 
 namespace idem::testing {
