@@ -115,6 +115,11 @@ void AddChaosSetupFlags(CLI::App& cmd, ChaosFlags& flags) {
   cmd.add_flag("--quiet", flags.quiet, "No progress line on standard error");
 }
 
+void AddChaosFlags(CLI::App& cmd, ChaosFlags& flags) {
+  AddChaosPlanFlags(cmd, flags);
+  AddChaosSetupFlags(cmd, flags);
+}
+
 // The flags' faults, layers and operation count on flags.options, checked together.
 Status CompleteChaosOptions(ChaosFlags& flags) {
   chaos::ChaosOptions& o = flags.options;
@@ -141,11 +146,6 @@ Status CompleteChaosOptions(ChaosFlags& flags) {
     o.ops = static_cast<int>(std::min<int64_t>(10'000'000, int64_t{o.duration_seconds} * 500));
   }
   return Status::Ok();
-}
-
-void AddChaosFlags(CLI::App& cmd, ChaosFlags& flags) {
-  AddChaosPlanFlags(cmd, flags);
-  AddChaosSetupFlags(cmd, flags);
 }
 
 int RunChaosCommand(ChaosFlags& flags) {

@@ -121,6 +121,11 @@ void AddConsumeDeliveryFlags(CLI::App& cmd, ConsumeFlags& flags) {
   AddLogAndConfigFlags(cmd, flags.output, "consume");
 }
 
+void AddConsumeFlags(CLI::App& cmd, ConsumeFlags& flags) {
+  AddConsumeSourceFlags(cmd, flags);
+  AddConsumeDeliveryFlags(cmd, flags);
+}
+
 Result<worker::ConsumeOptions> ConsumeOptionsFromFlags(const ConsumeFlags& flags) {
   worker::ConsumeOptions options = flags.options;
   if (Status s = ParseDurationFlags(
@@ -146,11 +151,6 @@ Result<worker::ConsumeOptions> ConsumeOptionsFromFlags(const ConsumeFlags& flags
     options.max_in_flight = static_cast<int>(std::max<int64_t>(options.max_in_flight, batches));
   }
   return options;
-}
-
-void AddConsumeFlags(CLI::App& cmd, ConsumeFlags& flags) {
-  AddConsumeSourceFlags(cmd, flags);
-  AddConsumeDeliveryFlags(cmd, flags);
 }
 
 int RunConsumeCommand(const ConsumeFlags& flags) {

@@ -111,6 +111,11 @@ void AddRelayTuningFlags(CLI::App& cmd, RelayFlags& flags) {
   AddLogAndConfigFlags(cmd, flags.output, "relay");
 }
 
+void AddRelayFlags(CLI::App& cmd, RelayFlags& flags) {
+  AddRelaySourceAndStreamFlags(cmd, flags);
+  AddRelayTuningFlags(cmd, flags);
+}
+
 std::vector<std::string> SplitSubjects(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -237,11 +242,6 @@ int RunRelay(const outbox::RelayOptions& o, const RelayFlags& flags) {
   relay.reset();
   nats_CloseAndWait(2000);
   return status.ok() ? 0 : 2;
-}
-
-void AddRelayFlags(CLI::App& cmd, RelayFlags& flags) {
-  AddRelaySourceAndStreamFlags(cmd, flags);
-  AddRelayTuningFlags(cmd, flags);
 }
 
 int RunRelayCommand(const RelayFlags& flags) {
