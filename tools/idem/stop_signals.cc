@@ -18,16 +18,19 @@ StopSignals::~StopSignals() {
 }
 
 void StopSignals::Start(std::function<void(const char* signal_name)> on_signal) {
-  waiter_ = std::thread([signals = signals_, on_signal = std::move(on_signal)] {
+  waiter_ = std::thread([this, signals = signals_, on_signal = std::move(on_signal)] {
     int signal = 0;
     sigwait(&signals, &signal);
-    on_signal(signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (!woken_.load()) on_signal(signal == SIGTERM ? "SIGTERM" : "SIGINT");
   });
 }
 
 void StopSignals::Join(bool wake) {
   if (!waiter_.joinable()) return;
-  if (wake) pthread_kill(waiter_.native_handle(), SIGTERM);
+  if (wake) {
+    woken_.store(true);
+    pthread_kill(waiter_.native_handle(), SIGTERM);
+  }
   waiter_.join();
 }
 

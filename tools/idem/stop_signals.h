@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <functional>
 #include <thread>
 
@@ -26,11 +27,12 @@ class StopSignals {
   void Start(std::function<void(const char* signal_name)> on_signal);
 
   // Returns once the waiting thread has ended. With `wake` (no signal came, the daemon ends on
-  // its own), it is sent SIGTERM first, so `on_signal` runs with "SIGTERM".
+  // its own), the thread is woken first and ends without calling `on_signal`.
   void Join(bool wake);
 
  private:
   sigset_t signals_;
+  std::atomic<bool> woken_{false};  // Join woke the waiter: no signal to report
   std::thread waiter_;
 };
 

@@ -274,9 +274,8 @@ int RunSweepDaemon(const SweepPlan& plan, const SweepFlags& flags) {
     admin = std::move(*started);
   }
   Stopper stopper;
-  std::atomic<bool> done{false};
-  stop_signals.Start([&stopper, &done](const char* signal_name) {
-    if (!done) spdlog::info("sweep: {} received; stopping after the sweep in progress", signal_name);
+  stop_signals.Start([&stopper](const char* signal_name) {
+    spdlog::info("sweep: {} received; stopping after the sweep in progress", signal_name);
     stopper.Stop();
   });
   const sweep::SweepOptions& o = plan.options;
@@ -286,7 +285,6 @@ int RunSweepDaemon(const SweepPlan& plan, const SweepFlags& flags) {
                    ? ", outbox retention " + std::to_string(o.outbox_retention_days) + " days"
                    : ", outbox left alone");
   const int exit_code = SweepUntilStopped(plan, *counters, stopper);
-  done = true;
   stop_signals.Join(/*wake=*/exit_code != 0);  // no signal came: let the waiter go
   admin.reset();
   return exit_code;
