@@ -110,6 +110,15 @@ struct Pipeline::Impl {
     return result.get();
   }
 
+  // Records why a server or process the run needs could not be brought back, and that the run
+  // is broken: every later operation would only wait on it. Returns false, for the caller to
+  // return.
+  bool GiveUp(std::string why) IDEM_REQUIRES(mu) {
+    error = std::move(why);
+    broken = true;
+    return false;
+  }
+
   std::string ClockOffsetFile() const { return dir.File("gateway-clock-offset"); }
 
   std::string Log(const std::string& name) {

@@ -126,9 +126,8 @@ void Pipeline::Impl::RestartGatewayLocked() {
   }
   if (now - gateway_down_since >= config.gateway_comeback) {
     gateway_down = false;
-    error = "the killed gateway did not start again within " +
-            std::to_string(config.gateway_comeback.count()) + " ms; its last attempt: " + e;
-    broken = true;
+    GiveUp("the killed gateway did not start again within " +
+           std::to_string(config.gateway_comeback.count()) + " ms; its last attempt: " + e);
   }
 }
 

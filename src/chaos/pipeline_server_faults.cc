@@ -15,11 +15,7 @@ bool Pipeline::RestartNats() {
   return p.OnSupervisor([this, &p] {
     p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     ++nats_restarts_;
-    if (auto e = p.nats->Restart(); !e.empty()) {
-      p.error = "nats-server restart: " + e;
-      p.broken = true;  // every later operation would only wait on it
-      return false;
-    }
+    if (auto e = p.nats->Restart(); !e.empty()) return p.GiveUp("nats-server restart: " + e);
     return true;
   });
 }
@@ -62,9 +58,7 @@ bool Pipeline::KillStreamLeader() {
     p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     MutexLock lock(p.cluster_mu);
     if (auto e = p.cluster->Restart(leader); !e.empty()) {
-      p.error = "nats_leader_kill: node " + std::to_string(leader + 1) + " restart: " + e;
-      p.broken = true;  // every later operation would only wait on it
-      return false;
+      return p.GiveUp("nats_leader_kill: node " + std::to_string(leader + 1) + " restart: " + e);
     }
     return true;
   });
@@ -99,11 +93,7 @@ bool Pipeline::RestartPostgres() {
   return p.OnSupervisor([this, &p] {
     p.mu.AssertHeld();  // OnSupervisor runs it with mu held
     ++postgres_restarts_;
-    if (!p.pg->Restart()) {
-      p.error = "PostgreSQL restart: " + p.pg->error();
-      p.broken = true;  // every later operation would only wait on it
-      return false;
-    }
+    if (!p.pg->Restart()) return p.GiveUp("PostgreSQL restart: " + p.pg->error());
     return true;
   });
 }
@@ -124,11 +114,7 @@ bool Pipeline::RestartRedis() {
   if (!p.redis) return false;
   return p.OnSupervisor([&p] {
     p.mu.AssertHeld();  // OnSupervisor runs it with mu held
-    if (auto e = p.redis->Restart(); !e.empty()) {
-      p.error = "redis-server restart: " + e;
-      p.broken = true;  // every later operation would only wait on it
-      return false;
-    }
+    if (auto e = p.redis->Restart(); !e.empty()) return p.GiveUp("redis-server restart: " + e);
     return true;
   });
 }

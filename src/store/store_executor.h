@@ -190,11 +190,8 @@ class StoreExecutor {
       Finish(std::move(work), std::move(handler), std::move(result));
       return;
     }
-    if (pending_.fetch_add(1, std::memory_order_acq_rel) >= max_pending_) {
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
-      R refused = ResourceExhaustedError("store executor saturated: " +
-                                         std::to_string(max_pending_) + " calls pending");
-      Finish(std::move(work), std::move(handler), std::move(refused));
+    if (!AdmitPending()) {
+      Finish(std::move(work), std::move(handler), R(SaturatedError()));
       return;
     }
     boost::asio::post(pool_, [this, fn = std::move(fn), handler = std::move(handler),
@@ -212,11 +209,8 @@ class StoreExecutor {
   void StartSubmitted(Call call, Handler handler, bool on_caller_thread) {
     using R = typename Call::Result;
     auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(handler));
-    if (pending_.fetch_add(1, std::memory_order_acq_rel) >= max_pending_) {
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
-      R refused = ResourceExhaustedError("store executor saturated: " +
-                                         std::to_string(max_pending_) + " calls pending");
-      Finish(std::move(work), std::move(handler), std::move(refused));
+    if (!AdmitPending()) {
+      Finish(std::move(work), std::move(handler), R(SaturatedError()));
       return;
     }
     // std::function needs a copyable callable; the handler is move-only.
@@ -240,6 +234,19 @@ class StoreExecutor {
     } else {
       boost::asio::post(pool_, std::move(submit));
     }
+  }
+
+  // Counts one more pending call and returns true; when max_pending_ calls are pending
+  // already, counts nothing and returns false (the call is then refused with SaturatedError).
+  bool AdmitPending() {
+    if (pending_.fetch_add(1, std::memory_order_acq_rel) < max_pending_) return true;
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+
+  Status SaturatedError() const {
+    return ResourceExhaustedError("store executor saturated: " + std::to_string(max_pending_) +
+                                  " calls pending");
   }
 
   template <typename Work, typename Handler, typename R>

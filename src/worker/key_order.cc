@@ -2,17 +2,21 @@
 
 namespace idem::worker {
 
+void KeyOrder::LeaveState(KeyState& ks, uint64_t seq, State state) {
+  switch (state) {
+    case State::kAwaiting: awaiting_by_seq_.erase(seq); break;
+    case State::kHeld: --held_; break;
+    case State::kInFlight:
+      --in_flight_;
+      ks.in_flight = false;
+      break;
+  }
+}
+
 void KeyOrder::Set(KeyState& ks, const std::string& key, uint64_t seq, State state) {
   auto [it, inserted] = ks.seqs.try_emplace(seq, state);
   if (!inserted) {
-    switch (it->second) {
-      case State::kAwaiting: awaiting_by_seq_.erase(seq); break;
-      case State::kHeld: --held_; break;
-      case State::kInFlight:
-        --in_flight_;
-        ks.in_flight = false;
-        break;
-    }
+    LeaveState(ks, seq, it->second);
     it->second = state;
   }
   switch (state) {
@@ -29,14 +33,7 @@ void KeyOrder::Erase(std::unordered_map<std::string, KeyState>::iterator it, uin
   KeyState& ks = it->second;
   auto s = ks.seqs.find(seq);
   if (s == ks.seqs.end()) return;
-  switch (s->second) {
-    case State::kAwaiting: awaiting_by_seq_.erase(seq); break;
-    case State::kHeld: --held_; break;
-    case State::kInFlight:
-      --in_flight_;
-      ks.in_flight = false;
-      break;
-  }
+  LeaveState(ks, seq, s->second);
   ks.seqs.erase(s);
 }
 

@@ -82,6 +82,9 @@ class KeyOrder {
     bool in_flight = false;
   };
 
+  // Takes `seq` out of the counters of `state`, the state it is leaving (for another, or
+  // for good).
+  void LeaveState(KeyState& ks, uint64_t seq, State state);
   // Sets `state` of `seq`, keeping the counters right.
   void Set(KeyState& ks, const std::string& key, uint64_t seq, State state);
   void Erase(std::unordered_map<std::string, KeyState>::iterator it, uint64_t seq);

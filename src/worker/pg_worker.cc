@@ -25,6 +25,23 @@ using internal::pg::PgResult;
 // durations).
 constexpr std::chrono::hours kMaxIntentDuration{24 * 3650};
 
+// kInvalidArgument, naming the call `op`, unless `intent_id` follows the rule for keys.
+Status CheckIntentId(std::string_view op, std::string_view intent_id) {
+  Status valid = ValidateKey(intent_id);
+  if (valid.ok()) return valid;
+  return valid.WithContext(std::string(op) + ": the intent id follows the rule for keys");
+}
+
+// kInvalidArgument, naming the call `op` and the argument `name`, unless `duration` is positive
+// and at most kMaxIntentDuration; `least` is the smallest positive one in its unit ("1 ms").
+template <typename Rep, typename Period>
+Status CheckIntentDuration(std::string_view op, std::string_view name,
+                           std::chrono::duration<Rep, Period> duration, std::string_view least) {
+  if (duration.count() > 0 && duration <= kMaxIntentDuration) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": " + std::string(name) + " must be " +
+                              std::string(least) + " to 3650 days");
+}
+
 // Runs `sql` with text parameters and text results; the result must hold one row, one column.
 Result<PgResult> Run(PGconn* conn, std::string_view op, const char* sql, const PgParams& params) {
   const std::string what = "postgresql " + std::string(op);
@@ -217,11 +234,8 @@ Result<std::string> StateOf(PGconn* conn, std::string_view kind, std::string_vie
 
 Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
                                 std::chrono::milliseconds lease) {
-  IDEM_RETURN_IF_ERROR(
-      ValidateKey(intent_id).WithContext("intent begin: the intent id follows the rule for keys"));
-  if (lease.count() <= 0 || lease > kMaxIntentDuration) {
-    return InvalidArgumentError("intent begin: lease must be 1 ms to 3650 days");
-  }
+  IDEM_RETURN_IF_ERROR(CheckIntentId("intent begin", intent_id));
+  IDEM_RETURN_IF_ERROR(CheckIntentDuration("intent begin", "lease", lease, "1 ms"));
   PgParams params;
   params.Text(std::string(intent_id)).Text(std::to_string(lease.count()) + " milliseconds");
   auto result = Run(conn, "intent begin",
@@ -262,11 +276,8 @@ Result<IntentBegun> IntentBegin(PGconn* conn, std::string_view intent_id,
 
 Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token,
                         std::chrono::seconds keep) {
-  IDEM_RETURN_IF_ERROR(
-      ValidateKey(intent_id).WithContext("intent sent: the intent id follows the rule for keys"));
-  if (keep.count() <= 0 || keep > kMaxIntentDuration) {
-    return InvalidArgumentError("intent sent: keep must be 1 s to 3650 days");
-  }
+  IDEM_RETURN_IF_ERROR(CheckIntentId("intent sent", intent_id));
+  IDEM_RETURN_IF_ERROR(CheckIntentDuration("intent sent", "keep", keep, "1 s"));
   PgParams params;
   params.Text(std::string(intent_id)).Text(std::to_string(token))
       .Text(std::to_string(keep.count()) + " seconds");
@@ -277,8 +288,7 @@ Result<bool> IntentSent(PGconn* conn, std::string_view intent_id, uint64_t token
 }
 
 Result<bool> IntentRelease(PGconn* conn, std::string_view intent_id, uint64_t token) {
-  IDEM_RETURN_IF_ERROR(ValidateKey(intent_id).WithContext(
-      "intent release: the intent id follows the rule for keys"));
+  IDEM_RETURN_IF_ERROR(CheckIntentId("intent release", intent_id));
   PgParams params;
   params.Text(std::string(intent_id)).Text(std::to_string(token));
   auto released = RunBool(conn, "intent release",

@@ -20,6 +20,13 @@ namespace {
 // A connection's read buffer to start with; it grows only for a head that does not fit.
 constexpr size_t kReadBuffer = 16 * 1024;
 
+ServiceAnswer Failed(ServiceAnswer::Failure failure, std::string detail) {
+  ServiceAnswer answer;
+  answer.failure = failure;
+  answer.detail = std::move(detail);
+  return answer;
+}
+
 }  // namespace
 
 // --- HttpRequestText ------------------------------------------------------------------------
@@ -75,108 +82,121 @@ ServiceClient::ServiceClient(asio::io_context& io, tcp::resolver::results_type e
 ServiceClient::~ServiceClient() = default;
 
 asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& request) {
-  using State = HttpResponseReader::State;
-  ServiceAnswer answer;
   // One deadline for the whole exchange, a retry on a new connection included.
   const Clock::time_point end = Clock::now() + options_.response_timeout;
   for (bool retried = false;;) {
     const Clock::time_point now = Clock::now();
     Connection* c = TakeIdle(now);
     const bool reused = c != nullptr;
-    boost::system::error_code ec;
     if (!c) {
-      c = Open();
-      Watch(*c, std::min(end, now + options_.connect_timeout));
-      co_await asio::async_connect(c->socket, endpoints_,
-                                   asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) {
-        // Nothing was sent, whether the connect was refused or timed out.
-        answer.failure = ServiceAnswer::Failure::kConnect;
-        answer.detail =
-            "connect to " + authority_ + ": " + (c->expired ? "timed out" : ec.message());
-        Close(c);
-        co_return answer;
-      }
-      // The request goes in one write; without this, a write after a partial one would wait
-      // for the service's delayed ACK.
-      c->socket.set_option(tcp::no_delay(true), ec);
-      ec = {};
+      ServiceAnswer not_connected;
+      c = co_await Connect(std::min(end, now + options_.connect_timeout), not_connected);
+      if (!c) co_return not_connected;
     }
     Watch(*c, end);
-    co_await asio::async_write(c->socket, asio::buffer(request),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    bool answered = false;  // any byte of the answer arrived
-    State state = State::kMore;
-    c->reader.Reset(options_.max_response_body);
-    while (!ec && state == State::kMore) {
-      if (c->in_end == c->in.size()) {  // make room: drop what was used, or grow
-        if (c->in_begin > 0) {
-          std::memmove(c->in.data(), c->in.data() + c->in_begin, c->in_end - c->in_begin);
-          c->in_end -= c->in_begin;
-          c->in_begin = 0;
-        } else {
-          c->in.resize(c->in.size() * 2);
-        }
-      }
-      const size_t n = co_await c->socket.async_read_some(
-          asio::buffer(c->in.data() + c->in_end, c->in.size() - c->in_end),
-          asio::redirect_error(asio::use_awaitable, ec));
-      if (ec == asio::error::eof && answered) {
-        ec = {};
-        state = c->reader.End();
-        break;
-      }
-      if (ec) break;
-      answered = true;
-      c->in_end += n;
-      size_t used = 0;
-      state = c->reader.Read(
-          std::string_view(c->in.data() + c->in_begin, c->in_end - c->in_begin), &used);
-      c->in_begin += used;
-      if (c->in_begin == c->in_end) c->in_begin = c->in_end = 0;
-    }
+    const Reading read = co_await SendAndRead(*c, request);
     c->deadline = Clock::time_point::max();
     if (c->expired) {
-      answer.failure = ServiceAnswer::Failure::kTimeout;
-      answer.detail = authority_ + (answered ? " sent part of an answer" : " sent no answer");
       Close(c);
-      co_return answer;
+      co_return Failed(ServiceAnswer::Failure::kTimeout,
+                       authority_ + (read.answered ? " sent part of an answer" : " sent no answer"));
     }
-    if (ec) {
+    if (read.ec) {
       Close(c);
       // A reused connection the service had closed, or closed on reading the request: nothing
       // came back, so the request goes once more on a new connection (the header says why
       // that is safe).
-      if (reused && !answered && !retried) {
+      if (reused && !read.answered && !retried) {
         retried = true;
         continue;
       }
-      answer.failure = ServiceAnswer::Failure::kBroken;
-      answer.detail = (answered ? "answer from " : "exchange with ") + authority_ + ": " +
-                      ec.message();
-      co_return answer;
+      co_return Failed(ServiceAnswer::Failure::kBroken,
+                       (read.answered ? "answer from " : "exchange with ") + authority_ + ": " +
+                           read.ec.message());
     }
-    switch (state) {
-      case State::kDone:
-        answer.status = c->reader.status();
-        answer.body = std::move(c->reader.body());
-        answer.retry_after = c->reader.retry_after();
-        // Bytes after the answer were not asked for: such a connection is not reused.
-        Release(c, c->reader.keep_alive() && c->in_begin == c->in_end, Clock::now());
-        co_return answer;
-      case State::kTooLarge:
-        answer.failure = ServiceAnswer::Failure::kTooLarge;
-        answer.detail = "answer from " + authority_ + ": body larger than " +
-                        std::to_string(options_.max_response_body) + " bytes";
-        break;
-      default:
-        answer.failure = ServiceAnswer::Failure::kBroken;
-        answer.detail = "answer from " + authority_ + ": " + c->reader.error();
-        break;
-    }
-    Close(c);
-    co_return answer;
+    co_return AnswerRead(c, read.state);
   }
+}
+
+asio::awaitable<ServiceClient::Connection*> ServiceClient::Connect(Clock::time_point deadline,
+                                                                   ServiceAnswer& failed) {
+  Connection* c = Open();
+  Watch(*c, deadline);
+  boost::system::error_code ec;
+  co_await asio::async_connect(c->socket, endpoints_,
+                               asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    // Nothing was sent, whether the connect was refused or timed out.
+    failed = Failed(ServiceAnswer::Failure::kConnect,
+                    "connect to " + authority_ + ": " + (c->expired ? "timed out" : ec.message()));
+    Close(c);
+    co_return nullptr;
+  }
+  // The request goes in one write; without this, a write after a partial one would wait for
+  // the service's delayed ACK.
+  c->socket.set_option(tcp::no_delay(true), ec);
+  co_return c;
+}
+
+asio::awaitable<ServiceClient::Reading> ServiceClient::SendAndRead(Connection& c,
+                                                                   const std::string& request) {
+  Reading read;
+  co_await asio::async_write(c.socket, asio::buffer(request),
+                             asio::redirect_error(asio::use_awaitable, read.ec));
+  c.reader.Reset(options_.max_response_body);
+  while (!read.ec && read.state == HttpResponseReader::State::kMore) {
+    MakeRoom(c);
+    const size_t n = co_await c.socket.async_read_some(
+        asio::buffer(c.in.data() + c.in_end, c.in.size() - c.in_end),
+        asio::redirect_error(asio::use_awaitable, read.ec));
+    if (read.ec == asio::error::eof && read.answered) {
+      read.ec = {};
+      read.state = c.reader.End();
+      break;
+    }
+    if (read.ec) break;
+    read.answered = true;
+    c.in_end += n;
+    size_t used = 0;
+    read.state =
+        c.reader.Read(std::string_view(c.in.data() + c.in_begin, c.in_end - c.in_begin), &used);
+    c.in_begin += used;
+    if (c.in_begin == c.in_end) c.in_begin = c.in_end = 0;
+  }
+  co_return read;
+}
+
+void ServiceClient::MakeRoom(Connection& c) {
+  if (c.in_end != c.in.size()) return;
+  if (c.in_begin > 0) {  // drop what was used
+    std::memmove(c.in.data(), c.in.data() + c.in_begin, c.in_end - c.in_begin);
+    c.in_end -= c.in_begin;
+    c.in_begin = 0;
+  } else {
+    c.in.resize(c.in.size() * 2);
+  }
+}
+
+ServiceAnswer ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State state) {
+  using State = HttpResponseReader::State;
+  if (state == State::kDone) {
+    ServiceAnswer answer;
+    answer.status = c->reader.status();
+    answer.body = std::move(c->reader.body());
+    answer.retry_after = c->reader.retry_after();
+    // Bytes after the answer were not asked for: such a connection is not reused.
+    Release(c, c->reader.keep_alive() && c->in_begin == c->in_end, Clock::now());
+    return answer;
+  }
+  ServiceAnswer answer =
+      state == State::kTooLarge
+          ? Failed(ServiceAnswer::Failure::kTooLarge,
+                   "answer from " + authority_ + ": body larger than " +
+                       std::to_string(options_.max_response_body) + " bytes")
+          : Failed(ServiceAnswer::Failure::kBroken,
+                   "answer from " + authority_ + ": " + c->reader.error());
+  Close(c);
+  return answer;
 }
 
 ServiceClient::Connection* ServiceClient::TakeIdle(Clock::time_point now) {

@@ -96,6 +96,26 @@ class ServiceClient {
   ServiceClient(boost::asio::io_context& io, boost::asio::ip::tcp::resolver::results_type
                 endpoints, std::string authority, ServiceClientOptions options);
 
+  // What SendAndRead met: the reader's state, whether any byte of the answer arrived, and the
+  // connection's error (none when the reader came to an end of its own).
+  struct Reading {
+    HttpResponseReader::State state = HttpResponseReader::State::kMore;
+    bool answered = false;
+    boost::system::error_code ec;
+  };
+
+  // The steps of Exchange.
+  // A new connection, connected by `deadline`; null, with `failed` saying why, when it could
+  // not connect (the request was not sent).
+  boost::asio::awaitable<Connection*> Connect(Clock::time_point deadline, ServiceAnswer& failed);
+  // Writes `request` on `c` and reads until its reader is no longer waiting for bytes, or the
+  // connection fails (the sweep closing it at its deadline among the ways).
+  boost::asio::awaitable<Reading> SendAndRead(Connection& c, const std::string& request);
+  // Frees space at the end of `c`'s read buffer when it is full: drops the bytes used, or grows.
+  static void MakeRoom(Connection& c);
+  // The answer `c`'s reader came to (`state`, not kMore); `c` is released for reuse or closed.
+  ServiceAnswer AnswerRead(Connection* c, HttpResponseReader::State state);
+
   // The most recently used idle connection still young enough, or null.
   Connection* TakeIdle(Clock::time_point now);
   void Release(Connection* c, bool reusable, Clock::time_point now);

@@ -41,6 +41,13 @@ constexpr Prepared kStatements[] = {
     {"idem_tier_settle", internal::pg::kTierSettleSql},
 };
 
+// A settling call's answer: true when the caller still owned the record (it is settled), false
+// when another owner's claim stands.
+Result<CompleteOutcome> OkUnlessFenced(const Result<bool>& owned) {
+  if (!owned.ok()) return owned.status();
+  return *owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+}
+
 Status PrepareAll(PgConnection& conn) {
   for (const Prepared& p : kStatements) {
     IDEM_RETURN_IF_ERROR(conn.Prepare(std::string("prepare ") + p.name, p.name, p.sql));
@@ -93,33 +100,28 @@ class PostgresStore final : public internal::DurableTier {
                                  const StoredResponse& response, Duration keep) override {
     IDEM_RETURN_IF_ERROR(state == RecordState::kCompleted ? internal::CheckTtl(keep)
                                                           : internal::CheckLease(keep));
-    auto done = CallBool("settle", "idem_tier_settle",
-                         internal::pg::TierSettleParams(scope, fingerprint, token, state,
-                                                        response, keep,
-                                                        options_.abandoned_retention, Now()),
-                         scope);
-    if (!done.ok()) return done.status();
-    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    return OkUnlessFenced(
+        CallBool("settle", "idem_tier_settle",
+                 internal::pg::TierSettleParams(scope, fingerprint, token, state, response, keep,
+                                                options_.abandoned_retention, Now()),
+                 scope));
   }
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
-    auto done = CallBool("complete", "idem_complete",
-                         internal::pg::CompleteParams(scope, token, response, ttl, Now()), scope);
-    if (!done.ok()) return done.status();
-    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    return OkUnlessFenced(CallBool("complete", "idem_complete",
+                                   internal::pg::CompleteParams(scope, token, response, ttl, Now()),
+                                   scope));
   }
 
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
                                  const StoredResponse& accepted, Duration lease) override {
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
-    auto done = CallBool("accept", "idem_accept",
-                         internal::pg::AcceptParams(scope, token, accepted, lease,
-                                                    options_.abandoned_retention, Now()),
-                         scope);
-    if (!done.ok()) return done.status();
-    return *done ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    return OkUnlessFenced(CallBool("accept", "idem_accept",
+                                   internal::pg::AcceptParams(scope, token, accepted, lease,
+                                                              options_.abandoned_retention, Now()),
+                                   scope));
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
