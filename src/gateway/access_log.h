@@ -1,42 +1,12 @@
-// Logging for the gateway: one line per request, plus lifecycle events, as text or JSON.
-// Built on spdlog; lines go to standard output.
+// The gateway logs through the daemons' event log (log/event_log.h): its request lines and its
+// lifecycle events.
 #pragma once
 
-#include <memory>
-#include <string>
-#include <string_view>
-
-#include <spdlog/logger.h>
+#include "log/event_log.h"
 
 namespace idem::gateway {
 
-struct RequestLogLine {
-  std::string_view method;
-  std::string_view path;
-  int status = 0;
-  std::string_view outcome;
-  std::string key_digest;  // empty when the request had no key
-  unsigned long long token = 0;
-  double latency_ms = 0;
-  std::string_view detail;  // why, for errors
-};
-
-class Log {
- public:
-  explicit Log(bool json);
-
-  void Request(const RequestLogLine& line);
-  void Info(std::string_view event, std::string_view message);
-  void Warn(std::string_view event, std::string_view message);
-  void Error(std::string_view event, std::string_view message);
-  // Writes out buffered request lines. Events (Info/Warn/Error) are written at once.
-  void Flush();
-
- private:
-  void Event(spdlog::level::level_enum level, std::string_view event, std::string_view message);
-
-  bool json_;
-  std::shared_ptr<spdlog::logger> logger_;
-};
+using logging::Log;
+using logging::RequestLogLine;
 
 }  // namespace idem::gateway

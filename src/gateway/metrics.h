@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "admin/histogram.h"
 #include "idem/clock.h"
 
 namespace idem::gateway {
@@ -48,20 +49,7 @@ enum class WaitEnd {
 };
 std::string_view WaitEndLabel(WaitEnd end);
 
-class Histogram {
- public:
-  static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                     0.005,  0.01,    0.025,  0.05,  0.1,
-                                                     0.25,   0.5,     1,      5};
-  void Observe(Duration d);
-  void Observe(double seconds);
-  void Write(std::string& out, std::string_view name, std::string_view help) const;
-
- private:
-  std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};
-  std::atomic<uint64_t> count_{0};
-  std::atomic<uint64_t> sum_micros_{0};
-};
+using admin::Histogram;
 
 class Metrics {
  public:

@@ -16,7 +16,7 @@ constexpr int kMaxBatchSize = 1000;
 
 // Checks the options; an empty string when they can work, else what is wrong. Logs the
 // warnings about combinations that work but surprise.
-std::string CheckOptions(const ConsumeOptions& options, gateway::Log& log) {
+std::string CheckOptions(const ConsumeOptions& options, logging::Log& log) {
   if (options.stream.empty() || options.consumer.empty() || options.deliver.empty()) {
     return "--stream, --consumer and --deliver are required";
   }
@@ -75,7 +75,7 @@ std::string StartLine(const ConsumeOptions& options, const std::string& admin_te
 
 // After the fetch loop has returned: the deliveries in flight finish and settle (within the
 // grace period), held messages go back, acks are flushed. The event loop still runs.
-void FinishDeliveries(Sidecar& sidecar, gateway::Log& log) {
+void FinishDeliveries(Sidecar& sidecar, logging::Log& log) {
   const int left = sidecar.Drain();
   sidecar.GiveBackHeld();
   Status flushed = sidecar.FlushNats();
@@ -86,7 +86,7 @@ void FinishDeliveries(Sidecar& sidecar, gateway::Log& log) {
   if (!flushed.ok()) log.Warn("shutdown", "acks may not have reached NATS: " + flushed.ToString());
 }
 
-void LogStopped(const ConsumeMetrics& m, gateway::Log& log) {
+void LogStopped(const ConsumeMetrics& m, logging::Log& log) {
   log.Info("stopped", std::to_string(m.count(ConsumeMetrics::kDelivered)) + " delivered, " +
                           std::to_string(m.count(ConsumeMetrics::kAcked)) + " acked, " +
                           std::to_string(m.count(ConsumeMetrics::kNaked)) + " naked, " +
@@ -96,14 +96,14 @@ void LogStopped(const ConsumeMetrics& m, gateway::Log& log) {
 }  // namespace
 
 std::string CheckConsumeOptions(const ConsumeOptions& in) {
-  gateway::Log log(in.log_json);
+  logging::Log log(in.log_json);
   std::string error = CheckOptions(in, log);
   log.Flush();
   return error;
 }
 
 int RunConsume(const ConsumeOptions& in) {
-  gateway::Log log(in.log_json);
+  logging::Log log(in.log_json);
   ConsumeOptions options = in;
   auto fail = [&](const std::string& message) {
     log.Error("config", message);

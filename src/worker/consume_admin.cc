@@ -4,7 +4,7 @@
 
 namespace idem::worker {
 
-ConsumeAdmin::ConsumeAdmin(gateway::asio::io_context& io, ConsumeAdminState state)
+ConsumeAdmin::ConsumeAdmin(boost::asio::io_context& io, ConsumeAdminState state)
     : io_(io), state_(std::move(state)) {}
 
 Status ConsumeAdmin::Listen(std::string* address) {

@@ -12,8 +12,9 @@
 #include <memory>
 #include <string>
 
+#include <boost/asio/io_context.hpp>
+
 #include "admin/admin_server.h"
-#include "gateway/http.h"
 #include "idem/status.h"
 #include "worker/consume.h"
 #include "worker/consume_metrics.h"
@@ -32,7 +33,7 @@ struct ConsumeAdminState {
 
 class ConsumeAdmin {
  public:
-  ConsumeAdmin(gateway::asio::io_context& io, ConsumeAdminState state);
+  ConsumeAdmin(boost::asio::io_context& io, ConsumeAdminState state);
 
   // Listens on options.admin_listen and serves every connection on `io`; `*address` receives
   // the address listened on ("HOST:PORT"). kInvalidArgument for a malformed address,
@@ -43,7 +44,7 @@ class ConsumeAdmin {
   // /readyz: "" when connected to NATS, bound to the consumer and not stopping.
   std::string NotReadyReason() const;
 
-  gateway::asio::io_context& io_;
+  boost::asio::io_context& io_;
   ConsumeAdminState state_;
   std::unique_ptr<admin::AdminServer> server_;
 };

@@ -21,7 +21,7 @@ bool FatalAtStart(const Status& s) {
 
 }  // namespace
 
-Sidecar::Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_context& io)
+Sidecar::Sidecar(const ConsumeOptions& options, logging::Log& log, asio::io_context& io)
     : options_(options),
       log_(log),
       io_(io),

@@ -1,5 +1,5 @@
 // `idem consume` metrics in Prometheus text format (counters, the in-flight gauge, the NATS
-// connection state, a delivery latency histogram). Reuses the gateway's Histogram.
+// connection state, a delivery latency histogram). Its histogram is the admin module's.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "gateway/metrics.h"
+#include "admin/histogram.h"
 
 namespace idem::worker {
 
@@ -32,7 +32,7 @@ class ConsumeMetrics {
   void CountError(Error e) { errors_[e].fetch_add(1, std::memory_order_relaxed); }
   uint64_t count(Outcome o) const { return outcomes_[o].load(std::memory_order_relaxed); }
   uint64_t errors(Error e) const { return errors_[e].load(std::memory_order_relaxed); }
-  gateway::Histogram& delivery_seconds() { return delivery_seconds_; }
+  admin::Histogram& delivery_seconds() { return delivery_seconds_; }
   // Messages fetched and held until an earlier message of their ordering key is settled.
   void set_held(int64_t n) { held_.store(n, std::memory_order_relaxed); }
 
@@ -41,7 +41,7 @@ class ConsumeMetrics {
  private:
   std::array<std::atomic<uint64_t>, kOutcomeCount> outcomes_{};
   std::array<std::atomic<uint64_t>, kErrorCount> errors_{};
-  gateway::Histogram delivery_seconds_;
+  admin::Histogram delivery_seconds_;
   std::atomic<int64_t> held_{0};
 };
 

@@ -25,10 +25,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gateway/access_log.h"
-#include "gateway/http.h"
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/http.hpp>
+
 #include "core/mutex.h"
 #include "idem/status.h"
+#include "log/event_log.h"
 #include "worker/consume.h"
 #include "worker/consume_admin.h"
 #include "worker/consume_metrics.h"
@@ -41,18 +47,19 @@
 
 namespace idem::worker {
 
-namespace asio = gateway::asio;
-namespace http = gateway::http;
-using gateway::Task;
-using gateway::tcp;
-using gateway::asio::use_awaitable;
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+template <typename T>
+using Task = asio::awaitable<T>;
+using tcp = asio::ip::tcp;
+using asio::use_awaitable;
 
 // "250 ms", for log lines.
 inline std::string Ms(Duration d) { return std::to_string(d.count()) + " ms"; }
 
 class Sidecar {
  public:
-  Sidecar(const ConsumeOptions& options, gateway::Log& log, asio::io_context& io);
+  Sidecar(const ConsumeOptions& options, logging::Log& log, asio::io_context& io);
 
   // Before the event loop runs: the service's address and the NATS connection (which keeps
   // trying on its own while NATS cannot be reached). REQUIRES: options passed
@@ -205,7 +212,7 @@ class Sidecar {
   Task<Disposition> DeadLetter(JsMessage& m, const GiveUp& g, std::string* term_note);
 
   const ConsumeOptions& options_;
-  gateway::Log& log_;
+  logging::Log& log_;
   asio::io_context& io_;
   asio::thread_pool blocking_{1};
   std::string path_;

@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gateway/access_log.h"
 #include "idem/clock.h"
+#include "log/event_log.h"
 #include "worker/jetstream.h"
 #include "worker/key_order.h"
 
@@ -30,7 +30,7 @@ class OrderedDelivery {
     Duration give_back_delay{5000};
   };
 
-  OrderedDelivery(gateway::Log& log, Options options) : log_(log), options_(options) {}
+  OrderedDelivery(logging::Log& log, Options options) : log_(log), options_(options) {}
 
   // The value of the message's Idem-Ordering-Key header; nullopt when it has none (or empty).
   static std::optional<std::string> OrderingKey(const JsMessage& m);
@@ -69,7 +69,7 @@ class OrderedDelivery {
   // The held message at `seq`, which KeyOrder has just put in flight, taken out of held_.
   std::vector<Message> Take(const std::string& key, std::optional<uint64_t> seq);
 
-  gateway::Log& log_;
+  logging::Log& log_;
   const Options options_;
   KeyOrder order_;
   std::unordered_map<uint64_t, Message> held_;  // by stream sequence

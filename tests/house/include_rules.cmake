@@ -35,13 +35,19 @@ function(check_includes dir mode)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
+# The base modules include only what lies below them.
+check_includes(src/core ONLY idem/ core/)
+check_includes(src/admin ONLY idem/ core/ admin/)
+check_includes(src/log ONLY idem/ core/ log/)
 # src/pg, the one PostgreSQL module: below every layer that uses it.
 check_includes(src/pg ONLY idem/ core/ pg/)
 # The stores know nothing of the layers built on them.
 check_includes(src/store NEVER outbox/ worker/ gateway/ sweep/ chaos/ client/)
 # The layers on PostgreSQL reach it through src/pg, never through the store's internals.
 check_includes(src/outbox NEVER store/)
-check_includes(src/worker NEVER store/postgres/)
+# The worker and emit layers stand beside the gateway, not on it.
+check_includes(src/worker NEVER store/postgres/ gateway/)
+check_includes(src/outbox NEVER gateway/ worker/)
 check_includes(src/sweep NEVER store/)
 check_includes(tools NEVER store/postgres/)
 

@@ -3,7 +3,7 @@
 //   text: 2025-01-31T12:00:00.123Z info relay: connected to nats nats://127.0.0.1:4222
 //   json: {"ts":"2025-01-31T12:00:00.123Z","level":"info","event":"relay","message":"..."}
 // The same timestamp (RFC 3339, UTC, milliseconds) and JSON fields as the gateway's and idem
-// consume's own log (gateway/access_log.h). Lines go to standard output.
+// consume's event log (log/event_log.h). Lines go to standard output.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,4 +1,4 @@
-#include "gateway/access_log.h"
+#include "log/event_log.h"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/sinks/base_sink.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-namespace idem::gateway {
+namespace idem::logging {
 namespace {
 
 std::string NowIso() {
@@ -102,4 +102,4 @@ void Log::Info(std::string_view e, std::string_view m) { Event(spdlog::level::in
 void Log::Warn(std::string_view e, std::string_view m) { Event(spdlog::level::warn, e, m); }
 void Log::Error(std::string_view e, std::string_view m) { Event(spdlog::level::err, e, m); }
 
-}  // namespace idem::gateway
+}  // namespace idem::logging

@@ -1,0 +1,43 @@
+// The daemons' event log: lifecycle events (an event name and a message) at info, warning or
+// error, plus the gateway's one line per request, as text or JSON. Built on spdlog; lines go to
+// standard output. Used by idem gateway and idem consume.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <spdlog/logger.h>
+
+namespace idem::logging {
+
+struct RequestLogLine {
+  std::string_view method;
+  std::string_view path;
+  int status = 0;
+  std::string_view outcome;
+  std::string key_digest;  // empty when the request had no key
+  unsigned long long token = 0;
+  double latency_ms = 0;
+  std::string_view detail;  // why, for errors
+};
+
+class Log {
+ public:
+  explicit Log(bool json);
+
+  void Request(const RequestLogLine& line);
+  void Info(std::string_view event, std::string_view message);
+  void Warn(std::string_view event, std::string_view message);
+  void Error(std::string_view event, std::string_view message);
+  // Writes out buffered request lines. Events (Info/Warn/Error) are written at once.
+  void Flush();
+
+ private:
+  void Event(spdlog::level::level_enum level, std::string_view event, std::string_view message);
+
+  bool json_;
+  std::shared_ptr<spdlog::logger> logger_;
+};
+
+}  // namespace idem::logging
