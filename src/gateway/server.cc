@@ -11,6 +11,7 @@
 #include <atomic>
 #include <csignal>
 #include <iostream>
+#include <memory_resource>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -226,6 +227,9 @@ class Server {
         if (metrics) metrics->ConnectionClosed();
       }
     } uncount{admin ? nullptr : &services_.metrics};
+    // The header fields of this connection's requests and responses (admin/http_message.h):
+    // each request reuses the blocks the previous one freed. Declared first, so it goes last.
+    std::pmr::unsynchronized_pool_resource fields_memory;
     beast::tcp_stream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
@@ -241,7 +245,8 @@ class Server {
         if (ec) break;  // the client went away or stayed idle too long: close quietly
         buffer.commit(n);
       }
-      ReadResult read = co_await ReadRequest(stream, buffer, limits);
+      ReadResult read =
+          co_await ReadRequest(stream, buffer, limits, FieldsAllocator<char>(&fields_memory));
       if (read.kind == ReadResult::Kind::kClosed) break;
       if (read.kind == ReadResult::Kind::kRefused) {
         // Answered, then closed: what follows on the connection cannot be trusted.
