@@ -18,11 +18,11 @@
 #include <string_view>
 #include <vector>
 
+#include "admin/http_message.h"
+
 namespace idem::admin {
 
 namespace http = boost::beast::http;
-using Request = http::request<http::string_body>;
-using Response = http::response<http::string_body>;
 template <typename T>
 using Task = boost::asio::awaitable<T>;
 

@@ -10,7 +10,7 @@
 namespace idem::gateway {
 
 template <bool kIsRequest>
-void StripHopByHop(http::header<kIsRequest, http::fields>& h,
+void StripHopByHop(http::header<kIsRequest, Fields>& h,
                    std::initializer_list<std::string_view> keep) {
   std::vector<std::string> named;
   for (auto it = h.find(http::field::connection); it != h.end() && it->name() == http::field::connection;
@@ -31,9 +31,9 @@ void StripHopByHop(http::header<kIsRequest, http::fields>& h,
   }
 }
 
-template void StripHopByHop<true>(http::header<true, http::fields>&,
+template void StripHopByHop<true>(http::header<true, Fields>&,
                                   std::initializer_list<std::string_view>);
-template void StripHopByHop<false>(http::header<false, http::fields>&,
+template void StripHopByHop<false>(http::header<false, Fields>&,
                                    std::initializer_list<std::string_view>);
 
 namespace {
@@ -45,7 +45,7 @@ void AppendVersion(std::string& out, unsigned version) {
   out += static_cast<char>('0' + version % 10);
 }
 
-void AppendStartLine(std::string& out, const http::header<true, http::fields>& h) {
+void AppendStartLine(std::string& out, const http::header<true, Fields>& h) {
   out += h.method_string();
   out += ' ';
   out += h.target();
@@ -54,7 +54,7 @@ void AppendStartLine(std::string& out, const http::header<true, http::fields>& h
   out += "\r\n";
 }
 
-void AppendStartLine(std::string& out, const http::header<false, http::fields>& h) {
+void AppendStartLine(std::string& out, const http::header<false, Fields>& h) {
   AppendVersion(out, h.version());
   out += ' ';
   out += std::to_string(h.result_int());
@@ -67,7 +67,7 @@ void AppendStartLine(std::string& out, const http::header<false, http::fields>& 
 
 template <bool kIsRequest>
 Task<void> WriteMessage(beast::tcp_stream& stream,
-                        http::message<kIsRequest, http::string_body>& message,
+                        http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec) {
   ec = {};
   if (message.chunked()) {
@@ -89,10 +89,10 @@ Task<void> WriteMessage(beast::tcp_stream& stream,
   co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));
 }
 
-template Task<void> WriteMessage<true>(beast::tcp_stream&, http::message<true, http::string_body>&,
+template Task<void> WriteMessage<true>(beast::tcp_stream&, http::message<true, http::string_body, Fields>&,
                                        std::string&, boost::system::error_code&);
 template Task<void> WriteMessage<false>(beast::tcp_stream&,
-                                        http::message<false, http::string_body>&, std::string&,
+                                        http::message<false, http::string_body, Fields>&, std::string&,
                                         boost::system::error_code&);
 
 std::string_view TargetPath(std::string_view target) {

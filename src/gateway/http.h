@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "admin/http_message.h"
 #include "admin/listen_address.h"
 #include "idem/status.h"
 
@@ -22,8 +23,12 @@ namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = asio::ip::tcp;
 
-using Request = http::request<http::string_body>;
-using Response = http::response<http::string_body>;
+// The messages a listener reads and answers (admin/http_message.h): header fields with an
+// allocator a connection can point at its own memory.
+using admin::Fields;
+using admin::FieldsAllocator;
+using admin::Request;
+using admin::Response;
 
 template <typename T>
 using Task = asio::awaitable<T>;
@@ -33,7 +38,7 @@ using admin::ParseListenAddress;  // "HOST:PORT" -> an endpoint to listen on
 // Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names,
 // except the names in `keep` (compared ignoring case): Connection cannot remove those.
 template <bool kIsRequest>
-void StripHopByHop(http::header<kIsRequest, http::fields>& h,
+void StripHopByHop(http::header<kIsRequest, Fields>& h,
                    std::initializer_list<std::string_view> keep = {});
 
 // The request target split into path and query ("/a/b?x=1" -> "/a/b", "x=1").
@@ -58,7 +63,7 @@ std::string NormalizePathForRouting(std::string_view path);
 // REQUIRES: for a body that is not chunked, Content-Length already set (prepare_payload).
 template <bool kIsRequest>
 Task<void> WriteMessage(beast::tcp_stream& stream,
-                        http::message<kIsRequest, http::string_body>& message,
+                        http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec);
 
 }  // namespace idem::gateway

@@ -22,7 +22,10 @@ namespace {
 // finishes the request under `outcome`.
 Task<Response> ForwardUnprotected(Services& s, Request& request, flow::Trace& trace,
                                   Outcome outcome) {
-  flow::Forwarded forwarded = co_await flow::Forward(s, request);
+  const auto started = flow::PrepareForward(s, request);
+  UpstreamResult exchanged =
+      co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
+  flow::Forwarded forwarded = flow::ForwardedFrom(s, request, std::move(exchanged), started);
   if (forwarded.transport_failed()) trace.detail = forwarded.detail;
   trace.Finish(outcome, forwarded.response);
   Response res = std::move(forwarded.response);
@@ -53,11 +56,18 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
   const RoutePolicy& route = *admission.route;
 
   // claim, and wait if the key is in flight and the client prefers waiting to a 409
-  Result<BeginOutcome> claimed =
-      co_await flow::Claim(s, admission.scope, admission.fingerprint, route.lease);
-  const flow::Waited waited =
-      co_await flow::AwaitSettled(s, route, request, admission.scope, admission.fingerprint,
-                                  trace.key_digest, std::move(claimed), client);
+  // Each step without a wait (the memory store; no wait preferred) is made without a coroutine.
+  std::optional<Result<BeginOutcome>> claimed =
+      flow::ClaimAtOnce(s, admission.scope, admission.fingerprint, route.lease);
+  if (!claimed) {
+    claimed = co_await flow::Claim(s, admission.scope, admission.fingerprint, route.lease);
+  }
+  flow::Waited waited{std::move(*claimed)};
+  if (flow::MayWait(route, request, waited.begun)) {
+    waited = co_await flow::AwaitSettled(s, route, request, admission.scope,
+                                         admission.fingerprint, trace.key_digest,
+                                         std::move(waited.begun), client);
+  }
   if (waited.shutting_down) {
     const Answer& answer = AnswerFor(Cause::kShuttingDown);
     Response res = MakeProblem(answer,
@@ -91,14 +101,23 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
   // the fencing token tells the upstream which attempt is current (RunGateway warns of such
   // routes).
   request.set(kFencingTokenHeader, std::to_string(verdict.token));
-  flow::Forwarded forwarded = co_await flow::Forward(s, request);
+  const auto started = flow::PrepareForward(s, request);
+  UpstreamResult exchanged =
+      co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
+  flow::Forwarded forwarded = flow::ForwardedFrom(s, request, std::move(exchanged), started);
   if (forwarded.transport_failed()) trace.detail = forwarded.detail;
 
   // settle
   const FencingToken token = verdict.token;
-  const Outcome outcome =
-      co_await flow::Settle(s, route, admission.scope, admission.fingerprint, token, forwarded,
-                            trace);
+  const auto executor = co_await asio::this_coro::executor;
+  std::optional<Outcome> settled = flow::SettleAtOnce(s, executor, route, admission.scope,
+                                                      admission.fingerprint, token, forwarded,
+                                                      trace);
+  if (!settled) {
+    settled = co_await flow::Settle(s, route, admission.scope, admission.fingerprint, token,
+                                    forwarded, trace);
+  }
+  const Outcome outcome = *settled;
 
   // respond
   flow::MarkPreferenceApplied(waited, forwarded.response);

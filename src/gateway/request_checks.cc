@@ -27,7 +27,7 @@ bool IsToken(std::string_view s) {
   return true;
 }
 
-Refusal Refuse(Cause cause, std::string detail, const http::request_header<>& header) {
+Refusal Refuse(Cause cause, std::string detail, const http::request_header<Fields>& header) {
   Refusal r;
   r.cause = cause;
   r.detail = std::move(detail);
@@ -36,7 +36,7 @@ Refusal Refuse(Cause cause, std::string detail, const http::request_header<>& he
   return r;
 }
 
-size_t CountFields(const http::request_header<>& header, std::string_view name) {
+size_t CountFields(const http::request_header<Fields>& header, std::string_view name) {
   size_t n = 0;
   for (const auto& field : header) {
     if (EqualsIgnoreCase(field.name_string(), name)) ++n;
@@ -45,7 +45,7 @@ size_t CountFields(const http::request_header<>& header, std::string_view name) 
 }
 
 // RFC 9112 6.1 and 6.3: the codings, in order, must end in exactly one chunked.
-std::optional<Refusal> CheckTransferEncoding(const http::request_header<>& header) {
+std::optional<Refusal> CheckTransferEncoding(const http::request_header<Fields>& header) {
   std::vector<std::string_view> codings;
   for (const auto& field : header) {
     if (field.name() != http::field::transfer_encoding) continue;
@@ -108,7 +108,7 @@ std::optional<Refusal> CheckTransferEncoding(const http::request_header<>& heade
 
 // A name that some servers read as Transfer-Encoding or Content-Length (those that map '_' to
 // '-', as CGI-style environments do) would frame the body differently there.
-std::optional<Refusal> CheckLookalikeNames(const http::request_header<>& header) {
+std::optional<Refusal> CheckLookalikeNames(const http::request_header<Fields>& header) {
   for (const auto& field : header) {
     const std::string_view name = field.name_string();
     if (name.find('_') == std::string_view::npos) continue;
@@ -127,7 +127,7 @@ std::optional<Refusal> CheckLookalikeNames(const http::request_header<>& header)
   return std::nullopt;
 }
 
-std::optional<Refusal> CheckTarget(const http::request_header<>& header) {
+std::optional<Refusal> CheckTarget(const http::request_header<Fields>& header) {
   const std::string_view target = header.target();
   if (target.find('#') != std::string_view::npos) {
     return Refuse(Cause::kMalformedRequest,
@@ -189,7 +189,7 @@ bool IsValidHostValue(std::string_view value) {
 
 // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host field, and any request at most one,
 // with a valid value (empty is allowed: a target without an authority).
-std::optional<Refusal> CheckHost(const http::request_header<>& header) {
+std::optional<Refusal> CheckHost(const http::request_header<Fields>& header) {
   const size_t hosts = CountFields(header, "Host");
   if (hosts == 0 && header.version() >= 11) {
     return Refuse(Cause::kMalformedRequest,
@@ -208,7 +208,7 @@ std::optional<Refusal> CheckHost(const http::request_header<>& header) {
   return std::nullopt;
 }
 
-std::optional<Refusal> CheckExpect(const http::request_header<>& header) {
+std::optional<Refusal> CheckExpect(const http::request_header<Fields>& header) {
   for (const auto& field : header) {
     if (field.name() != http::field::expect) continue;
     for (std::string_view element : ListElements(field.value())) {
@@ -223,7 +223,7 @@ std::optional<Refusal> CheckExpect(const http::request_header<>& header) {
   return std::nullopt;
 }
 
-std::optional<Refusal> CheckIdentityHeaders(const http::request_header<>& header,
+std::optional<Refusal> CheckIdentityHeaders(const http::request_header<Fields>& header,
                                             std::string_view tenant_header) {
   if (const size_t keys = CountFields(header, kKeyHeaderName); keys > 1) {
     return Refuse(Cause::kSeveralKeys,
@@ -272,7 +272,7 @@ std::optional<Refusal> CheckChunkFramingBytes(std::string_view pending) {
   return std::nullopt;
 }
 
-std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
+std::optional<Refusal> CheckRequestHeader(const http::request_header<Fields>& header,
                                           std::string_view tenant_header) {
   if (auto r = CheckLookalikeNames(header)) return r;
   if (header.find(http::field::transfer_encoding) != header.end()) {
@@ -289,7 +289,7 @@ std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
   return std::nullopt;
 }
 
-bool ExpectsContinue(const http::request_header<>& header) {
+bool ExpectsContinue(const http::request_header<Fields>& header) {
   if (header.version() < 11) return false;
   for (const auto& field : header) {
     if (field.name() != http::field::expect) continue;

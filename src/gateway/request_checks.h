@@ -53,12 +53,12 @@ std::optional<Refusal> CheckChunkFramingBytes(std::string_view pending);
 // Checks a parsed request header. `tenant_header` empty skips the identity checks (the admin
 // listener). Refusals: 400 malformed-request (framing, target, Host, duplicate tenant header),
 // 501 unsupported-transfer-coding, 417 expectation-failed, 400 invalid-key (several keys).
-std::optional<Refusal> CheckRequestHeader(const http::request_header<>& header,
+std::optional<Refusal> CheckRequestHeader(const http::request_header<Fields>& header,
                                           std::string_view tenant_header);
 
 // True when the client waits for `100 Continue` before it sends the body (HTTP/1.1 and
 // Expect: 100-continue; CheckRequestHeader has refused any other expectation).
-bool ExpectsContinue(const http::request_header<>& header);
+bool ExpectsContinue(const http::request_header<Fields>& header);
 
 // The request target in origin-form: an absolute-form target ("http://host/a?b") reduced to its
 // path and query ("/a?b", "/" for an empty path); any other target is returned as it is.

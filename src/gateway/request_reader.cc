@@ -5,6 +5,8 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 namespace idem::gateway {
 namespace {
@@ -39,7 +41,7 @@ std::optional<Refusal> RefusalFor(const boost::system::error_code& ec, bool exte
   return r;
 }
 
-size_t FieldCount(const http::fields& fields) {
+size_t FieldCount(const Fields& fields) {
   return static_cast<size_t>(std::distance(fields.begin(), fields.end()));
 }
 
@@ -55,8 +57,9 @@ ReadResult Refused(Refusal refusal) {
 size_t ReaderBufferLimit(const ReaderLimits& limits) { return limits.max_header_bytes + 16384; }
 
 Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer,
-                             const ReaderLimits& limits) {
-  http::request_parser<http::string_body> parser;
+                             const ReaderLimits& limits, FieldsAllocator<char> fields_allocator) {
+  http::request_parser<http::string_body, FieldsAllocator<char>> parser(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(fields_allocator));
   parser.header_limit(static_cast<std::uint32_t>(
       std::min<size_t>(limits.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
   parser.body_limit(limits.max_request_body);
@@ -133,8 +136,8 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
   // 4. The body.
   // Beast adds trailer fields (after a chunked body) to the header, each beside any field of the
   // same name; the header as it was before the body is kept to put back.
-  std::optional<http::fields> header_fields;
-  if (parser.chunked()) header_fields.emplace(static_cast<const http::fields&>(parser.get()));
+  std::optional<Fields> header_fields;
+  if (parser.chunked()) header_fields.emplace(static_cast<const Fields&>(parser.get()));
   // The parser is fed by hand, not by http::async_read, so that the bytes it holds back can be
   // checked: it ends a chunk line only at a CRLF and, given bare LFs, would wait for more bytes
   // until the read timeout.
@@ -177,7 +180,7 @@ Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buff
   // Beast appends trailer fields to the header; they are dropped (RFC 9110 6.5.1 lets a
   // recipient discard them), so a trailer can neither add an identity header nor be forwarded.
   if (header_fields && FieldCount(request) != FieldCount(*header_fields)) {
-    static_cast<http::fields&>(request) = std::move(*header_fields);
+    static_cast<Fields&>(request) = std::move(*header_fields);
   }
   request.erase(http::field::expect);
   const std::string origin = OriginFormTarget(request.target());

@@ -39,8 +39,10 @@ inline constexpr size_t kMaxChunkExtensionBytes = 4096;
 size_t ReaderBufferLimit(const ReaderLimits& limits);
 
 // Reads one request. `buffer` may already hold bytes of it (a keep-alive connection keeps what
-// followed the previous request). Never throws.
+// followed the previous request). The request's header fields take memory through
+// `fields_allocator` (admin/http_message.h). Never throws.
 Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer,
-                             const ReaderLimits& limits);
+                             const ReaderLimits& limits,
+                             FieldsAllocator<char> fields_allocator = {});
 
 }  // namespace idem::gateway

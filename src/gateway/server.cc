@@ -11,6 +11,7 @@
 #include <atomic>
 #include <csignal>
 #include <iostream>
+#include <memory_resource>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "gateway/admin.h"
 #include "gateway/client_connections.h"
 #include "gateway/clock_offset_file.h"
+#include "gateway/maintenance.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
@@ -225,6 +227,9 @@ class Server {
         if (metrics) metrics->ConnectionClosed();
       }
     } uncount{admin ? nullptr : &services_.metrics};
+    // The header fields of this connection's requests and responses (admin/http_message.h):
+    // each request reuses the blocks the previous one freed. Declared first, so it goes last.
+    std::pmr::unsynchronized_pool_resource fields_memory;
     beast::tcp_stream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
@@ -240,7 +245,8 @@ class Server {
         if (ec) break;  // the client went away or stayed idle too long: close quietly
         buffer.commit(n);
       }
-      ReadResult read = co_await ReadRequest(stream, buffer, limits);
+      ReadResult read =
+          co_await ReadRequest(stream, buffer, limits, FieldsAllocator<char>(&fields_memory));
       if (read.kind == ReadResult::Kind::kClosed) break;
       if (read.kind == ReadResult::Kind::kRefused) {
         // Answered, then closed: what follows on the connection cannot be trusted.
@@ -279,61 +285,6 @@ class Server {
     if (admin) reserve_.Restore();
   }
 
- public:
-  // Deletes expired records every sweep_interval, in the store's small batches, on the store
-  // executor's pool so the event loop never waits for it.
-  Task<void> Sweep() {
-    asio::steady_timer timer(io_);
-    for (;;) {
-      timer.expires_after(options_.sweep_interval);
-      boost::system::error_code ec;
-      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (ec || draining_) co_return;
-      const TimePoint now = options_.clock->Now();
-      Result<uint64_t> swept = co_await services_.store.Run(
-          [now](Store& store) { return store.Sweep(now); }, asio::use_awaitable);
-      if (!swept.ok()) {
-        services_.log.Warn("sweep", "failed: " + swept.status().ToString());
-      } else if (*swept > 0) {
-        services_.log.Info("sweep", "removed " + std::to_string(*swept) + " expired record(s)");
-      }
-    }
-  }
-
-  // Logs when the store starts and stops serving below what it was configured for (the
-  // tiered store on PostgreSQL alone while Redis is unreachable): once per change, not per
-  // request. Checked every second; Degradation() reads two atomics.
-  Task<void> WatchDegradation() {
-    asio::steady_timer timer(io_);
-    std::string reported;
-    for (;;) {
-      timer.expires_after(std::chrono::seconds(1));
-      boost::system::error_code ec;
-      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (ec || draining_) co_return;
-      std::string now = services_.store.store().Degradation();
-      if (now == reported) continue;
-      if (!now.empty()) {
-        services_.log.Warn("store_degraded", now);
-      } else {
-        services_.log.Info("store_recovered", "the store serves as configured again");
-      }
-      reported = std::move(now);
-    }
-  }
-
-  // Request log lines are buffered; this writes them out every 100 ms.
-  Task<void> FlushLogs() {
-    asio::steady_timer timer(io_);
-    for (;;) {
-      timer.expires_after(std::chrono::milliseconds(100));
-      boost::system::error_code ec;
-      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return;
-      services_.log.Flush();
-    }
-  }
-
  private:
   Task<void> Drain() {
     asio::steady_timer timer(io_);
@@ -350,26 +301,8 @@ class Server {
       services_.log.Warn("shutdown", std::to_string(abandoned_) +
                                          " request(s) still in progress after the grace period");
     }
-    LogLostCompletions();
+    LogLostCompletions(services_);
     io_.stop();
-  }
-
-  // The completions still held unstored as the process stops are lost with it: each key's
-  // record stays in flight, and a retry after its lease executes again. Said once per key
-  // (up to a limit), so an operator can find them.
-  void LogLostCompletions() {
-    const size_t lost = services_.pending.size();
-    if (lost == 0) return;
-    constexpr size_t kNamed = 100;
-    for (const std::string& digest : services_.pending.Digests(kNamed)) {
-      services_.log.Error("complete_lost",
-                          "key " + digest + ": answered, but its completion was never stored; "
-                          "the gateway stops, and a retry after the key's lease executes again");
-    }
-    if (lost > kNamed) {
-      services_.log.Error("complete_lost", std::to_string(lost - kNamed) +
-                                               " more completion(s) lost in the same way");
-    }
   }
 
   const GatewayOptions& options_;
@@ -390,6 +323,7 @@ class Server {
 
  public:
   int abandoned() const { return abandoned_.load(); }
+  const std::atomic<bool>& draining() const { return draining_; }
 };
 
 // The gateway's io_context. When the grace period ends with requests still running, their
@@ -503,9 +437,9 @@ int RunGateway(const GatewayOptions& given) {
       admin_text = "admin on " + admin_bound.address().to_string() + ":" +
                    std::to_string(admin_bound.port());
     }
-    asio::co_spawn(io, server.Sweep(), asio::detached);
-    asio::co_spawn(io, server.FlushLogs(), asio::detached);
-    asio::co_spawn(io, server.WatchDegradation(), asio::detached);
+    asio::co_spawn(io, SweepExpiredRecords(services, server.draining()), asio::detached);
+    asio::co_spawn(io, FlushRequestLog(log), asio::detached);
+    asio::co_spawn(io, WatchStoreDegradation(services, server.draining()), asio::detached);
     if (clock_offset) asio::co_spawn(io, FollowClockOffsetFile(*clock_offset, log), asio::detached);
     asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {

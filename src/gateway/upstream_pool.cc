@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <tuple>
 
 #include <boost/asio/connect.hpp>
 
@@ -97,9 +98,11 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
   // Protocols cannot happen for a request the gateway sent (it strips Upgrade), and an
   // upstream that sends it anyway is treated as a broken exchange.
   constexpr int kMaxInterim = 16;
-  std::optional<http::response_parser<http::string_body>> parser;
+  // The answer's header fields take memory where the request's do (its connection's pool).
+  std::optional<http::response_parser<http::string_body, FieldsAllocator<char>>> parser;
   for (int interim = 0;; ++interim) {
-    parser.emplace();
+    parser.emplace(std::piecewise_construct, std::make_tuple(),
+                   std::make_tuple(request.get_allocator()));
     parser->body_limit(options_.max_response_body);
     if (request.method() == http::verb::head) parser->skip(true);
     co_await http::async_read(c->stream, c->buffer, *parser,

@@ -6,9 +6,9 @@ namespace idem::gateway {
 namespace {
 
 // A request header with `fields`, and "Host: gw" first unless `with_host` is false.
-http::request_header<> Header(std::string_view target, std::initializer_list<std::pair<const char*, const char*>> fields,
+http::request_header<gateway::Fields> Header(std::string_view target, std::initializer_list<std::pair<const char*, const char*>> fields,
                               unsigned version = 11, bool with_host = true) {
-  http::request_header<> h;
+  http::request_header<gateway::Fields> h;
   h.method(http::verb::post);
   h.target(target);
   h.version(version);
@@ -17,7 +17,7 @@ http::request_header<> Header(std::string_view target, std::initializer_list<std
   return h;
 }
 
-std::optional<http::status> Verdict(const http::request_header<>& h) {
+std::optional<http::status> Verdict(const http::request_header<gateway::Fields>& h) {
   auto r = CheckRequestHeader(h, "Authorization");
   if (!r) return std::nullopt;
   return ProblemStatus(*AnswerFor(r->cause).problem);

@@ -60,27 +60,33 @@ Response NotStoredProblem(const Answer& answer, const StoredResponse& stored,
 
 }  // namespace
 
-Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerprint& fingerprint,
-                                 Duration lease) {
+std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& s, const Scope& scope,
+                                                const Fingerprint& fingerprint, Duration lease) {
   if (std::optional<BeginOutcome> held = s.pending.Answer(scope, fingerprint)) {
-    Result<BeginOutcome> answered = std::move(*held);
-    co_return answered;
+    return Result<BeginOutcome>(std::move(*held));
   }
   if (s.pending.full()) {
     s.metrics.CountPendingRefusal();
-    Result<BeginOutcome> refused = UnavailableError(
+    return Result<BeginOutcome>(UnavailableError(
         std::to_string(s.pending.size()) +
         " completions this gateway answered are not stored yet (max_pending_completions " +
         std::to_string(s.pending.max_entries()) +
-        "); it forwards no new request until the store takes them");
-    co_return refused;
+        "); it forwards no new request until the store takes them"));
   }
   if (s.store.store().NeverBlocks()) {
     // The memory store answers at once: called here, with no copy of the scope, no hand-off
     // and no resumption posted to the event loop.
     StoreTimer timer{s.metrics};
-    Result<BeginOutcome> begun = s.store.store().Begin(scope, fingerprint, lease);
-    co_return begun;
+    return s.store.store().Begin(scope, fingerprint, lease);
+  }
+  return std::nullopt;
+}
+
+Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerprint& fingerprint,
+                                 Duration lease) {
+  if (std::optional<Result<BeginOutcome>> at_once = ClaimAtOnce(s, scope, fingerprint, lease)) {
+    Result<BeginOutcome> answered = std::move(*at_once);
+    co_return answered;
   }
   // g++ 12: keep co_await arguments in named locals (see docs/architecture.md).
   Scope begin_scope = scope;

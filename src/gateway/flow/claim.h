@@ -23,6 +23,11 @@ namespace idem::gateway::flow {
 Task<Result<BeginOutcome>> Claim(Services& services, const Scope& scope,
                                  const Fingerprint& fingerprint, Duration lease);
 
+// Claim's answer when it needs no wait (a completion held here, the pending limit reached, or a
+// store that NeverBlocks), without a coroutine; nullopt: co_await Claim.
+std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& services, const Scope& scope,
+                                                const Fingerprint& fingerprint, Duration lease);
+
 struct ClaimVerdict {
   enum class Action {
     kRespond,             // send `response`, counted and logged under `answer`

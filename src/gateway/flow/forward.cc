@@ -20,23 +20,25 @@ Cause CauseOf(UpstreamResult::Failure failure) {
 
 }  // namespace
 
-Task<Forwarded> Forward(Services& s, Request& request) {
+SteadyClock::time_point PrepareForward(Services& s, Request& request) {
   // Connection may not remove what the upstream's own duplicate defence relies on.
   StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
-  const auto started = SteadyClock::now();
-  const std::chrono::milliseconds timeout = s.options.upstream_response_timeout;
-  UpstreamResult result = co_await s.upstream.Exchange(request, timeout);
+  return SteadyClock::now();
+}
+
+Forwarded ForwardedFrom(Services& s, const Request& request, UpstreamResult result,
+                        SteadyClock::time_point started) {
   s.metrics.upstream_seconds().Observe(MillisSince(started) / 1000.0);
   Forwarded forwarded;
   forwarded.failure = result.failure;
   if (!forwarded.transport_failed()) {
     forwarded.response = ClientResponse(std::move(result.response), request);
-    co_return std::move(forwarded);
+    return forwarded;
   }
   forwarded.detail = result.detail;
   forwarded.response = MakeProblem(AnswerFor(CauseOf(result.failure)), result.detail,
                                    request.version(), request.keep_alive());
-  co_return std::move(forwarded);
+  return forwarded;
 }
 
 }  // namespace idem::gateway::flow

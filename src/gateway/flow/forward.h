@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "gateway/flow/trace.h"
 #include "gateway/http.h"
 #include "gateway/services.h"
 
@@ -19,8 +20,19 @@ struct Forwarded {
   bool transport_failed() const { return failure != UpstreamResult::Failure::kNone; }
 };
 
-// Forwards `request` (its hop-by-hop headers removed, the key, tenant and fencing-token headers
-// kept). Never throws.
-Task<Forwarded> Forward(Services& services, Request& request);
+// The exchange is split around its one wait, so the request's coroutine makes it without a
+// coroutine of its own:
+//   const auto started = PrepareForward(s, request);
+//   UpstreamResult result = co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
+//   Forwarded forwarded = ForwardedFrom(s, request, std::move(result), started);
+
+// Makes `request` ready for the upstream (its hop-by-hop headers removed, the key, tenant and
+// fencing-token headers kept) and returns the time the exchange starts.
+SteadyClock::time_point PrepareForward(Services& services, Request& request);
+
+// What the client gets from the exchange that started at `started` (timed into the upstream
+// latency histogram). Never throws.
+Forwarded ForwardedFrom(Services& services, const Request& request, UpstreamResult result,
+                        SteadyClock::time_point started);
 
 }  // namespace idem::gateway::flow

@@ -1,6 +1,7 @@
 #include "gateway/flow/responses.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "core/text.h"
 #include "gateway/services.h"
@@ -16,7 +17,11 @@ Response ClientResponse(Response upstream, const Request& request) {
 }
 
 Response ReplayResponse(const StoredResponse& stored, const Request& request) {
-  Response res{static_cast<http::status>(stored.status), request.version()};
+  // Its header fields take memory where the request's do (its connection's pool).
+  Response res(std::piecewise_construct, std::make_tuple(),
+               std::make_tuple(request.get_allocator()));
+  res.result(static_cast<unsigned>(stored.status));
+  res.version(request.version());
   for (const auto& [name, value] : stored.headers) res.insert(name, value);
   res.set(kReplayedHeader, "true");
   res.body() = stored.body;

@@ -33,23 +33,12 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
   }
 }
 
-Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope,
-                       const Fingerprint& fingerprint, FencingToken token,
-                       const StoredResponse& stored, const Trace& trace) {
-  const Duration retention = route.retention;
-  const FencingToken complete_token = token;
-  Result<CompleteOutcome> completed = InternalError("not completed");
-  if (s.store.store().NeverBlocks()) {
-    // As in Claim: the memory store answers at once, without a copy of the response.
-    StoreTimer timer{s.metrics};
-    completed = s.store.store().Complete(scope, complete_token, stored, retention);
-  } else {
-    StoreTimer timer{s.metrics};
-    StoredResponse to_store = stored;
-    Scope attempt_scope = scope;
-    completed = co_await s.store.AsyncComplete(std::move(attempt_scope), complete_token,
-                                               std::move(to_store), retention, asio::use_awaitable);
-  }
+// After Complete answered `completed`: waiters told, a failed write retried after the response
+// (on `executor`), a fenced one counted and logged.
+void AfterComplete(Services& s, const asio::any_io_executor& executor, const RoutePolicy& route,
+                   const Scope& scope, const Fingerprint& fingerprint, FencingToken token,
+                   const StoredResponse& stored, const Trace& trace,
+                   const Result<CompleteOutcome>& completed) {
   if (completed.ok() && *completed == CompleteOutcome::kOk) {
     s.waiters.NotifyCompleted(trace.key_digest, stored, fingerprint);  // waiters replay it now
   } else if (completed.ok()) {
@@ -59,9 +48,8 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
     // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
     // lease execute again, so it is held in memory, and answers this key's retries, while it
     // is tried again after the response until it is stored.
-    auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
-                       {StoreWrite::kComplete, scope, token, stored, retention,
+                       {StoreWrite::kComplete, scope, token, stored, route.retention,
                         trace.key_digest, fingerprint, trace.arrival(), route.lease,
                         completed.status()});
     s.waiters.NotifyCompleted(trace.key_digest, stored, fingerprint);  // they replay it now
@@ -70,6 +58,40 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
     s.log.Warn("fenced", "key " + trace.key_digest + ": token " + std::to_string(token) +
                              " lost ownership before completing; its response was not stored");
   }
+}
+
+// Complete on a store that NeverBlocks: called here, without a copy of the response.
+void CompleteKeyAtOnce(Services& s, const asio::any_io_executor& executor,
+                       const RoutePolicy& route, const Scope& scope,
+                       const Fingerprint& fingerprint, FencingToken token,
+                       const StoredResponse& stored, const Trace& trace) {
+  Result<CompleteOutcome> completed = InternalError("not completed");
+  {
+    StoreTimer timer{s.metrics};
+    completed = s.store.store().Complete(scope, token, stored, route.retention);
+  }
+  AfterComplete(s, executor, route, scope, fingerprint, token, stored, trace, completed);
+}
+
+Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope,
+                       const Fingerprint& fingerprint, FencingToken token,
+                       const StoredResponse& stored, const Trace& trace) {
+  auto executor = co_await asio::this_coro::executor;
+  if (s.store.store().NeverBlocks()) {
+    CompleteKeyAtOnce(s, executor, route, scope, fingerprint, token, stored, trace);
+    co_return;
+  }
+  const Duration retention = route.retention;
+  const FencingToken complete_token = token;
+  Result<CompleteOutcome> completed = InternalError("not completed");
+  {
+    StoreTimer timer{s.metrics};
+    StoredResponse to_store = stored;
+    Scope attempt_scope = scope;
+    completed = co_await s.store.AsyncComplete(std::move(attempt_scope), complete_token,
+                                               std::move(to_store), retention, asio::use_awaitable);
+  }
+  AfterComplete(s, executor, route, scope, fingerprint, token, stored, trace, completed);
 }
 
 // A long-running operation was accepted: keep the key claimed under the same token for the
@@ -104,11 +126,10 @@ Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope,
   }
 }
 
-}  // namespace
+// How the key is settled after `forwarded`.
+enum class Settlement { kRelease, kAccept, kComplete };
 
-Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
-                     const Fingerprint& fingerprint, FencingToken token, Forwarded& forwarded,
-                     const Trace& trace) {
+Settlement SettlementFor(const RoutePolicy& route, const Forwarded& forwarded) {
   // The upstream acted beyond doubt when it answered, even if its answer was too large to read.
   const bool too_large = forwarded.failure == UpstreamResult::Failure::kTooLarge;
   // The shared rule as it stands: an upstream's 409 or 425 is its final answer, completed.
@@ -116,12 +137,42 @@ Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
                              ? !too_large
                              : internal::IsTransientHttpStatus(
                                    static_cast<int>(forwarded.response.result_int()));
-  if (transient) {
+  if (transient) return Settlement::kRelease;
+  if (!too_large && IsAccepted(forwarded.response, route)) return Settlement::kAccept;
+  return Settlement::kComplete;
+}
+
+// What is stored of `forwarded` when it completes the key.
+StoredResponse StoredOf(Services& s, const RoutePolicy& route, const Forwarded& forwarded) {
+  return forwarded.failure == UpstreamResult::Failure::kTooLarge
+             ? OversizedAnswer()
+             : ToStored(forwarded.response, route, s.options.max_stored_response);
+}
+
+}  // namespace
+
+std::optional<Outcome> SettleAtOnce(Services& s, const asio::any_io_executor& executor,
+                                    const RoutePolicy& route, const Scope& scope,
+                                    const Fingerprint& fingerprint, FencingToken token,
+                                    Forwarded& forwarded, const Trace& trace) {
+  if (!s.store.store().NeverBlocks()) return std::nullopt;
+  if (SettlementFor(route, forwarded) != Settlement::kComplete) return std::nullopt;
+  const StoredResponse stored = StoredOf(s, route, forwarded);
+  CompleteKeyAtOnce(s, executor, route, scope, fingerprint, token, stored, trace);
+  forwarded.response.set(kReplayedHeader, "false");
+  return Outcome::kExecuted;
+}
+
+Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
+                     const Fingerprint& fingerprint, FencingToken token, Forwarded& forwarded,
+                     const Trace& trace) {
+  const Settlement settlement = SettlementFor(route, forwarded);
+  if (settlement == Settlement::kRelease) {
     co_await ReleaseKey(s, route, scope, token, trace);
     Outcome released = Outcome::kReleased;
     co_return released;
   }
-  if (!too_large && IsAccepted(forwarded.response, route)) {
+  if (settlement == Settlement::kAccept) {
     const StoredResponse accepted =
         ToStoredAccepted(forwarded.response, route, s.options.max_stored_response);
     co_await AcceptKey(s, route, scope, fingerprint, token, accepted, trace);
@@ -129,9 +180,7 @@ Task<Outcome> Settle(Services& s, const RoutePolicy& route, const Scope& scope,
     Outcome accepted_outcome = Outcome::kAccepted;
     co_return accepted_outcome;
   }
-  const StoredResponse stored = too_large ? OversizedAnswer()
-                                    : ToStored(forwarded.response, route,
-                                               s.options.max_stored_response);
+  const StoredResponse stored = StoredOf(s, route, forwarded);
   co_await CompleteKey(s, route, scope, fingerprint, token, stored, trace);
   forwarded.response.set(kReplayedHeader, "false");
   Outcome executed = Outcome::kExecuted;

@@ -8,6 +8,8 @@
 // which answers the key's retries. The client gets its response either way.
 #pragma once
 
+#include <optional>
+
 #include "gateway/flow/forward.h"
 #include "gateway/flow/trace.h"
 #include "gateway/services.h"
@@ -23,5 +25,13 @@ namespace idem::gateway::flow {
 Task<Outcome> Settle(Services& services, const RoutePolicy& route, const Scope& scope,
                      const Fingerprint& fingerprint, FencingToken token, Forwarded& forwarded,
                      const Trace& trace);
+
+// Settle's answer when it needs no wait (a completion on a store that NeverBlocks), made
+// without a coroutine; a failed write is retried on `executor`. nullopt: nothing was done,
+// co_await Settle.
+std::optional<Outcome> SettleAtOnce(Services& services, const asio::any_io_executor& executor,
+                                    const RoutePolicy& route, const Scope& scope,
+                                    const Fingerprint& fingerprint, FencingToken token,
+                                    Forwarded& forwarded, const Trace& trace);
 
 }  // namespace idem::gateway::flow

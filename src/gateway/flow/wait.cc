@@ -66,14 +66,19 @@ Task<Look> LookAt(Services& s, const Scope& scope, const Fingerprint& fingerprin
 
 }  // namespace
 
+bool MayWait(const RoutePolicy& route, const Request& request, const Result<BeginOutcome>& begun) {
+  if (!InFlightNow(begun) || route.max_wait <= Duration(0)) return false;
+  const std::optional<Duration> preferred = PreferredWait(request);
+  return preferred && *preferred > Duration(0);
+}
+
 Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
                           const Scope& scope, const Fingerprint& fingerprint,
                           const std::string& scope_digest, Result<BeginOutcome> begun,
                           ClientHangup* client) {
   Waited waited{std::move(begun), std::nullopt, false};
-  if (!InFlightNow(waited.begun) || route.max_wait <= Duration(0)) co_return waited;
+  if (!MayWait(route, request, waited.begun)) co_return waited;
   const std::optional<Duration> preferred = PreferredWait(request);
-  if (!preferred || *preferred <= Duration(0)) co_return waited;
   const Duration allowed = std::min(*preferred, route.max_wait);
 
   auto executor = co_await asio::this_coro::executor;

@@ -52,6 +52,10 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
                           const std::string& scope_digest, Result<BeginOutcome> begun,
                           ClientHangup* client);
 
+// Whether AwaitSettled would wait at all: `begun` says the key is in flight, the route allows
+// waits and `request` prefers one. When false, AwaitSettled returns `begun` unchanged.
+bool MayWait(const RoutePolicy& route, const Request& request, const Result<BeginOutcome>& begun);
+
 // Adds `Preference-Applied: wait=N` to `response` when a wait was honoured.
 void MarkPreferenceApplied(const Waited& waited, Response& response);
 
