@@ -18,13 +18,12 @@
 #include <optional>
 #include <string>
 
+#include "gateway/access_log.h"
 #include "gateway/http.h"
 #include "idem/clock.h"
 #include "idem/status.h"
 
 namespace idem::gateway {
-
-class Log;
 
 class ClockOffsetFile {
  public:
