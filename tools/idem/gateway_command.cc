@@ -39,11 +39,13 @@ void AddGatewayRouteAndStoreFlags(CLI::App& cmd, GatewayFlags& flags) {
   cmd.add_option("--upstream", o.upstream, "The service to protect: http://HOST:PORT");
   cmd.add_option("--store", o.store,
                  "Where records live: memory | sqlite:PATH[?durability=off|normal|full\n"
-                 "&busy_timeout_ms=N] | redis://[[USER]:PASSWORD@]HOST[:PORT][/DB][?prefix=P\n"
-                 "&pool_size=N&timeout_ms=N&connect_timeout_ms=N] | a Redis Cluster:\n"
+                 "&busy_timeout_ms=N&sweep_batch=N] | redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
+                 "[?prefix=P&pool_size=N&timeout_ms=N&connect_timeout_ms=N] | a Redis Cluster:\n"
                  "redis://HOST:PORT,HOST:PORT...?cluster=true[&...] (see docs/redis.md) |\n"
-                 "postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N&timeout_ms=N&schema=NAME]\n"
-                 "(see docs/postgresql.md)")
+                 "postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N&timeout_ms=N&schema=NAME\n"
+                 "&connect_timeout=S&partition_horizon_days=N&sslmode=...&application_name=...]\n"
+                 "(see docs/postgresql.md). Every option, its default and range:\n"
+                 "docs/reference/cli-gateway.md")
       ->capture_default_str();
   cmd.add_option("--store-password-file", o.store_password_file,
                  "File holding the password of the --store URL (redis:// or postgresql://,\n"
