@@ -205,9 +205,8 @@ Status ReadStrings(const toml::table& table, std::string_view name, const std::s
   return Status::Ok();
 }
 
-Status ReadRoute(const toml::table& table, const std::string& path, size_t index,
-                 RoutePolicy& route) {
-  const std::string where = "route[" + std::to_string(index) + "]";
+// A route table names only route settings.
+Status CheckRouteKeys(const toml::table& table, const std::string& path, const std::string& where) {
   static const std::vector<std::string_view> kKnown = {
       "method",      "path_prefix",    "key",      "retention", "lease",
       "fingerprint", "stored_headers", "fail_open", "key_format", "max_key_future_skew",
@@ -218,6 +217,12 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
                          "is not a route setting");
     }
   }
+  return Status::Ok();
+}
+
+// method, path_prefix and key: which requests the route takes, and whether they need a key.
+Status ReadRouteMatch(const toml::table& table, const std::string& path, const std::string& where,
+                      RoutePolicy& route) {
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "method", path, where, route.method));
   std::transform(route.method.begin(), route.method.end(), route.method.begin(),
                  [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
@@ -236,35 +241,39 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
     route.key = KeyRequirement::kOff;
   else
     return ConfigError(At(path, table, "key"), where + ".key", "must be \"required\", \"optional\" or \"off\"");
-  IDEM_RETURN_IF_ERROR(ReadDuration(table, "retention", path, where, route.retention));
-  IDEM_RETURN_IF_ERROR(ReadDuration(table, "lease", path, where, route.lease));
-  if (route.retention <= Duration(0) || route.lease <= Duration(0)) {
-    return ConfigError(At(path, &table), where, "retention and lease must be positive");
-  }
+  return Status::Ok();
+}
+
+// fingerprint: the parts of a request its key is bound to (absent: the default policy).
+Status ReadRouteFingerprint(const toml::table& table, const std::string& path,
+                            const std::string& where, RoutePolicy& route) {
+  if (table.get("fingerprint") == nullptr) return Status::Ok();
   std::vector<std::string> parts;
-  if (table.get("fingerprint") != nullptr) {
-    IDEM_RETURN_IF_ERROR(ReadStrings(table, "fingerprint", path, where, parts));
-    route.fingerprint = FingerprintPolicy{false, false, false, false, {}};
-    for (const std::string& part : parts) {
-      if (part == "method")
-        route.fingerprint.method = true;
-      else if (part == "path")
-        route.fingerprint.path = true;
-      else if (part == "query")
-        route.fingerprint.query = true;
-      else if (part == "body")
-        route.fingerprint.body = true;
-      else if (part.rfind("header:", 0) == 0 && part.size() > 7) {
-        route.fingerprint.headers.push_back(part.substr(7));
-      } else {
-        return ConfigError(
-            At(path, table, "fingerprint"), where + ".fingerprint",
-            "unknown part '" + part + "' (use method, path, query, body, header:NAME)");
-      }
+  IDEM_RETURN_IF_ERROR(ReadStrings(table, "fingerprint", path, where, parts));
+  route.fingerprint = FingerprintPolicy{false, false, false, false, {}};
+  for (const std::string& part : parts) {
+    if (part == "method")
+      route.fingerprint.method = true;
+    else if (part == "path")
+      route.fingerprint.path = true;
+    else if (part == "query")
+      route.fingerprint.query = true;
+    else if (part == "body")
+      route.fingerprint.body = true;
+    else if (part.rfind("header:", 0) == 0 && part.size() > 7) {
+      route.fingerprint.headers.push_back(part.substr(7));
+    } else {
+      return ConfigError(
+          At(path, table, "fingerprint"), where + ".fingerprint",
+          "unknown part '" + part + "' (use method, path, query, body, header:NAME)");
     }
   }
-  IDEM_RETURN_IF_ERROR(ReadStrings(table, "stored_headers", path, where, route.stored_headers));
-  IDEM_RETURN_IF_ERROR(ReadScalar(table, "fail_open", path, where, route.fail_open));
+  return Status::Ok();
+}
+
+// key_format and max_key_future_skew: the window a key's embedded time must fall in.
+Status ReadRouteKeyFormat(const toml::table& table, const std::string& path,
+                          const std::string& where, RoutePolicy& route) {
   std::string key_format = "any";
   IDEM_RETURN_IF_ERROR(ReadScalar(table, "key_format", path, where, key_format));
   auto format = ParseKeyFormat(key_format);
@@ -273,8 +282,23 @@ Status ReadRoute(const toml::table& table, const std::string& path, size_t index
                        format.status().message());
   }
   route.key_format = *format;
-  IDEM_RETURN_IF_ERROR(
-      ReadDuration(table, "max_key_future_skew", path, where, route.max_key_future_skew));
+  return ReadDuration(table, "max_key_future_skew", path, where, route.max_key_future_skew);
+}
+
+Status ReadRoute(const toml::table& table, const std::string& path, size_t index,
+                 RoutePolicy& route) {
+  const std::string where = "route[" + std::to_string(index) + "]";
+  IDEM_RETURN_IF_ERROR(CheckRouteKeys(table, path, where));
+  IDEM_RETURN_IF_ERROR(ReadRouteMatch(table, path, where, route));
+  IDEM_RETURN_IF_ERROR(ReadDuration(table, "retention", path, where, route.retention));
+  IDEM_RETURN_IF_ERROR(ReadDuration(table, "lease", path, where, route.lease));
+  if (route.retention <= Duration(0) || route.lease <= Duration(0)) {
+    return ConfigError(At(path, &table), where, "retention and lease must be positive");
+  }
+  IDEM_RETURN_IF_ERROR(ReadRouteFingerprint(table, path, where, route));
+  IDEM_RETURN_IF_ERROR(ReadStrings(table, "stored_headers", path, where, route.stored_headers));
+  IDEM_RETURN_IF_ERROR(ReadScalar(table, "fail_open", path, where, route.fail_open));
+  IDEM_RETURN_IF_ERROR(ReadRouteKeyFormat(table, path, where, route));
   IDEM_RETURN_IF_ERROR(ReadDuration(table, "max_wait", path, where, route.max_wait));
   if (route.max_wait < Duration(0)) {
     return ConfigError(At(path, table, "max_wait"), where + ".max_wait", "must not be negative (0s turns waiting off)");

@@ -38,6 +38,17 @@ std::string_view WaitEndLabel(WaitEnd end) {
   return "other";
 }
 
+namespace {
+
+// One metric without labels: its HELP and TYPE lines, then its value.
+template <typename T>
+void Scalar(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            T value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+}  // namespace
+
 std::string Metrics::Render() const {
   std::string out;
   out += "# HELP idem_gateway_requests_total Requests by what became of them.\n";
@@ -47,17 +58,13 @@ std::string Metrics::Render() const {
                        OutcomeLabel(static_cast<Outcome>(i)),
                        outcomes_[i].load(std::memory_order_relaxed));
   }
-  out += "# HELP idem_gateway_takeovers_total Keys taken over after an owner's lease ran out.\n";
-  out += "# TYPE idem_gateway_takeovers_total counter\n";
-  out += fmt::format("idem_gateway_takeovers_total {}\n", takeovers_.load());
-  out += "# HELP idem_gateway_waits_started_total Requests that waited for a key in flight "
-         "(Prefer: wait).\n";
-  out += "# TYPE idem_gateway_waits_started_total counter\n";
-  out += fmt::format("idem_gateway_waits_started_total {}\n", waits_started_.load());
-  out += "# HELP idem_gateway_waits_refused_total Requests that asked to wait when max_waiters "
-         "were waiting (answered 409 at once).\n";
-  out += "# TYPE idem_gateway_waits_refused_total counter\n";
-  out += fmt::format("idem_gateway_waits_refused_total {}\n", waits_refused_.load());
+  Scalar(out, "idem_gateway_takeovers_total", "counter",
+         "Keys taken over after an owner's lease ran out.", takeovers_.load());
+  Scalar(out, "idem_gateway_waits_started_total", "counter",
+         "Requests that waited for a key in flight (Prefer: wait).", waits_started_.load());
+  Scalar(out, "idem_gateway_waits_refused_total", "counter",
+         "Requests that asked to wait when max_waiters were waiting (answered 409 at once).",
+         waits_refused_.load());
   out += "# HELP idem_gateway_waits_total Waits for a key in flight, by how they ended.\n";
   out += "# TYPE idem_gateway_waits_total counter\n";
   for (size_t i = 0; i < waits_ended_.size(); ++i) {
@@ -67,9 +74,8 @@ std::string Metrics::Render() const {
   }
   wait_seconds_.Write(out, "idem_gateway_wait_seconds",
                       "Time requests waited for a key in flight (Prefer: wait).");
-  out += "# HELP idem_gateway_fenced_completions_total Late completions discarded by fencing.\n";
-  out += "# TYPE idem_gateway_fenced_completions_total counter\n";
-  out += fmt::format("idem_gateway_fenced_completions_total {}\n", zombies_.load());
+  Scalar(out, "idem_gateway_fenced_completions_total", "counter",
+         "Late completions discarded by fencing.", zombies_.load());
   out += "# HELP idem_gateway_store_write_attempts_total Completions, releases and accepts "
          "retried after the response, each attempt by result.\n";
   out += "# TYPE idem_gateway_store_write_attempts_total counter\n";
@@ -89,44 +95,30 @@ std::string Metrics::Render() const {
                        StoreWriteLabel(static_cast<StoreWrite>(w)),
                        writes_abandoned_[w].load(std::memory_order_relaxed));
   }
-  out += "# HELP idem_gateway_store_writes_retrying Completions, releases and accepts being "
-         "retried now.\n";
-  out += "# TYPE idem_gateway_store_writes_retrying gauge\n";
-  out += fmt::format("idem_gateway_store_writes_retrying {}\n", store_writes_retrying());
-  out += "# HELP idem_gateway_pending_completions Completions and accepts answered but not "
-         "stored yet, held in memory and retried until stored.\n";
-  out += "# TYPE idem_gateway_pending_completions gauge\n";
-  out += fmt::format("idem_gateway_pending_completions {}\n", pending_completions_.load());
-  out += "# HELP idem_gateway_pending_completions_refused_total Requests answered 503 without "
-         "reaching the upstream because max_pending_completions were pending.\n";
-  out += "# TYPE idem_gateway_pending_completions_refused_total counter\n";
-  out += fmt::format("idem_gateway_pending_completions_refused_total {}\n",
-                     pending_refusals_.load());
-  out += "# HELP idem_gateway_connections_open Client connections open now.\n";
-  out += "# TYPE idem_gateway_connections_open gauge\n";
-  out += fmt::format("idem_gateway_connections_open {}\n", connections_open_.load());
-  out += "# HELP idem_gateway_connections_refused_total Client connections refused at "
-         "max_connections.\n";
-  out += "# TYPE idem_gateway_connections_refused_total counter\n";
-  out += fmt::format("idem_gateway_connections_refused_total {}\n", connections_refused_.load());
-  out += "# HELP idem_gateway_connections_refused_per_client_total Client connections refused "
-         "because their address held max_connections_per_client already.\n";
-  out += "# TYPE idem_gateway_connections_refused_per_client_total counter\n";
-  out += fmt::format("idem_gateway_connections_refused_per_client_total {}\n",
-                     client_connections_refused_.load());
-  out += "# HELP idem_gateway_max_connections_per_client Client connections one address may "
-         "hold at once.\n";
-  out += "# TYPE idem_gateway_max_connections_per_client gauge\n";
-  out += fmt::format("idem_gateway_max_connections_per_client {}\n",
-                     connections_per_client_limit_.load());
-  out += "# HELP idem_gateway_client_addresses Client addresses holding connections now.\n";
-  out += "# TYPE idem_gateway_client_addresses gauge\n";
-  out += fmt::format("idem_gateway_client_addresses {}\n",
-                     client_addresses_ ? client_addresses_() : 0);
-  out += "# HELP idem_gateway_accept_errors_total Accepts that failed for lack of file "
-         "descriptors (EMFILE, ENFILE) or memory.\n";
-  out += "# TYPE idem_gateway_accept_errors_total counter\n";
-  out += fmt::format("idem_gateway_accept_errors_total {}\n", accept_errors_.load());
+  Scalar(out, "idem_gateway_store_writes_retrying", "gauge",
+         "Completions, releases and accepts being retried now.", store_writes_retrying());
+  Scalar(out, "idem_gateway_pending_completions", "gauge",
+         "Completions and accepts answered but not "
+         "stored yet, held in memory and retried until stored.", pending_completions_.load());
+  Scalar(out, "idem_gateway_pending_completions_refused_total", "counter",
+         "Requests answered 503 without "
+         "reaching the upstream because max_pending_completions were pending.",
+         pending_refusals_.load());
+  Scalar(out, "idem_gateway_connections_open", "gauge",
+         "Client connections open now.", connections_open_.load());
+  Scalar(out, "idem_gateway_connections_refused_total", "counter",
+         "Client connections refused at max_connections.", connections_refused_.load());
+  Scalar(out, "idem_gateway_connections_refused_per_client_total", "counter",
+         "Client connections refused "
+         "because their address held max_connections_per_client already.",
+         client_connections_refused_.load());
+  Scalar(out, "idem_gateway_max_connections_per_client", "gauge",
+         "Client connections one address may hold at once.", connections_per_client_limit_.load());
+  Scalar(out, "idem_gateway_client_addresses", "gauge",
+         "Client addresses holding connections now.", client_addresses_ ? client_addresses_() : 0);
+  Scalar(out, "idem_gateway_accept_errors_total", "counter",
+         "Accepts that failed for lack of file descriptors (EMFILE, ENFILE) or memory.",
+         accept_errors_.load());
   request_seconds_.Write(out, "idem_gateway_request_seconds",
                          "Time from a complete request to its response.");
   store_seconds_.Write(out, "idem_gateway_store_seconds", "Time of each store call.");
