@@ -4,6 +4,8 @@
 
 #include <iterator>
 
+#include "admin/metric_text.h"
+
 namespace idem::gateway {
 
 std::string_view OutcomeLabel(Outcome outcome) {
@@ -38,35 +40,26 @@ std::string_view WaitEndLabel(WaitEnd end) {
   return "other";
 }
 
-namespace {
-
-// One metric without labels: its HELP and TYPE lines, then its value.
-template <typename T>
-void Scalar(std::string& out, std::string_view name, std::string_view type, std::string_view help,
-            T value) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
-}
-
-}  // namespace
-
 std::string Metrics::Render() const {
+  using admin::WriteMetric;
+  using admin::WriteMetricHeader;
   std::string out;
-  out += "# HELP idem_gateway_requests_total Requests by what became of them.\n";
-  out += "# TYPE idem_gateway_requests_total counter\n";
+  WriteMetricHeader(out, "idem_gateway_requests_total", "counter",
+                    "Requests by what became of them.");
   for (size_t i = 0; i < outcomes_.size(); ++i) {
     out += fmt::format("idem_gateway_requests_total{{outcome=\"{}\"}} {}\n",
                        OutcomeLabel(static_cast<Outcome>(i)),
                        outcomes_[i].load(std::memory_order_relaxed));
   }
-  Scalar(out, "idem_gateway_takeovers_total", "counter",
-         "Keys taken over after an owner's lease ran out.", takeovers_.load());
-  Scalar(out, "idem_gateway_waits_started_total", "counter",
-         "Requests that waited for a key in flight (Prefer: wait).", waits_started_.load());
-  Scalar(out, "idem_gateway_waits_refused_total", "counter",
-         "Requests that asked to wait when max_waiters were waiting (answered 409 at once).",
-         waits_refused_.load());
-  out += "# HELP idem_gateway_waits_total Waits for a key in flight, by how they ended.\n";
-  out += "# TYPE idem_gateway_waits_total counter\n";
+  WriteMetric(out, "idem_gateway_takeovers_total", "counter",
+              "Keys taken over after an owner's lease ran out.", takeovers_.load());
+  WriteMetric(out, "idem_gateway_waits_started_total", "counter",
+              "Requests that waited for a key in flight (Prefer: wait).", waits_started_.load());
+  WriteMetric(out, "idem_gateway_waits_refused_total", "counter",
+              "Requests that asked to wait when max_waiters were waiting (answered 409 at once).",
+              waits_refused_.load());
+  WriteMetricHeader(out, "idem_gateway_waits_total", "counter",
+                    "Waits for a key in flight, by how they ended.");
   for (size_t i = 0; i < waits_ended_.size(); ++i) {
     out += fmt::format("idem_gateway_waits_total{{end=\"{}\"}} {}\n",
                        WaitEndLabel(static_cast<WaitEnd>(i)),
@@ -74,11 +67,11 @@ std::string Metrics::Render() const {
   }
   wait_seconds_.Write(out, "idem_gateway_wait_seconds",
                       "Time requests waited for a key in flight (Prefer: wait).");
-  Scalar(out, "idem_gateway_fenced_completions_total", "counter",
-         "Late completions discarded by fencing.", zombies_.load());
-  out += "# HELP idem_gateway_store_write_attempts_total Completions, releases and accepts "
-         "retried after the response, each attempt by result.\n";
-  out += "# TYPE idem_gateway_store_write_attempts_total counter\n";
+  WriteMetric(out, "idem_gateway_fenced_completions_total", "counter",
+              "Late completions discarded by fencing.", zombies_.load());
+  WriteMetricHeader(out, "idem_gateway_store_write_attempts_total", "counter",
+                    "Completions, releases and accepts retried after the response, each attempt "
+                    "by result.");
   for (size_t w = 0; w < kWrites; ++w) {
     for (int failed = 0; failed < 2; ++failed) {
       out += fmt::format(
@@ -87,38 +80,41 @@ std::string Metrics::Render() const {
           write_attempts_[w][failed].load(std::memory_order_relaxed));
     }
   }
-  out += "# HELP idem_gateway_store_writes_abandoned_total Releases given up when the lease "
-         "was about to run out (completions and accepts are retried until stored).\n";
-  out += "# TYPE idem_gateway_store_writes_abandoned_total counter\n";
+  WriteMetricHeader(out, "idem_gateway_store_writes_abandoned_total", "counter",
+                    "Releases given up when the lease was about to run out (completions and "
+                    "accepts are retried until stored).");
   for (size_t w = 0; w < kWrites; ++w) {
     out += fmt::format("idem_gateway_store_writes_abandoned_total{{call=\"{}\"}} {}\n",
                        StoreWriteLabel(static_cast<StoreWrite>(w)),
                        writes_abandoned_[w].load(std::memory_order_relaxed));
   }
-  Scalar(out, "idem_gateway_store_writes_retrying", "gauge",
-         "Completions, releases and accepts being retried now.", store_writes_retrying());
-  Scalar(out, "idem_gateway_pending_completions", "gauge",
-         "Completions and accepts answered but not "
-         "stored yet, held in memory and retried until stored.", pending_completions_.load());
-  Scalar(out, "idem_gateway_pending_completions_refused_total", "counter",
-         "Requests answered 503 without "
-         "reaching the upstream because max_pending_completions were pending.",
-         pending_refusals_.load());
-  Scalar(out, "idem_gateway_connections_open", "gauge",
-         "Client connections open now.", connections_open_.load());
-  Scalar(out, "idem_gateway_connections_refused_total", "counter",
-         "Client connections refused at max_connections.", connections_refused_.load());
-  Scalar(out, "idem_gateway_connections_refused_per_client_total", "counter",
-         "Client connections refused "
-         "because their address held max_connections_per_client already.",
-         client_connections_refused_.load());
-  Scalar(out, "idem_gateway_max_connections_per_client", "gauge",
-         "Client connections one address may hold at once.", connections_per_client_limit_.load());
-  Scalar(out, "idem_gateway_client_addresses", "gauge",
-         "Client addresses holding connections now.", client_addresses_ ? client_addresses_() : 0);
-  Scalar(out, "idem_gateway_accept_errors_total", "counter",
-         "Accepts that failed for lack of file descriptors (EMFILE, ENFILE) or memory.",
-         accept_errors_.load());
+  WriteMetric(out, "idem_gateway_store_writes_retrying", "gauge",
+              "Completions, releases and accepts being retried now.", store_writes_retrying());
+  WriteMetric(out, "idem_gateway_pending_completions", "gauge",
+              "Completions and accepts answered but not stored yet, held in memory and retried "
+              "until stored.",
+              pending_completions_.load());
+  WriteMetric(out, "idem_gateway_pending_completions_refused_total", "counter",
+              "Requests answered 503 without reaching the upstream because "
+              "max_pending_completions were pending.",
+              pending_refusals_.load());
+  WriteMetric(out, "idem_gateway_connections_open", "gauge", "Client connections open now.",
+              connections_open_.load());
+  WriteMetric(out, "idem_gateway_connections_refused_total", "counter",
+              "Client connections refused at max_connections.", connections_refused_.load());
+  WriteMetric(out, "idem_gateway_connections_refused_per_client_total", "counter",
+              "Client connections refused because their address held "
+              "max_connections_per_client already.",
+              client_connections_refused_.load());
+  WriteMetric(out, "idem_gateway_max_connections_per_client", "gauge",
+              "Client connections one address may hold at once.",
+              connections_per_client_limit_.load());
+  WriteMetric(out, "idem_gateway_client_addresses", "gauge",
+              "Client addresses holding connections now.",
+              client_addresses_ ? client_addresses_() : 0);
+  WriteMetric(out, "idem_gateway_accept_errors_total", "counter",
+              "Accepts that failed for lack of file descriptors (EMFILE, ENFILE) or memory.",
+              accept_errors_.load());
   request_seconds_.Write(out, "idem_gateway_request_seconds",
                          "Time from a complete request to its response.");
   store_seconds_.Write(out, "idem_gateway_store_seconds", "Time of each store call.");
