@@ -118,11 +118,11 @@ void WalCheckpointer::ThrottleWhileWalFull() {
   }
 }
 
-WalCheckpointer::Counters WalCheckpointer::counters() const {
-  Counters c;
+SqliteCheckpointStats WalCheckpointer::counters() const {
+  SqliteCheckpointStats c;
   c.checkpoints = checkpoints_.load();
   c.catch_up_checkpoints = catch_ups_.load();
-  c.failures = failures_.load();
+  c.checkpoint_failures = failures_.load();
   c.wal_frames_after_last_checkpoint = wal_frames_after_checkpoint_.load();
   c.throttled_batches = throttled_.load();
   return c;

@@ -44,6 +44,7 @@
 
 #include "core/mutex.h"
 #include "idem/status.h"
+#include "store/sqlite/sqlite_stats.h"
 
 namespace idem::internal::sqlite {
 
@@ -52,14 +53,6 @@ class WalCheckpointer {
   // Runs its argument with the store's calls held back: its connection lock held and its
   // readers idle.
   using HoldStoreCalls = std::function<void(const std::function<void()>&)>;
-
-  struct Counters {
-    uint64_t checkpoints = 0;           // PASSIVE checkpoints that ran
-    uint64_t catch_up_checkpoints = 0;  // of those, second passes run with the store's calls held
-    uint64_t failures = 0;              // passes that failed or found the WAL not open
-    int wal_frames_after_last_checkpoint = 0;
-    uint64_t throttled_batches = 0;     // write batches that waited for a checkpoint to catch up
-  };
 
   static constexpr std::chrono::milliseconds kInterval{250};
   // About 4 MB of WAL at the default 4 KiB page: SQLite's own automatic checkpoint threshold.
@@ -86,7 +79,7 @@ class WalCheckpointer {
   // then only slow every write down. REQUIRES: the store's connection lock not held.
   void ThrottleWhileWalFull() IDEM_EXCLUDES(mu_);
 
-  Counters counters() const;
+  SqliteCheckpointStats counters() const;
 
  private:
   Status OpenConnection();

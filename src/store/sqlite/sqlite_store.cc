@@ -124,14 +124,9 @@ Status SqliteStore::CheckFile() const {
 }
 
 internal::SqliteStats SqliteStore::Stats() const {
-  const WalCheckpointer::Counters c = checkpointer_.counters();
   internal::SqliteStats stats;
-  stats.checkpoints = c.checkpoints;
-  stats.catch_up_checkpoints = c.catch_up_checkpoints;
-  stats.checkpoint_failures = c.failures;
-  stats.wal_frames_after_last_checkpoint = c.wal_frames_after_last_checkpoint;
+  static_cast<internal::SqliteCheckpointStats&>(stats) = checkpointer_.counters();
   stats.busy_connection_found = busy_connection_found_.load();
-  stats.throttled_batches = c.throttled_batches;
   const GroupCommit::Counters w = writes_.counters();
   stats.write_batches = w.batches;
   stats.batched_writes = w.writes;

@@ -1,6 +1,7 @@
 // The Store calls of the SQLite store: the fast path of Begin on a reader, and every write
 // queued to the group commit (sqlite_write_batches.cc runs the batches).
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,15 +62,39 @@ void SqliteStore::SubmitBegin(const Scope& scope, const Fingerprint& fingerprint
       });
 }
 
+namespace {
+
+// Queues a write whose statement changes the scope's row only while `token` still holds it
+// (`exec` returns the rows changed): `done` gets `held` if it changed one, `fenced` if none.
+template <typename Outcome>
+void SubmitFencedWrite(GroupCommit& writes, const Scope& scope,
+                       std::function<Result<int>()> exec, Outcome held, Outcome fenced,
+                       Store::Done<Outcome> done) {
+  auto outcome = std::make_shared<Outcome>(fenced);
+  writes.Submit(
+      [exec = std::move(exec), outcome, held]() -> Status {
+        auto changed = exec();
+        if (!changed.ok()) return changed.status();
+        if (*changed == 1) *outcome = held;
+        return Status::Ok();
+      },
+      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
+        done(*outcome);
+      });
+}
+
+}  // namespace
+
 void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
                                  const StoredResponse& response, Duration ttl,
                                  Done<CompleteOutcome> done) {
   if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
-  auto outcome = std::make_shared<CompleteOutcome>(CompleteOutcome::kFenced);
-  writes_.Submit(
+  SubmitFencedWrite<CompleteOutcome>(
+      writes_, scope,
       [this, scope, token, status = response.status,
-       headers = internal::EncodeHeaders(response.headers), body = response.body, ttl,
-       outcome]() -> Status {
+       headers = internal::EncodeHeaders(response.headers), body = response.body,
+       ttl]() -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         const TimePoint now = options_.clock->Now();
         Use use(complete_, db_);
@@ -80,36 +105,24 @@ void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
             .Blob(7, headers)
             .Blob(8, body)
             .Int(9, ToMillis(now));
-        auto changed = use.Exec("complete");
-        if (!changed.ok()) return changed.status();
-        *outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
-        return Status::Ok();
+        return use.Exec("complete");
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
-        done(*outcome);
-      });
+      CompleteOutcome::kOk, CompleteOutcome::kFenced, std::move(done));
 }
 
 void SqliteStore::SubmitRelease(const Scope& scope, FencingToken token,
                                 Done<ReleaseOutcome> done) {
-  auto outcome = std::make_shared<ReleaseOutcome>(ReleaseOutcome::kFenced);
-  writes_.Submit(
-      [this, scope, token, outcome]() -> Status {
+  SubmitFencedWrite<ReleaseOutcome>(
+      writes_, scope,
+      [this, scope, token]() -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         Use use(release_, db_);
         BindScope(use, scope)
             .Int(4, static_cast<int64_t>(token))
             .Int(5, ToMillis(options_.clock->Now()));
-        auto changed = use.Exec("release");
-        if (!changed.ok()) return changed.status();
-        *outcome = *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
-        return Status::Ok();
+        return use.Exec("release");
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
-        done(*outcome);
-      });
+      ReleaseOutcome::kReleased, ReleaseOutcome::kFenced, std::move(done));
 }
 
 Result<CompleteOutcome> SqliteStore::Accept(const Scope& scope, FencingToken token,
