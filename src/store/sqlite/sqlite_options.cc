@@ -39,8 +39,21 @@ Result<SqliteOptions> ParseSqliteOptions(std::string_view query) {
           options.sweep_batch = static_cast<int>(*rows);
           return Status::Ok();
         }
+        if (name == "replay_cache_entries") {
+          auto entries = internal::ParseIntInRange("replay_cache_entries", value, 0, 10'000'000);
+          if (!entries.ok()) return entries.status();
+          options.replay_cache_entries = static_cast<int>(*entries);
+          return Status::Ok();
+        }
+        if (name == "replay_cache_mb") {
+          auto mb = internal::ParseIntInRange("replay_cache_mb", value, 1, 65'536);
+          if (!mb.ok()) return mb.status();
+          options.replay_cache_mb = static_cast<int>(*mb);
+          return Status::Ok();
+        }
         return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +
-                                    "' (known: durability, busy_timeout_ms, sweep_batch)");
+                                    "' (known: durability, busy_timeout_ms, sweep_batch, "
+                                    "replay_cache_entries, replay_cache_mb)");
       });
   if (!applied.ok()) return applied;
   return options;

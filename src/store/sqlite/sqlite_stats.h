@@ -22,6 +22,13 @@ struct SqliteStats : SqliteCheckpointStats {
   // Times a call found the connection not idle (a statement stepped and not reset, or a
   // transaction left open). Always 0 unless the store has a bug; tests assert it.
   uint64_t busy_connection_found = 0;
+  // The replay cache (sqlite_replay_cache.h).
+  uint64_t replay_cache_hits = 0;     // Begin calls answered from it
+  uint64_t replay_cache_entries = 0;  // records it holds now
+  uint64_t replay_cache_bytes = 0;    // their size now
+  uint64_t other_writers_seen = 0;    // times it was cleared: another connection had written
+  uint64_t replay_cache_writer_busy = 0;  // lookups that read the file instead: the store's
+                                          // connection was committing
 };
 
 }  // namespace idem::internal
