@@ -6,8 +6,8 @@
 // object's thread runs them on a second connection:
 //
 //  - A PASSIVE checkpoint every kInterval, and at once whenever a commit leaves kWakeFrames or
-//    more in the WAL (the WAL hook wakes the thread). PASSIVE never blocks the store's writes
-//    or reads.
+//    more in the WAL that the last pass has not copied (the WAL hook wakes the thread).
+//    PASSIVE never blocks the store's writes or reads.
 //  - The WAL file is reused from its start only when a write begins with every frame already
 //    checkpointed and no reader in the WAL at an older snapshot. Under a steady stream of
 //    writes, some commit always lands while a PASSIVE checkpoint runs, and the store's readers
@@ -102,6 +102,7 @@ class WalCheckpointer {
   bool stop_ IDEM_GUARDED_BY(mu_) = false;
   std::atomic<bool> wanted_{false};  // a commit left kWakeFrames in the WAL
   std::atomic<int> wal_frames_{0};   // frames in the WAL after the last commit (WAL hook)
+  std::atomic<int> frames_at_last_pass_{0};  // frames the last pass copied (0: it emptied the WAL)
   std::atomic<bool> wal_pinned_{false};  // the last catch-up pass could not empty the WAL
   std::atomic<uint64_t> checkpoints_{0}, catch_ups_{0}, failures_{0}, throttled_{0};
   std::atomic<int> wal_frames_after_checkpoint_{0};
