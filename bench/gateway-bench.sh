@@ -12,7 +12,8 @@
 #
 # STORES (default "memory sqlite sqlite-full redis postgresql") picks the gateway's stores
 # (sqlite is the SQLite store with ?durability=normal, its default; sqlite-full the same with
-# ?durability=full, an fsync per commit); for redis and
+# ?durability=full, an fsync per commit; SQLITE_OPTIONS, e.g. "replay_cache_entries=0", is
+# appended to both URLs' options); for redis and
 # postgresql the script starts a server of its own (redis without persistence, PostgreSQL with
 # fsync off, as the tests do) on a free port, and the gateway runs
 # IDEM_NET_STORE_THREADS (8) store threads, since each call waits a round trip. Each shared
@@ -342,6 +343,7 @@ start_gateway() {
   gateways=$((gateways + 1))
   [[ $1 == sqlite ]] && store="sqlite:$work/idem-$gateways.db?durability=normal"
   [[ $1 == sqlite-full ]] && store="sqlite:$work/idem-$gateways.db?durability=full"
+  [[ $1 == sqlite* && -n ${SQLITE_OPTIONS:-} ]] && store+="&$SQLITE_OPTIONS"
   if [[ $1 == redis ]]; then
     store="redis://127.0.0.1:$redis_port?prefix=bench$gateways"
     store_threads=$IDEM_NET_STORE_THREADS
