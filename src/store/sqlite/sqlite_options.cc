@@ -33,22 +33,22 @@ Result<SqliteOptions> ParseSqliteOptions(std::string_view query) {
           options.busy_timeout = Duration(*ms);
           return Status::Ok();
         }
-        if (name == "sweep_batch") {
-          auto rows = internal::ParseIntInRange("sweep_batch", value, 1, 1'000'000);
-          if (!rows.ok()) return rows.status();
-          options.sweep_batch = static_cast<int>(*rows);
-          return Status::Ok();
-        }
-        if (name == "replay_cache_entries") {
-          auto entries = internal::ParseIntInRange("replay_cache_entries", value, 0, 10'000'000);
-          if (!entries.ok()) return entries.status();
-          options.replay_cache_entries = static_cast<int>(*entries);
-          return Status::Ok();
-        }
-        if (name == "replay_cache_mb") {
-          auto mb = internal::ParseIntInRange("replay_cache_mb", value, 1, 65'536);
-          if (!mb.ok()) return mb.status();
-          options.replay_cache_mb = static_cast<int>(*mb);
+        // The options that are a count: name, range, and where the value goes.
+        struct CountOption {
+          std::string_view name;
+          int64_t min, max;
+          int* field;
+        };
+        for (const CountOption& o : {
+                 CountOption{"sweep_batch", 1, 1'000'000, &options.sweep_batch},
+                 CountOption{"replay_cache_entries", 0, 10'000'000,
+                             &options.replay_cache_entries},
+                 CountOption{"replay_cache_mb", 1, 65'536, &options.replay_cache_mb},
+             }) {
+          if (name != o.name) continue;
+          auto count = internal::ParseIntInRange(o.name, value, o.min, o.max);
+          if (!count.ok()) return count.status();
+          *o.field = static_cast<int>(*count);
           return Status::Ok();
         }
         return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +

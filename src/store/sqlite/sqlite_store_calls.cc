@@ -1,7 +1,6 @@
 // The Store calls of the SQLite store: the fast path of Begin on a reader, and every write
 // queued to the group commit (sqlite_write_batches.cc runs the batches).
 #include <algorithm>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,11 +104,11 @@ bool SqliteStore::ObserveOtherWriters() {
 namespace {
 
 // Queues a write whose statement changes the scope's row only while `token` still holds it
-// (`exec` returns the rows changed): `done` gets `held` if it changed one, `fenced` if none.
-template <typename Outcome>
-void SubmitFencedWrite(GroupCommit& writes, const Scope& scope,
-                       std::function<Result<int>()> exec, Outcome held, Outcome fenced,
-                       Store::Done<Outcome> done) {
+// (`exec()` returns the rows changed): `done` gets `held` if it changed one, `fenced` if none.
+// `exec` is a template parameter, not a std::function, so that the write costs one closure.
+template <typename Outcome, typename Exec>
+void SubmitFencedWrite(GroupCommit& writes, const Scope& scope, Exec exec, Outcome held,
+                       Outcome fenced, Store::Done<Outcome> done) {
   auto outcome = std::make_shared<Outcome>(fenced);
   writes.Submit(
       [exec = std::move(exec), outcome, held]() -> Status {
