@@ -10,7 +10,10 @@
 #   bench/gateway-bench.sh --quick      a 3-second smoke run (also QUICK=1)
 #   DURATION=5s CONNECTIONS=64 bench/gateway-bench.sh
 #
-# STORES (default "memory sqlite redis postgresql") picks the gateway's stores; for redis and
+# STORES (default "memory sqlite sqlite-full redis postgresql") picks the gateway's stores
+# (sqlite is the SQLite store with ?durability=normal, its default; sqlite-full the same with
+# ?durability=full, an fsync per commit; SQLITE_OPTIONS, e.g. "replay_cache_entries=0", is
+# appended to both URLs' options); for redis and
 # postgresql the script starts a server of its own (redis without persistence, PostgreSQL with
 # fsync off, as the tests do) on a free port, and the gateway runs
 # IDEM_NET_STORE_THREADS (8) store threads, since each call waits a round trip. Each shared
@@ -22,8 +25,8 @@
 #   latency     LATENCY_CONNECTIONS (1) connection, one request at a time: p50 and p99 of the
 #               path itself rather than of a queue (wrk cannot hold a fixed rate; one connection
 #               is the closest it gets to the cost a proxy adds to each request)
-# Each gateway run starts a fresh `idem gateway` (the SQLite file, in the temp dir with
-# ?durability=normal, starts empty); the replay runs prime their key with one request first.
+# Each gateway run starts a fresh `idem gateway` (the SQLite file, in the temp dir, starts
+# empty); the replay runs prime their key with one request first.
 #
 # Threads (environment variables): nginx runs NGINX_WORKERS (1) worker process; the gateway
 # IDEM_THREADS (1) event-loop thread and IDEM_STORE_THREADS (2, the gateway's default for
@@ -84,7 +87,7 @@ NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
 IDEM_THREADS=${IDEM_THREADS:-1}
 IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-2}
 IDEM_NET_STORE_THREADS=${IDEM_NET_STORE_THREADS:-8}
-STORES=${STORES:-memory sqlite redis postgresql}
+STORES=${STORES:-memory sqlite sqlite-full redis postgresql}
 SYSCALLS=${SYSCALLS:-1}
 SYSCALL_SECONDS=${SYSCALL_SECONDS:-3}
 SYSCALL_DETAIL=${SYSCALL_DETAIL:-0}
@@ -332,12 +335,15 @@ start_redis() {
   fail "redis-server did not start"
 }
 
-# Starts `idem gateway` on store $1 (memory|sqlite|redis|postgresql); sets gateway_pid, gateway, admin.
+# Starts `idem gateway` on store $1 (memory|sqlite|sqlite-full|redis|postgresql); sets gateway_pid,
+# gateway, admin.
 gateways=0
 start_gateway() {
   local store=memory log store_threads=$IDEM_STORE_THREADS
   gateways=$((gateways + 1))
   [[ $1 == sqlite ]] && store="sqlite:$work/idem-$gateways.db?durability=normal"
+  [[ $1 == sqlite-full ]] && store="sqlite:$work/idem-$gateways.db?durability=full"
+  [[ $1 == sqlite* && -n ${SQLITE_OPTIONS:-} ]] && store+="&$SQLITE_OPTIONS"
   if [[ $1 == redis ]]; then
     store="redis://127.0.0.1:$redis_port?prefix=bench$gateways"
     store_threads=$IDEM_NET_STORE_THREADS
@@ -506,7 +512,7 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
     for (i = 1; i <= n; i++) {
       c = order[i]
       if (c !~ /^idem-/ || c ~ /^idem-memory-/) continue
-      base = c; sub(/^idem-[a-z]+-/, "idem-memory-", base)
+      base = c ~ /-first$/ ? "idem-memory-first" : "idem-memory-replay"
       if (base in seen)
         printf "%-23s req/s %.2fx %s\n", c, rps[c " throughput"] / rps[base " throughput"], base
     }
@@ -516,6 +522,8 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
     aim("idem-sqlite-first", "req/s >= 0.4x nginx", rps["idem-sqlite-first throughput"] / nginx_rps, 0.4, "x")
     aim("idem-memory-replay", "req/s >= 2x nginx", rps["idem-memory-replay throughput"] / nginx_rps, 2, "x")
     aim("idem-sqlite-replay", "req/s >= 1.5x nginx", rps["idem-sqlite-replay throughput"] / nginx_rps, 1.5, "x")
+    aim("idem-sqlite-full-first", "req/s >= 0.4x nginx", rps["idem-sqlite-full-first throughput"] / nginx_rps, 0.4, "x")
+    aim("idem-sqlite-full-replay", "req/s >= 1.5x nginx", rps["idem-sqlite-full-replay throughput"] / nginx_rps, 1.5, "x")
     split("idem-memory-first idem-sqlite-first idem-memory-replay idem-sqlite-replay", g, " ")
     for (i = 1; i <= 4; i++)
       aim(g[i], "p99 added over direct <= 1 ms", p99[g[i] " latency"] - direct_p99, 1, " ms", 1)

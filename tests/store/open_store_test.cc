@@ -92,7 +92,8 @@ TEST(OpenStoreTest, StoreSpecificOptionsAreUrlOptions) {
   EXPECT_EQ((*OpenStore("memory"))->Describe(), "memory (64 shards)");
 
   auto sqlite = OpenStore("sqlite:" + dir.File("o.db") +
-                          "?sweep_batch=1&durability=off&busy_timeout_ms=0");
+                          "?sweep_batch=1&durability=off&busy_timeout_ms=0"
+                          "&replay_cache_entries=0&replay_cache_mb=1");
   ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
   EXPECT_NE((*sqlite)->Describe().find("durability=off"), std::string::npos);
 
@@ -111,6 +112,9 @@ TEST(OpenStoreTest, StoreSpecificOptionsAreUrlOptions) {
            {"sqlite:x.db?sweep_batch=-5", "sweep_batch must be"},
            {"sqlite:x.db?sweep_batch=99999999999999999999", "sweep_batch must be"},
            {"sqlite:x.db?busy_timeout_ms=3600001", "busy_timeout_ms must be"},
+           {"sqlite:x.db?replay_cache_entries=-1", "replay_cache_entries must be"},
+           {"sqlite:x.db?replay_cache_entries=10000001", "replay_cache_entries must be"},
+           {"sqlite:x.db?replay_cache_mb=0", "replay_cache_mb must be"},
            {"sqlite:x.db?shards=4", "unknown sqlite store option 'shards'"},
        }) {
     auto r = OpenStore(bad.url);

@@ -3,6 +3,8 @@
 //
 //   idem_store_child URL TENANT KEY complete   begin + complete, print "completed TOKEN"
 //   idem_store_child URL TENANT KEY begin      begin only,       print "began TOKEN"
+//   idem_store_child URL TENANT KEY purge      purge only,       print "purged 1" (or 0: no
+//                                              live record)
 // A sixth argument names the durable store of a tiered store (StoreOptions::durable_store).
 #include <unistd.h>
 
@@ -14,7 +16,8 @@
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
-    std::fprintf(stderr, "usage: %s URL TENANT KEY begin|complete [DURABLE_URL]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s URL TENANT KEY begin|complete|purge [DURABLE_URL]\n",
+                 argv[0]);
     return 2;
   }
   const std::string mode = argv[4];
@@ -26,6 +29,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   const idem::Scope scope{argv[2], "", argv[3]};
+  if (mode == "purge") {
+    auto purged = (*store)->Purge(scope);
+    if (!purged.ok()) {
+      std::printf("error purge %s\n", purged.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("purged %d\n", *purged ? 1 : 0);
+    std::fflush(stdout);
+    for (;;) pause();  // the parent kills us here
+  }
   auto fp = idem::ComputeFingerprint({}, {"POST", "/crash", "", "body", {}});
   auto begun = (*store)->Begin(scope, *fp, std::chrono::seconds(30));
   if (!begun.ok() || !idem::OwnedToken(*begun)) {

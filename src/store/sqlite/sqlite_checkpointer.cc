@@ -43,7 +43,12 @@ Status WalCheckpointer::OpenConnection() {
 int WalCheckpointer::OnCommit(void* self, sqlite3*, const char*, int frames) {
   auto* checkpointer = static_cast<WalCheckpointer*>(self);
   checkpointer->wal_frames_.store(frames, std::memory_order_relaxed);
-  if (frames >= kWakeFrames && !checkpointer->wanted_.exchange(true)) {
+  // Frames written since the last pass, not frames in the WAL: a WAL that a pass copied but
+  // could not restart (a write landed during it) still holds kWakeFrames, and waking on every
+  // commit would run a pass, with its two fsyncs, for each handful of new frames.
+  const int copied = checkpointer->frames_at_last_pass_.load(std::memory_order_relaxed);
+  const bool grown = frames < copied || frames - copied >= kWakeFrames;
+  if (frames >= kWakeFrames && grown && !checkpointer->wanted_.exchange(true)) {
     MutexLock lock(checkpointer->mu_);
     checkpointer->cv_.NotifyAll();
   }
@@ -100,6 +105,7 @@ int WalCheckpointer::Checkpoint(int mode, bool* emptied) {
   checkpoints_.fetch_add(1, std::memory_order_relaxed);
   wal_frames_after_checkpoint_.store(wal_frames, std::memory_order_relaxed);
   *emptied = checkpointed == wal_frames;
+  frames_at_last_pass_.store(*emptied ? 0 : checkpointed, std::memory_order_relaxed);
   return wal_frames;
 }
 
@@ -118,11 +124,11 @@ void WalCheckpointer::ThrottleWhileWalFull() {
   }
 }
 
-WalCheckpointer::Counters WalCheckpointer::counters() const {
-  Counters c;
+SqliteCheckpointStats WalCheckpointer::counters() const {
+  SqliteCheckpointStats c;
   c.checkpoints = checkpoints_.load();
   c.catch_up_checkpoints = catch_ups_.load();
-  c.failures = failures_.load();
+  c.checkpoint_failures = failures_.load();
   c.wal_frames_after_last_checkpoint = wal_frames_after_checkpoint_.load();
   c.throttled_batches = throttled_.load();
   return c;

@@ -6,8 +6,8 @@
 // object's thread runs them on a second connection:
 //
 //  - A PASSIVE checkpoint every kInterval, and at once whenever a commit leaves kWakeFrames or
-//    more in the WAL (the WAL hook wakes the thread). PASSIVE never blocks the store's writes
-//    or reads.
+//    more in the WAL that the last pass has not copied (the WAL hook wakes the thread).
+//    PASSIVE never blocks the store's writes or reads.
 //  - The WAL file is reused from its start only when a write begins with every frame already
 //    checkpointed and no reader in the WAL at an older snapshot. Under a steady stream of
 //    writes, some commit always lands while a PASSIVE checkpoint runs, and the store's readers
@@ -44,6 +44,7 @@
 
 #include "core/mutex.h"
 #include "idem/status.h"
+#include "store/sqlite/sqlite_stats.h"
 
 namespace idem::internal::sqlite {
 
@@ -52,14 +53,6 @@ class WalCheckpointer {
   // Runs its argument with the store's calls held back: its connection lock held and its
   // readers idle.
   using HoldStoreCalls = std::function<void(const std::function<void()>&)>;
-
-  struct Counters {
-    uint64_t checkpoints = 0;           // PASSIVE checkpoints that ran
-    uint64_t catch_up_checkpoints = 0;  // of those, second passes run with the store's calls held
-    uint64_t failures = 0;              // passes that failed or found the WAL not open
-    int wal_frames_after_last_checkpoint = 0;
-    uint64_t throttled_batches = 0;     // write batches that waited for a checkpoint to catch up
-  };
 
   static constexpr std::chrono::milliseconds kInterval{250};
   // About 4 MB of WAL at the default 4 KiB page: SQLite's own automatic checkpoint threshold.
@@ -86,7 +79,7 @@ class WalCheckpointer {
   // then only slow every write down. REQUIRES: the store's connection lock not held.
   void ThrottleWhileWalFull() IDEM_EXCLUDES(mu_);
 
-  Counters counters() const;
+  SqliteCheckpointStats counters() const;
 
  private:
   Status OpenConnection();
@@ -109,6 +102,7 @@ class WalCheckpointer {
   bool stop_ IDEM_GUARDED_BY(mu_) = false;
   std::atomic<bool> wanted_{false};  // a commit left kWakeFrames in the WAL
   std::atomic<int> wal_frames_{0};   // frames in the WAL after the last commit (WAL hook)
+  std::atomic<int> frames_at_last_pass_{0};  // frames the last pass copied (0: it emptied the WAL)
   std::atomic<bool> wal_pinned_{false};  // the last catch-up pass could not empty the WAL
   std::atomic<uint64_t> checkpoints_{0}, catch_ups_{0}, failures_{0}, throttled_{0};
   std::atomic<int> wal_frames_after_checkpoint_{0};

@@ -33,14 +33,27 @@ Result<SqliteOptions> ParseSqliteOptions(std::string_view query) {
           options.busy_timeout = Duration(*ms);
           return Status::Ok();
         }
-        if (name == "sweep_batch") {
-          auto rows = internal::ParseIntInRange("sweep_batch", value, 1, 1'000'000);
-          if (!rows.ok()) return rows.status();
-          options.sweep_batch = static_cast<int>(*rows);
+        // The options that are a count: name, range, and where the value goes.
+        struct CountOption {
+          std::string_view name;
+          int64_t min, max;
+          int* field;
+        };
+        for (const CountOption& o : {
+                 CountOption{"sweep_batch", 1, 1'000'000, &options.sweep_batch},
+                 CountOption{"replay_cache_entries", 0, 10'000'000,
+                             &options.replay_cache_entries},
+                 CountOption{"replay_cache_mb", 1, 65'536, &options.replay_cache_mb},
+             }) {
+          if (name != o.name) continue;
+          auto count = internal::ParseIntInRange(o.name, value, o.min, o.max);
+          if (!count.ok()) return count.status();
+          *o.field = static_cast<int>(*count);
           return Status::Ok();
         }
         return InvalidArgumentError("unknown sqlite store option '" + std::string(name) +
-                                    "' (known: durability, busy_timeout_ms, sweep_batch)");
+                                    "' (known: durability, busy_timeout_ms, sweep_batch, "
+                                    "replay_cache_entries, replay_cache_mb)");
       });
   if (!applied.ok()) return applied;
   return options;

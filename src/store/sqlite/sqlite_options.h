@@ -31,6 +31,12 @@ struct SqliteOptions {
   // ?sweep_batch=N (1 to 1000000): rows deleted per Sweep transaction, so a large sweep never
   // blocks writers long. Default 2000.
   int sweep_batch = 2000;
+  // ?replay_cache_entries=N (0 to 10000000): completed records kept in memory so that a replay
+  // does not read the file (sqlite_replay_cache.h); 0 turns the cache off. Default 10000.
+  int replay_cache_entries = 10000;
+  // ?replay_cache_mb=N (1 to 65536): the most memory those records take, in MiB (their keys,
+  // headers and bodies); the least recently replayed go first. Default 16.
+  int replay_cache_mb = 16;
 };
 
 // Parses the query of a sqlite: URL (the part after '?', without it; empty gives the

@@ -17,14 +17,14 @@ Result<Decided> ReadAndDecide(const Statement& select, sqlite3* db, const Scope&
   BindScope(use, scope);
   auto row = use.Step("select");
   if (!row.ok()) return row.status();
-  std::optional<RecordHead> head;
+  Decided decided;
+  std::optional<RecordHead>& head = decided.head;
   if (*row) {
     auto read = ReadHead(use);
     if (!read.ok()) return read.status();
     head = *read;
   }
   const auto decision = internal::DecideBegin(head ? &*head : nullptr, fingerprint, now);
-  Decided decided;
   decided.action = decision.action;
   switch (decision.action) {
     case BeginAction::kMismatch:

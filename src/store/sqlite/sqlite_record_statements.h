@@ -62,6 +62,7 @@ Use& BindScope(Use& use, const Scope& scope);
 // What Begin does with a scope's row.
 struct Decided {
   std::optional<BeginOutcome> outcome;  // set when the decision needs no write
+  std::optional<internal::RecordHead> head;  // the scope's row, if it has one
   internal::BeginAction action = internal::BeginAction::kAcquire;
   FencingToken previous_token = 0;  // for a takeover
 };

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <utility>
@@ -38,6 +39,9 @@ SqliteStore::SqliteStore(std::string path, const StoreOptions& options,
     : path_(std::move(path)),
       options_(options),
       sqlite_(sqlite),
+      replay_cache_(ReplayCache::Limits{
+          static_cast<size_t>(std::max(0, sqlite_.replay_cache_entries)),
+          static_cast<size_t>(std::max(0, sqlite_.replay_cache_mb)) << 20}),
       checkpointer_(path_, sqlite_.busy_timeout,
                     [this](const std::function<void()>& fn) {
                       // Readers first, then the connection; no path takes them the other
@@ -98,6 +102,10 @@ Status SqliteStore::Open() {
   IDEM_RETURN_IF_ERROR(savepoint_.Prepare(db_, "SAVEPOINT idem_write"));
   IDEM_RETURN_IF_ERROR(release_savepoint_.Prepare(db_, "RELEASE idem_write"));
   IDEM_RETURN_IF_ERROR(rollback_to_savepoint_.Prepare(db_, "ROLLBACK TO idem_write"));
+  IDEM_RETURN_IF_ERROR(data_version_.Prepare(db_, "PRAGMA data_version"));
+  auto version = QueryInt(data_version_, db_, "data version");
+  if (!version.ok()) return version.status().WithContext(path_);
+  data_version_seen_ = *version;
   return Status::Ok();
 }
 
@@ -124,14 +132,15 @@ Status SqliteStore::CheckFile() const {
 }
 
 internal::SqliteStats SqliteStore::Stats() const {
-  const WalCheckpointer::Counters c = checkpointer_.counters();
   internal::SqliteStats stats;
-  stats.checkpoints = c.checkpoints;
-  stats.catch_up_checkpoints = c.catch_up_checkpoints;
-  stats.checkpoint_failures = c.failures;
-  stats.wal_frames_after_last_checkpoint = c.wal_frames_after_last_checkpoint;
+  static_cast<internal::SqliteCheckpointStats&>(stats) = checkpointer_.counters();
   stats.busy_connection_found = busy_connection_found_.load();
-  stats.throttled_batches = c.throttled_batches;
+  const ReplayCache::Counters cache = replay_cache_.counters();
+  stats.replay_cache_hits = cache.hits;
+  stats.replay_cache_entries = cache.entries;
+  stats.replay_cache_bytes = cache.bytes;
+  stats.other_writers_seen = other_writers_seen_.load();
+  stats.replay_cache_writer_busy = replay_cache_writer_busy_.load();
   const GroupCommit::Counters w = writes_.counters();
   stats.write_batches = w.batches;
   stats.batched_writes = w.writes;

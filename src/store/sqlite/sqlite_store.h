@@ -15,13 +15,13 @@
 // Schema: docs/sqlite-schema.md.
 #pragma once
 
-#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "idem/store.h"
 #include "store/sqlite/sqlite_options.h"
+#include "store/sqlite/sqlite_stats.h"
 
 namespace idem {
 
@@ -33,21 +33,6 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& path,
                                                const SqliteOptions& sqlite = {});
 
 namespace internal {
-
-// What the store's checkpointer and connection checks have seen, for tests and diagnostics.
-struct SqliteStats {
-  uint64_t checkpoints = 0;            // PASSIVE checkpoints that ran
-  uint64_t catch_up_checkpoints = 0;   // of those, second passes run with the store's calls held
-  uint64_t checkpoint_failures = 0;    // passes that failed or found the WAL not open
-  int wal_frames_after_last_checkpoint = 0;
-  uint64_t throttled_batches = 0;      // write batches that waited for a checkpoint to catch up
-  uint64_t write_batches = 0;          // write transactions committed (or rolled back)
-  uint64_t batched_writes = 0;         // writes they held: batched_writes / write_batches is
-                                       // the mean batch size
-  // Times a call found the connection not idle (a statement stepped and not reset, or a
-  // transaction left open). Always 0 unless the store has a bug; tests assert it.
-  uint64_t busy_connection_found = 0;
-};
 
 // The stats of a store opened by OpenSqliteStore; nullopt for any other store.
 std::optional<SqliteStats> GetSqliteStats(Store& store);

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "core/record_machine.h"
 #include "core/response_codec.h"
@@ -37,39 +38,102 @@ Result<ReleaseOutcome> SqliteStore::Release(const Scope& scope, FencingToken tok
 void SqliteStore::SubmitBegin(const Scope& scope, const Fingerprint& fingerprint,
                               Duration lease, Done<BeginOutcome> done) {
   if (Status s = internal::CheckLease(lease); !s.ok()) return done(s);
+  if (auto cached = FromReplayCache(scope, fingerprint)) return done(std::move(*cached));
   // Fast path on a reader, without the write lock: replays, conflicts and mismatches only
   // read, and a batch being committed does not hold them up. The reader goes back before
   // `done` runs.
+  const uint64_t generation = replay_cache_.generation();  // before the read (Insert)
   Result<Decided> read = [&] {
     auto reader = readers_.Acquire();
     return ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
   }();
   if (!read.ok()) return done(read.status().WithContext("begin scope " + scope.Digest()));
-  if (read->outcome) return done(std::move(*read->outcome));
+  if (read->outcome) {
+    if (const auto* replay = std::get_if<Replay>(&*read->outcome)) {
+      replay_cache_.Insert(generation, scope, *read->head, replay->response);
+    }
+    return done(std::move(*read->outcome));
+  }
   // The scope needs a write. Inside the write transaction, decide again: another caller, or
   // another process sharing the file, may have written in between.
-  auto outcome = std::make_shared<Result<BeginOutcome>>(InternalError("begin did not run"));
+  struct Written {
+    Result<BeginOutcome> outcome = InternalError("begin did not run");
+    bool replaced = false;  // a row was overwritten: the cache must not keep it
+  };
+  auto written = std::make_shared<Written>();
   writes_.Submit(
-      [this, scope, fingerprint, lease, outcome]() -> Status {
+      [this, scope, fingerprint, lease, written]() -> Status {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
-        *outcome = BeginLocked(scope, fingerprint, lease, options_.clock->Now());
-        return outcome->ok() ? Status::Ok() : outcome->status();
+        written->outcome =
+            BeginLocked(scope, fingerprint, lease, options_.clock->Now(), &written->replaced);
+        return written->outcome.ok() ? Status::Ok() : written->outcome.status();
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("begin scope " + scope_digest));
-        done(std::move(*outcome));
+      [this, scope, written, done = std::move(done)](Status committed) {
+        if (written->replaced) replay_cache_.Erase(scope);
+        if (!committed.ok()) return done(committed.WithContext("begin scope " + scope.Digest()));
+        done(std::move(written->outcome));
       });
 }
+
+std::optional<BeginOutcome> SqliteStore::FromReplayCache(const Scope& scope,
+                                                         const Fingerprint& fingerprint) {
+  if (!replay_cache_.enabled() || replay_cache_.empty()) return std::nullopt;
+  if (!ObserveOtherWriters()) return std::nullopt;
+  return replay_cache_.Lookup(scope, fingerprint, options_.clock->Now());
+}
+
+bool SqliteStore::ObserveOtherWriters() {
+  // Not ConnectionLock: a replay never waits for a batch's commit (it reads the file instead),
+  // and PRAGMA data_version runs through a Use, so it leaves the connection idle.
+  if (!mu_.TryLock()) {
+    replay_cache_writer_busy_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  auto version = QueryInt(data_version_, db_, "data version");
+  if (version.ok() && *version != data_version_seen_) {
+    // Cleared while the connection is held, so that no later look can see the new version
+    // before the entries read before it are gone.
+    replay_cache_.Clear();
+    data_version_seen_ = *version;
+    other_writers_seen_.fetch_add(1, std::memory_order_relaxed);
+  }
+  mu_.Unlock();
+  return version.ok();
+}
+
+namespace {
+
+// Queues a write whose statement changes the scope's row only while `token` still holds it
+// (`exec()` returns the rows changed): `done` gets `held` if it changed one, `fenced` if none.
+// `exec` is a template parameter, not a std::function, so that the write costs one closure.
+template <typename Outcome, typename Exec>
+void SubmitFencedWrite(GroupCommit& writes, const Scope& scope, Exec exec, Outcome held,
+                       Outcome fenced, Store::Done<Outcome> done) {
+  auto outcome = std::make_shared<Outcome>(fenced);
+  writes.Submit(
+      [exec = std::move(exec), outcome, held]() -> Status {
+        auto changed = exec();
+        if (!changed.ok()) return changed.status();
+        if (*changed == 1) *outcome = held;
+        return Status::Ok();
+      },
+      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
+        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
+        done(*outcome);
+      });
+}
+
+}  // namespace
 
 void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
                                  const StoredResponse& response, Duration ttl,
                                  Done<CompleteOutcome> done) {
   if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
-  auto outcome = std::make_shared<CompleteOutcome>(CompleteOutcome::kFenced);
-  writes_.Submit(
+  SubmitFencedWrite<CompleteOutcome>(
+      writes_, scope,
       [this, scope, token, status = response.status,
-       headers = internal::EncodeHeaders(response.headers), body = response.body, ttl,
-       outcome]() -> Status {
+       headers = internal::EncodeHeaders(response.headers), body = response.body,
+       ttl]() -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         const TimePoint now = options_.clock->Now();
         Use use(complete_, db_);
@@ -80,36 +144,24 @@ void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
             .Blob(7, headers)
             .Blob(8, body)
             .Int(9, ToMillis(now));
-        auto changed = use.Exec("complete");
-        if (!changed.ok()) return changed.status();
-        *outcome = *changed == 1 ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
-        return Status::Ok();
+        return use.Exec("complete");
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
-        done(*outcome);
-      });
+      CompleteOutcome::kOk, CompleteOutcome::kFenced, std::move(done));
 }
 
 void SqliteStore::SubmitRelease(const Scope& scope, FencingToken token,
                                 Done<ReleaseOutcome> done) {
-  auto outcome = std::make_shared<ReleaseOutcome>(ReleaseOutcome::kFenced);
-  writes_.Submit(
-      [this, scope, token, outcome]() -> Status {
+  SubmitFencedWrite<ReleaseOutcome>(
+      writes_, scope,
+      [this, scope, token]() -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         Use use(release_, db_);
         BindScope(use, scope)
             .Int(4, static_cast<int64_t>(token))
             .Int(5, ToMillis(options_.clock->Now()));
-        auto changed = use.Exec("release");
-        if (!changed.ok()) return changed.status();
-        *outcome = *changed == 1 ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
-        return Status::Ok();
+        return use.Exec("release");
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
-        done(*outcome);
-      });
+      ReleaseOutcome::kReleased, ReleaseOutcome::kFenced, std::move(done));
 }
 
 Result<CompleteOutcome> SqliteStore::Accept(const Scope& scope, FencingToken token,
@@ -181,12 +233,19 @@ Result<bool> SqliteStore::Purge(const Scope& scope) {
     auto done = use.Step("purge");  // finish the statement so the delete takes effect
     return done.ok() ? Status::Ok() : done.status();
   });
+  replay_cache_.Erase(scope);  // committed or not, the cache must not outlive the row
   if (!written.ok()) return written.WithContext("scope " + scope.Digest());
   return live;
 }
 
 Result<uint64_t> SqliteStore::Sweep(TimePoint now) {
   IDEM_RETURN_IF_ERROR(CheckFile());
+  Result<uint64_t> removed = SweepBatches(now);
+  replay_cache_.EraseExpired(now);  // what the batches deleted, even if one failed
+  return removed;
+}
+
+Result<uint64_t> SqliteStore::SweepBatches(TimePoint now) {
   uint64_t removed = 0;
   const int batch = std::max(1, sqlite_.sweep_batch);
   for (;;) {
@@ -202,11 +261,12 @@ Result<uint64_t> SqliteStore::Sweep(TimePoint now) {
 }
 
 Result<BeginOutcome> SqliteStore::BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
-                                              Duration lease, TimePoint now) {
+                                              Duration lease, TimePoint now, bool* replaced) {
   auto decided = ReadAndDecide(select_record_, db_, scope, fingerprint, now);
   if (!decided.ok()) return decided.status();
   // Another process may have changed the record since the fast path looked.
   if (decided->outcome) return std::move(*decided->outcome);
+  *replaced = decided->head.has_value();
 
   auto token = fence_.Next();
   if (!token.ok()) return token.status();

@@ -6,6 +6,7 @@
 //   sqlite_write_batches.cc    the group commit's batch body: one transaction, a savepoint each,
 //                              and the connection's idle check
 //   sqlite_record_statements.* the SQL of each call and how a row of idem_records is read
+//   sqlite_replay_cache.*      completed records kept in memory for replays
 // Internal to the SQLite store.
 #pragma once
 
@@ -27,6 +28,7 @@
 #include "store/sqlite/sqlite_options.h"
 #include "store/sqlite/sqlite_readers.h"
 #include "store/sqlite/sqlite_record_statements.h"
+#include "store/sqlite/sqlite_replay_cache.h"
 #include "store/sqlite/sqlite_statement.h"
 #include "store/sqlite/sqlite_store.h"
 
@@ -106,11 +108,31 @@ class SqliteStore final : public Store {
   // its own savepoint when there are several, so one failing write undoes only its own changes.
   void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_);
 
-  // REQUIRES: inside BEGIN IMMEDIATE.
+  // REQUIRES: inside BEGIN IMMEDIATE. Sets *replaced if the scope had a row (expired, or in
+  // flight with its lease run out) that this Begin overwrites.
   Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
-                                   Duration lease, TimePoint now) IDEM_REQUIRES(mu_);
+                                   Duration lease, TimePoint now, bool* replaced)
+      IDEM_REQUIRES(mu_);
+
+  // Begin's answer from the replay cache, or nullopt to read the file. A cached entry is only
+  // used once no other connection can have changed the file since it was read; see
+  // ObserveOtherWriters.
+  std::optional<BeginOutcome> FromReplayCache(const Scope& scope, const Fingerprint& fingerprint)
+      IDEM_EXCLUDES(mu_);
+
+  // Whether another connection (another process, or another store object on this file) has
+  // committed since the last look, asked of the store's own connection: its PRAGMA
+  // data_version changes exactly when a connection other than itself commits to the file.
+  // The store's readers never write and its checkpointer only copies pages, so any change
+  // means someone else wrote, and the replay cache is cleared. False (the cache is not to be
+  // used for this call) if the connection is busy with a write batch: a replay does not wait
+  // for a commit, it reads the file instead.
+  bool ObserveOtherWriters() IDEM_EXCLUDES(mu_);
 
   Result<int> Exec(const Statement& statement, std::string_view op) IDEM_REQUIRES(mu_);
+
+  // Sweep's deletes, a batch of rows per transaction.
+  Result<uint64_t> SweepBatches(TimePoint now) IDEM_EXCLUDES(mu_);
 
   const std::string path_;
   const StoreOptions options_;
@@ -127,7 +149,10 @@ class SqliteStore final : public Store {
       begin_immediate_ IDEM_GUARDED_BY(mu_), commit_ IDEM_GUARDED_BY(mu_),
       rollback_ IDEM_GUARDED_BY(mu_), savepoint_ IDEM_GUARDED_BY(mu_),
       release_savepoint_ IDEM_GUARDED_BY(mu_), rollback_to_savepoint_ IDEM_GUARDED_BY(mu_),
-      leaked_for_testing_ IDEM_GUARDED_BY(mu_);
+      leaked_for_testing_ IDEM_GUARDED_BY(mu_), data_version_ IDEM_GUARDED_BY(mu_);
+  int64_t data_version_seen_ IDEM_GUARDED_BY(mu_) = 0;  // set by Open
+  ReplayCache replay_cache_;
+  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_writer_busy_{0};
   std::atomic<uint64_t> busy_connection_found_{0};
   WalCheckpointer checkpointer_;
   ReaderPool readers_;

@@ -1,0 +1,34 @@
+// What the SQLite store has seen, for tests and diagnostics (internal::GetSqliteStats).
+#pragma once
+
+#include <cstdint>
+
+namespace idem::internal {
+
+// What the store's WAL checkpointer (sqlite_checkpointer.h) has done.
+struct SqliteCheckpointStats {
+  uint64_t checkpoints = 0;            // PASSIVE checkpoints that ran
+  uint64_t catch_up_checkpoints = 0;   // of those, second passes run with the store's calls held
+  uint64_t checkpoint_failures = 0;    // passes that failed or found the WAL not open
+  int wal_frames_after_last_checkpoint = 0;
+  uint64_t throttled_batches = 0;      // write batches that waited for a checkpoint to catch up
+};
+
+// The checkpointer's counters, and what the store's writes and connection checks have seen.
+struct SqliteStats : SqliteCheckpointStats {
+  uint64_t write_batches = 0;          // write transactions committed (or rolled back)
+  uint64_t batched_writes = 0;         // writes they held: batched_writes / write_batches is
+                                       // the mean batch size
+  // Times a call found the connection not idle (a statement stepped and not reset, or a
+  // transaction left open). Always 0 unless the store has a bug; tests assert it.
+  uint64_t busy_connection_found = 0;
+  // The replay cache (sqlite_replay_cache.h).
+  uint64_t replay_cache_hits = 0;     // Begin calls answered from it
+  uint64_t replay_cache_entries = 0;  // records it holds now
+  uint64_t replay_cache_bytes = 0;    // their size now
+  uint64_t other_writers_seen = 0;    // times it was cleared: another connection had written
+  uint64_t replay_cache_writer_busy = 0;  // lookups that read the file instead: the store's
+                                          // connection was committing
+};
+
+}  // namespace idem::internal

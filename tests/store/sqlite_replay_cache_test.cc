@@ -1,0 +1,276 @@
+// The SQLite store's replay cache (store/sqlite/sqlite_replay_cache.h): a replay it answers is
+// the one the file gives, and nothing that changes the file behind it (expiry, this process's
+// purge or sweep, another connection's or another process's write) is ever masked by it.
+#include <sqlite3.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "idem/fingerprint.h"
+#include "idem/store.h"
+#include "store/sqlite/sqlite_store.h"
+#include "util/build_tree.h"
+#include "util/process.h"
+#include "util/temp_dir.h"
+#include "util/test_fingerprint.h"
+
+namespace idem {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::seconds;
+using testing::Fp;
+
+Fingerprint CacheOtherFp() { return *ComputeFingerprint({}, {"POST", "/", "", "other", {}}); }
+
+// Runs raw SQL on the database file through a connection of its own.
+void SqlOnItsOwnConnection(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+uint64_t CacheHits(Store& store) { return internal::GetSqliteStats(store)->replay_cache_hits; }
+
+class SqliteReplayCacheTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Store> Open(const std::string& query = "") {
+    StoreOptions o;
+    o.clock = clock_;
+    auto store = OpenStore("sqlite:" + path_ + query, o);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+
+  // Begin, Complete with `response` and `ttl`, then one replay that reads the file and fills
+  // the cache.
+  void CompleteAndReplayOnce(Store& store, const Scope& scope, const StoredResponse& response,
+                             Duration ttl = hours(1)) {
+    auto begun = store.Begin(scope, Fp(), seconds(30));
+    ASSERT_TRUE(begun.ok());
+    ASSERT_TRUE(OwnedToken(*begun).has_value());
+    ASSERT_EQ(*store.Complete(scope, *OwnedToken(*begun), response, ttl), CompleteOutcome::kOk);
+    auto replay = store.Begin(scope, Fp(), seconds(30));
+    ASSERT_TRUE(replay.ok());
+    ASSERT_TRUE(std::holds_alternative<Replay>(*replay));
+  }
+
+  // Asserts that Begin on `scope` is now answered from the cache (a hit is counted).
+  BeginOutcome BeginFromCache(Store& store, const Scope& scope, const Fingerprint& fp) {
+    const uint64_t before = CacheHits(store);
+    auto outcome = store.Begin(scope, fp, seconds(30));
+    EXPECT_TRUE(outcome.ok());
+    EXPECT_EQ(CacheHits(store), before + 1) << "not answered from the cache";
+    return outcome.ok() ? *outcome : BeginOutcome(Mismatch{});
+  }
+
+  testing::TempDir dir_;
+  std::string path_ = dir_.File("idem.db");
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  const Scope scope_{"tenant", "client", "key"};
+  const StoredResponse response_{
+      201,
+      {{"Location", "/payments/1"}, {"X-Empty", ""}, {"Set-Cookie", "a=1"}, {"Set-Cookie", "b=2"}},
+      std::string("binary\0body\xff\n", 14)};
+};
+
+TEST_F(SqliteReplayCacheTest, AReplayFromTheCacheIsByteIdenticalToOneFromTheFile) {
+  auto cached = Open();
+  auto uncached = Open("?replay_cache_entries=0");
+  CompleteAndReplayOnce(*cached, scope_, response_);
+
+  const BeginOutcome hit = BeginFromCache(*cached, scope_, Fp());
+  auto from_file = uncached->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(from_file.ok());
+  ASSERT_TRUE(std::holds_alternative<Replay>(hit));
+  EXPECT_EQ(std::get<Replay>(hit).response, response_);
+  EXPECT_EQ(hit, *from_file);
+  EXPECT_EQ(CacheHits(*uncached), 0u);
+
+  // Another request's fingerprint is a mismatch, from the cache as from the file.
+  const BeginOutcome mismatch = BeginFromCache(*cached, scope_, CacheOtherFp());
+  EXPECT_EQ(mismatch, *uncached->Begin(scope_, CacheOtherFp(), seconds(30)));
+  EXPECT_TRUE(std::holds_alternative<Mismatch>(mismatch));
+}
+
+TEST_F(SqliteReplayCacheTest, ExpiryIsCheckedAgainstTheStoresClockOnEveryHit) {
+  auto store = Open();
+  CompleteAndReplayOnce(*store, scope_, response_, seconds(10));
+  clock_->Advance(seconds(9));
+  EXPECT_TRUE(std::holds_alternative<Replay>(BeginFromCache(*store, scope_, Fp())));
+  clock_->Advance(seconds(1));
+  auto after = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+TEST_F(SqliteReplayCacheTest, APurgeInThisProcessIsNeverMasked) {
+  auto store = Open();
+  CompleteAndReplayOnce(*store, scope_, response_);
+  ASSERT_EQ(internal::GetSqliteStats(*store)->replay_cache_entries, 1u);
+  EXPECT_TRUE(*store->Purge(scope_));
+  auto after = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+TEST_F(SqliteReplayCacheTest, ASweepInThisProcessIsNeverMasked) {
+  auto store = Open();
+  CompleteAndReplayOnce(*store, scope_, response_, hours(1));
+  // A sweep told a later time than the store's clock (another host's, say) deletes the row
+  // while the store's clock still calls it live.
+  EXPECT_EQ(*store->Sweep(clock_->Now() + hours(2)), 1u);
+  auto after = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+TEST_F(SqliteReplayCacheTest, AnotherConnectionsWriteIsNeverMasked) {
+  auto store = Open();
+  CompleteAndReplayOnce(*store, scope_, response_);
+  EXPECT_TRUE(std::holds_alternative<Replay>(BeginFromCache(*store, scope_, Fp())));
+
+  // Another connection rewrites the stored body: the next replay says what the file says.
+  SqlOnItsOwnConnection(path_, "UPDATE idem_records SET body = CAST('changed' AS BLOB)");
+  auto changed = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(changed.ok());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*changed));
+  EXPECT_EQ(std::get<Replay>(*changed).response.body, "changed");
+  EXPECT_GE(internal::GetSqliteStats(*store)->other_writers_seen, 1u);
+
+  // ... and deletes it: the key runs again.
+  SqlOnItsOwnConnection(path_, "DELETE FROM idem_records");
+  auto deleted = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*deleted));
+}
+
+TEST_F(SqliteReplayCacheTest, AnotherStoreOnTheSameFileIsNeverMasked) {
+  auto a = Open();
+  auto b = Open();
+  CompleteAndReplayOnce(*a, scope_, response_);
+  EXPECT_TRUE(std::holds_alternative<Replay>(BeginFromCache(*a, scope_, Fp())));
+  EXPECT_TRUE(*b->Purge(scope_));
+  auto after = a->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+TEST_F(SqliteReplayCacheTest, AnotherProcesssPurgeIsNeverMasked) {
+  // The child process keys its records by tenant and key, with no client, and reads the
+  // system clock.
+  const Scope scope{"tenant-child", "", "key-child"};
+  clock_->Set(SystemClock()->Now());
+  auto store = Open();
+  CompleteAndReplayOnce(*store, scope, response_);
+  EXPECT_TRUE(std::holds_alternative<Replay>(BeginFromCache(*store, scope, Fp())));
+
+  testing::Process child({build_tree::kStoreChild, "sqlite:" + path_, scope.tenant, scope.key,
+                          "purge"},
+                         dir_.File("child.log"));
+  auto said = child.WaitForLine("purged", seconds(30));
+  ASSERT_TRUE(said.has_value()) << child.Output();
+  EXPECT_EQ(*said, "purged 1");
+
+  auto after = store->Begin(scope, Fp(), seconds(30));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+TEST_F(SqliteReplayCacheTest, ItsEntriesAndBytesAreBounded) {
+  auto store = Open("?replay_cache_entries=2&replay_cache_mb=1");
+  for (int i = 0; i < 3; ++i) {
+    CompleteAndReplayOnce(*store, Scope{"t", "", "k" + std::to_string(i)}, response_);
+  }
+  auto stats = internal::GetSqliteStats(*store);
+  EXPECT_EQ(stats->replay_cache_entries, 2u);
+  // The least recently used went first: k0 reads the file, k2 is a hit.
+  const uint64_t hits = stats->replay_cache_hits;
+  ASSERT_TRUE(store->Begin(Scope{"t", "", "k0"}, Fp(), seconds(30)).ok());
+  EXPECT_EQ(CacheHits(*store), hits);
+  BeginFromCache(*store, Scope{"t", "", "k0"}, Fp());
+
+  // Two 600 KiB bodies do not fit in 1 MiB together, and a 2 MiB one never fits.
+  const StoredResponse big{200, {}, std::string(600 << 10, 'x')};
+  CompleteAndReplayOnce(*store, Scope{"t", "", "big1"}, big);
+  CompleteAndReplayOnce(*store, Scope{"t", "", "big2"}, big);
+  stats = internal::GetSqliteStats(*store);
+  EXPECT_LE(stats->replay_cache_bytes, 1u << 20);
+  EXPECT_EQ(stats->replay_cache_entries, 1u);
+  CompleteAndReplayOnce(*store, Scope{"t", "", "huge"}, {200, {}, std::string(2 << 20, 'x')});
+  EXPECT_EQ(internal::GetSqliteStats(*store)->replay_cache_entries, 1u);
+  EXPECT_EQ(internal::GetSqliteStats(*store)->busy_connection_found, 0u);
+}
+
+// Replays on several threads while keys are purged and completed again, half the time through
+// another store object on the file: a replay never carries a response older than the last one
+// completed before it began. Run under ThreadSanitizer too.
+TEST_F(SqliteReplayCacheTest, ConcurrentReplaysNeverSeeAResponseOlderThanTheLastCompleted) {
+  auto store = Open();
+  auto other = Open();
+  constexpr int kKeys = 4;
+  constexpr int kRounds = 40;
+  std::atomic<int> completed[kKeys];
+  auto scope = [](int k) { return Scope{"t", "", "k" + std::to_string(k)}; };
+  auto complete = [&](Store& s, int k, int version) {
+    for (;;) {
+      auto begun = s.Begin(scope(k), Fp(), seconds(30));
+      ASSERT_TRUE(begun.ok());
+      if (auto token = OwnedToken(*begun)) {
+        ASSERT_EQ(*s.Complete(scope(k), *token, {200, {}, std::to_string(version)}, hours(1)),
+                  CompleteOutcome::kOk);
+        completed[k].store(version);
+        return;
+      }
+      std::this_thread::yield();  // a reader holds the key for a moment
+    }
+  };
+  for (int k = 0; k < kKeys; ++k) {
+    completed[k].store(0);
+    complete(*store, k, 0);
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> stale{0}, replays{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      for (int i = 0; !stop.load(); ++i) {
+        const int k = (i + r) % kKeys;
+        const int at_least = completed[k].load();
+        auto outcome = store->Begin(scope(k), Fp(), seconds(30));
+        ASSERT_TRUE(outcome.ok());
+        if (const auto* replay = std::get_if<Replay>(&*outcome)) {
+          replays.fetch_add(1);
+          if (std::stoi(replay->response.body) < at_least) stale.fetch_add(1);
+        } else if (auto token = OwnedToken(*outcome)) {
+          ASSERT_TRUE(store->Release(scope(k), *token).ok());  // between purge and complete
+        }
+      }
+    });
+  }
+  for (int round = 1; round <= kRounds; ++round) {
+    const int k = round % kKeys;
+    Store& writer = round % 2 == 0 ? *store : *other;
+    ASSERT_TRUE(writer.Purge(scope(k)).ok());
+    complete(writer, k, round);
+  }
+  stop.store(true);
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(stale.load(), 0);
+  EXPECT_GT(replays.load(), 0);
+  EXPECT_GT(CacheHits(*store), 0u);
+  EXPECT_EQ(internal::GetSqliteStats(*store)->busy_connection_found, 0u);
+}
+
+}  // namespace
+}  // namespace idem
