@@ -100,7 +100,7 @@ Task<void> AcceptUpstream(tcp::acceptor& acceptor) {
 
 // A memory store that can be replaced by an empty one between inputs, so that one
 // StoreExecutor (and its thread) serves every input.
-class FreshStore : public Store {
+class FreshStore : public Store, public internal::ExecutionHooks {
  public:
   FreshStore() { Reset(); }
   void Reset() {
@@ -128,7 +128,7 @@ class FreshStore : public Store {
   Result<bool> Purge(const Scope& scope) override { return target_->Purge(scope); }
   Result<uint64_t> Sweep(TimePoint now) override { return target_->Sweep(now); }
   std::string Describe() const override { return target_->Describe(); }
-  bool NeverBlocks() const override { return target_->NeverBlocks(); }
+  bool NeverBlocks() const override { return internal::HooksOf(*target_).NeverBlocks(); }
 
  private:
   std::unique_ptr<Store> target_;

@@ -9,18 +9,17 @@
 // Time: every method reads "now" from StoreOptions::clock, except Sweep, which is told.
 //
 // Blocking: Store methods block the calling thread while the engine works (a SQLite commit, a
-// network round trip). A non-blocking caller, such as the gateway's event loop, never calls them
-// directly: it goes through StoreExecutor (store_executor.h), a bounded pool that runs the call
-// and completes on the caller's executor. Every store, embedded or networked, is written as a
-// plain blocking, thread-safe class, and the executor is the only place that knows about event
-// loops. See docs/architecture.md for why. A store that batches writes (SQLite's group commit)
-// also offers Submit calls that return once the write is queued (QueuesWrites, below).
+// network round trip). Every store, embedded or networked, is written as a plain blocking,
+// thread-safe class; a non-blocking caller, such as the gateway's event loop, never calls it
+// directly but through a bounded pool of threads of its own. See docs/architecture.md for why.
+// The built-in stores tell that pool more than this interface says (whether a call may run
+// inline, whether writes queue for a shared commit, settle notices between processes); a store
+// that implements only this interface is called the same way, without those shortcuts.
 //
 // Thread safety: every Store implementation is safe to call from many threads at once.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -178,102 +177,6 @@ class Store {
 
   // A short description for logs: "sqlite:/var/lib/idem/idem.db (durability=normal)".
   virtual std::string Describe() const = 0;
-
-  // Opens now what `concurrency` calls at once will need (PostgreSQL: that many pooled
-  // connections, made in parallel), so that the first burst of requests after a start does
-  // not wait for connections made one after another. Best effort: what fails to open now is
-  // opened on first use, as without it; the error says what failed. Default: nothing to do.
-  virtual Status OpenConnections(int concurrency) { return Status::Ok(); }
-
-  // Empty while the store works as configured; otherwise what it does instead, for logs and
-  // /readyz. The tiered store says so while Redis is unreachable and PostgreSQL serves alone.
-  virtual std::string Degradation() const { return {}; }
-
-  // True if Begin, Complete, Release, Get and Purge never wait on I/O, the network or another
-  // process: each finishes in microseconds, holding at most a short in-process lock. A
-  // StoreExecutor then runs those calls on the caller's thread instead of its pool, saving two
-  // thread handoffs per call. Only the memory store says so; the default is false.
-  virtual bool NeverBlocks() const { return false; }
-
-  // ---- Submitted calls: for stores whose writes queue for a shared commit ----
-  //
-  // True if the Submit* calls below return without waiting for their write: the write is
-  // queued and `done` runs later, on a thread of the store's (SQLite's group commit, where a
-  // writer drains every queued write into one transaction). A StoreExecutor then hands a
-  // request call's thread back to its pool as soon as the write is queued, so a commit is
-  // shared by as many requests as are in flight, not by as many threads as the pool has.
-  // The default is false, and the default Submit* calls run the blocking call and then `done`.
-  virtual bool QueuesWrites() const { return false; }
-
-  // True if, beyond that, the Submit* calls never block at all: they queue the write and
-  // return, and `done` runs later on a thread of the store's (the Redis store's pipeline). A
-  // StoreExecutor then calls them on the caller's own thread (an event loop), without a hand-off
-  // to its pool. Implies QueuesWrites. The default is false.
-  virtual bool SubmitsWithoutBlocking() const { return false; }
-
-  // Begin, Complete and Release with their result delivered to `done`, exactly once: with the
-  // same outcome or error as the blocking call, and only after the write (if any) is
-  // committed. `done` may run on the calling thread before the call returns, or on another
-  // thread; it must not block.
-  template <typename T>
-  using Done = std::function<void(Result<T>)>;
-  virtual void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
-                           Done<BeginOutcome> done) {
-    done(Begin(scope, fingerprint, lease));
-  }
-  virtual void SubmitComplete(const Scope& scope, FencingToken token,
-                              const StoredResponse& response, Duration ttl,
-                              Done<CompleteOutcome> done) {
-    done(Complete(scope, token, response, ttl));
-  }
-  virtual void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) {
-    done(Release(scope, token));
-  }
-
-  // ---- Settle notices: waking waiters in other processes that share the store ----
-  //
-  // A request waiting for a key in flight (the gateway's `Prefer: wait`) marks the key with
-  // Watch. The Complete, Release or Purge that later settles a marked key, in whatever process,
-  // publishes a notice that every subscriber of the store receives, so a waiter on gateway B
-  // wakes when gateway A completes. Unmarked keys publish nothing: requests that nobody waits
-  // for pay nothing. Redis (pub/sub) and PostgreSQL (LISTEN/NOTIFY) implement both; the memory
-  // store is never shared and SQLite has no channel between processes, so for them Watch does
-  // nothing and SubscribeSettled returns null (a gateway wakes its own waiters in process, and
-  // waiters elsewhere look again at a slow interval).
-  //
-  // Marks the record of `scope` if it is in flight; does nothing otherwise. A mark lasts as
-  // long as the attempt it marks (a takeover keeps it; a new claim after a release starts
-  // unmarked). Errors are the engine's; a caller may ignore them and rely on its slow look.
-  virtual Status Watch(const Scope& scope) { return Status::Ok(); }
-
-  // A subscription to settle notices; destroying it stops them (and waits for a handler that
-  // is running to return).
-  class SettleSubscription {
-   public:
-    virtual ~SettleSubscription() = default;
-  };
-  // One notice: a marked key was settled. A completion whose stored response is small enough
-  // carries it, with the fingerprint of the request it answers, so that a subscriber can hand
-  // it to its waiters without reading the record (Redis: responses up to 64 KiB once encoded;
-  // PostgreSQL, whose NOTIFY payload holds at most 8000 bytes: up to 5,600 bytes). A release,
-  // a purge or a larger response carries only the key. The pointers live as long as the call.
-  struct SettleNotice {
-    std::string_view scope_digest;  // the key's Scope::Digest()
-    const Fingerprint* fingerprint = nullptr;  // both set, or both null
-    const StoredResponse* response = nullptr;
-  };
-  using SettleHandler = std::function<void(const SettleNotice& notice)>;
-
-  // Starts delivering notices to `on_settled`, on a thread of the subscription's, until the
-  // subscription is destroyed. Notices are hints, not a log: one published while the
-  // subscription is reconnecting (it does so by itself, with backoff) is lost, and a notice may
-  // name a key the subscriber does not care about. A subscriber must therefore still look at
-  // the store itself, now and then. Null (and Ok) for a store without notices; an error only
-  // when the store has notices and the first connection failed for a reason retrying cannot
-  // fix (a bad password, say).
-  virtual Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(SettleHandler on_settled) {
-    return std::unique_ptr<SettleSubscription>();
-  }
 };
 
 // Opens a store from a URL. Options follow '?', joined with '&'; an unknown option or a bad

@@ -1,16 +1,15 @@
-// StoreWrapper: a Store that forwards every call to another Store, NeverBlocks, Watch and
-// SubscribeSettled included (a wrapper around the memory store keeps its inline path in
-// StoreExecutor).
+// StoreWrapper: a Store that forwards every call to another Store.
 //
 // Subclass it and override one method to add behaviour around a store (metrics, logging, fault
-// injection in tests) without re-implementing the others. The Submit calls and QueuesWrites
-// are not forwarded: a wrapper is a blocking store (its Submit calls run its own Begin,
-// Complete and Release), so an overridden method is never bypassed.
+// injection in tests) without re-implementing the others. Inside idem, a wrapper keeps the
+// shortcuts of the built-in store it wraps (the memory store's calls run inline; a shared
+// store's settle notices still wake waiters in other processes), except one: the wrapper's own
+// Begin, Complete and Release always run, so an overridden method is never bypassed, and a
+// store whose writes queue for a shared commit (SQLite, Redis) then takes a thread per write,
+// as a store of your own does.
 //
 // Thread safety: as thread-safe as the wrapped store.
 #pragma once
-
-#include <utility>
 
 #include "idem/store.h"
 
@@ -42,16 +41,6 @@ class StoreWrapper : public Store {
   Result<bool> Purge(const Scope& scope) override { return target_.Purge(scope); }
   Result<uint64_t> Sweep(TimePoint now) override { return target_.Sweep(now); }
   std::string Describe() const override { return target_.Describe(); }
-  std::string Degradation() const override { return target_.Degradation(); }
-  Status OpenConnections(int concurrency) override {
-    return target_.OpenConnections(concurrency);
-  }
-  bool NeverBlocks() const override { return target_.NeverBlocks(); }
-  Status Watch(const Scope& scope) override { return target_.Watch(scope); }
-  Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
-      SettleHandler on_settled) override {
-    return target_.SubscribeSettled(std::move(on_settled));
-  }
 
  private:
   Store& target_;

@@ -135,7 +135,7 @@ Task<admin::Readiness> Readiness(Services& s) {
     co_return admin::Readiness::NotReady("store failing writes: " + unstored);
   }
   // Degraded (the tiered store on PostgreSQL alone) is still ready: requests are served.
-  const std::string degraded = s.store.store().Degradation();
+  const std::string degraded = s.store.hooks().Degradation();
   co_return admin::Readiness::Ready(degraded.empty() ? degraded : "degraded: " + degraded);
 }
 

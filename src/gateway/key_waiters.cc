@@ -70,7 +70,7 @@ void KeyWaiters::NotifyCompleted(const std::string& scope_digest, const StoredRe
   for (auto it = begin; it != end; ++it) Wake(it->second, completed);
 }
 
-void KeyWaiters::NotifySettled(const Store::SettleNotice& notice) {
+void KeyWaiters::NotifySettled(const internal::SettleNotice& notice) {
   const std::string digest(notice.scope_digest);
   if (notice.response != nullptr && notice.fingerprint != nullptr) {
     NotifyCompleted(digest, *notice.response, *notice.fingerprint);

@@ -34,7 +34,7 @@
 #include "idem/fingerprint.h"
 #include "core/mutex.h"
 #include "idem/record.h"
-#include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem::gateway {
 
@@ -74,10 +74,10 @@ class KeyWaiters {
   // response. The response is copied once, and only if someone waits.
   void NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
                        const Fingerprint& fingerprint) IDEM_EXCLUDES(mu_);
-  // Wakes them for a settle notice from the store (Store::SubscribeSettled: the key was settled,
-  // maybe by another gateway): NotifyCompleted when the notice carried the response, else
-  // NotifyOne (one of them reads the record for all).
-  void NotifySettled(const Store::SettleNotice& notice) IDEM_EXCLUDES(mu_);
+  // Wakes them for a settle notice from the store (its SubscribeSettled hook: the key was
+  // settled, maybe by another gateway): NotifyCompleted when the notice carried the response,
+  // else NotifyOne (one of them reads the record for all).
+  void NotifySettled(const internal::SettleNotice& notice) IDEM_EXCLUDES(mu_);
 
   // Wakes every waiter and refuses new ones; their Slot::shutting_down() is then true.
   void Shutdown() IDEM_EXCLUDES(mu_);

@@ -33,7 +33,7 @@ Task<void> WatchStoreDegradation(Services& services, const std::atomic<bool>& dr
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (ec || draining) co_return;
-    std::string now = services.store.store().Degradation();
+    std::string now = services.store.hooks().Degradation();
     if (now == reported) continue;
     if (!now.empty()) {
       services.log.Warn("store_degraded", now);

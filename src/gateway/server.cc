@@ -29,6 +29,7 @@
 #include "gateway/upstream_pool.h"
 #include "idem/gateway.h"
 #include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem {
 namespace {
@@ -388,8 +389,8 @@ int RunGateway(const GatewayOptions& given) {
   // gateway's waiters: with the response, when the notice carried it (they replay it without a
   // store call), else one of them reads the record for all. After the io_context (a wake-up is
   // posted to a waiter's strand), so it stops before the io_context goes; the store outlives it.
-  auto notices = (**store).SubscribeSettled(
-      [&waiters](const Store::SettleNotice& notice) { waiters.NotifySettled(notice); });
+  auto notices = internal::HooksOf(**store).SubscribeSettled(
+      [&waiters](const internal::SettleNotice& notice) { waiters.NotifySettled(notice); });
   if (!notices.ok()) {
     log.Warn("store", "no settle notices (" + notices.status().ToString() +
                           "): a request waiting for a key another gateway runs looks again "
@@ -415,7 +416,8 @@ int RunGateway(const GatewayOptions& given) {
     const int store_threads =
         options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
     // Before the listener opens: the first burst of requests finds its store connections made.
-    if (Status warmed = (**store).OpenConnections(store_threads); !warmed.ok()) {
+    if (Status warmed = internal::HooksOf(**store).OpenConnections(store_threads);
+        !warmed.ok()) {
       log.Warn("store", "could not open every store connection ahead (" + warmed.ToString() +
                             "); the rest open on first use");
     }

@@ -18,7 +18,7 @@ constexpr size_t kDigestChars = 16;  // Scope::Digest(): the first 16 hex digits
 }  // namespace
 
 SettleListener::SettleListener(Connect connect, std::unique_ptr<NoticeSource> first,
-                               Store::SettleHandler handler)
+                               SettleHandler handler)
     : connect_(std::move(connect)), handler_(std::move(handler)) {
   if (pipe2(stop_pipe_, O_CLOEXEC) != 0) stop_pipe_[0] = stop_pipe_[1] = -1;
   thread_ = std::thread([this, source = std::move(first)]() mutable { Run(std::move(source)); });
@@ -61,7 +61,7 @@ void SettleListener::Run(std::unique_ptr<NoticeSource> source) {
 }
 
 bool SettleListener::Listen(NoticeSource& source) {
-  const auto deliver = [this](const Store::SettleNotice& notice) { handler_(notice); };
+  const auto deliver = [this](const SettleNotice& notice) { handler_(notice); };
   bool read = false;
   for (;;) {
     if (!source.Drain(read, deliver).ok()) return false;

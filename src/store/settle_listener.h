@@ -1,10 +1,10 @@
-// SettleListener: the thread behind a store's settle notices (Store::SubscribeSettled).
+// SettleListener: the thread behind a store's settle notices (ExecutionHooks::SubscribeSettled).
 //
 // It holds one connection of its own to the store's server (a Redis SUBSCRIBE, a PostgreSQL
 // LISTEN) and hands each notice to the subscriber's handler. A connection that fails is
 // replaced after a backoff (50 ms, doubling to 2 s) for as long as the listener lives; notices
-// published meanwhile are lost, which Store::SubscribeSettled allows. Destroying the listener
-// wakes its thread at once (a self-pipe next to the socket in one poll) and joins it.
+// published meanwhile are lost, which SubscribeSettled allows. Destroying the listener wakes
+// its thread at once (a self-pipe next to the socket in one poll) and joins it.
 //
 // Thread safety: the handler runs on the listener's thread only, one notice at a time.
 #pragma once
@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "idem/status.h"
-#include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem::internal {
 
@@ -31,17 +31,17 @@ class NoticeSource {
   // Hands every notice already received to `deliver`; with `read`, first reads what the socket
   // has (poll said it is readable). An error means the connection is broken.
   virtual Status Drain(bool read,
-                       const std::function<void(const Store::SettleNotice&)>& deliver) = 0;
+                       const std::function<void(const SettleNotice&)>& deliver) = 0;
 };
 
-class SettleListener final : public Store::SettleSubscription {
+class SettleListener final : public SettleSubscription {
  public:
   // Opens a source: connected and subscribed, or an error.
   using Connect = std::function<Result<std::unique_ptr<NoticeSource>>()>;
 
   // Starts the thread with `first` already connected (null: the thread connects).
   SettleListener(Connect connect, std::unique_ptr<NoticeSource> first,
-                 Store::SettleHandler handler);
+                 SettleHandler handler);
   ~SettleListener() override;
   SettleListener(const SettleListener&) = delete;
   SettleListener& operator=(const SettleListener&) = delete;
@@ -57,7 +57,7 @@ class SettleListener final : public Store::SettleSubscription {
   bool SleepUnlessStopped(std::chrono::milliseconds d);
 
   const Connect connect_;
-  const Store::SettleHandler handler_;
+  const SettleHandler handler_;
   int stop_pipe_[2] = {-1, -1};
   std::atomic<int> reconnects_{0};
   std::thread thread_;

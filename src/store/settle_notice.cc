@@ -34,8 +34,8 @@ ParsedNotice KeyOnly(std::string_view payload) {
 
 }  // namespace
 
-Store::SettleNotice ParsedNotice::view() const {
-  Store::SettleNotice notice;
+SettleNotice ParsedNotice::view() const {
+  SettleNotice notice;
   notice.scope_digest = digest;
   if (fingerprint && response) {
     notice.fingerprint = &*fingerprint;

@@ -1,5 +1,5 @@
-// The payloads of settle notices (Store::SubscribeSettled), as the stores' SQL and Lua write
-// them, read back into a Store::SettleNotice.
+// The payloads of settle notices (ExecutionHooks::SubscribeSettled), as the stores' SQL and
+// Lua write them, read back into a SettleNotice (store_execution.h).
 //
 // A notice names a key by a hex SHA-256 of its scope (DigestFromNotice). A completion whose
 // response is small enough carries it too, so that a subscriber need not read the record:
@@ -18,7 +18,7 @@
 
 #include "idem/fingerprint.h"
 #include "idem/record.h"
-#include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem::internal {
 
@@ -28,7 +28,7 @@ struct ParsedNotice {
   std::optional<Fingerprint> fingerprint;  // both set, or both empty
   std::optional<StoredResponse> response;
 
-  Store::SettleNotice view() const;
+  SettleNotice view() const;
 };
 
 ParsedNotice ParsePostgresNotice(std::string_view payload);

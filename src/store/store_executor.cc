@@ -8,6 +8,8 @@ namespace idem {
 
 StoreExecutor::StoreExecutor(Store& store, Options options)
     : store_(store),
+      hooks_(internal::HooksOf(store)),
+      write_queue_(internal::WriteQueueOf(store)),
       max_pending_(std::max(1, options.max_pending)),
       pool_(static_cast<size_t>(std::max(1, options.threads))) {}
 

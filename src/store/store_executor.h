@@ -10,9 +10,10 @@
 // Size the pool to the store: one or two threads for SQLite (writes serialise anyway), the
 // connection-pool size for Redis or PostgreSQL, so every pool thread can hold a connection.
 //
-// A store that NeverBlocks() (the memory store) has its per-request calls (AsyncBegin,
-// AsyncComplete, AsyncRelease, AsyncGet, AsyncPurge) run on the calling thread instead; the
-// completion is still posted, never invoked from inside the initiating call.
+// A store that NeverBlocks() (an execution hook, store_execution.h: the memory store) has its
+// per-request calls (AsyncBegin, AsyncComplete, AsyncRelease, AsyncGet, AsyncPurge) run on the
+// calling thread instead; the completion is still posted, never invoked from inside the
+// initiating call.
 //
 // A call handed to the pool always runs to the end, even if the caller has gone away (a client
 // disconnected): a Complete must never be cancelled halfway, because that client is exactly the
@@ -38,6 +39,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem {
 
@@ -57,6 +59,8 @@ class StoreExecutor {
   StoreExecutor& operator=(const StoreExecutor&) = delete;
 
   Store& store() const { return store_; }
+  // What the executor knows of the store beyond Store (internal::HooksOf).
+  internal::ExecutionHooks& hooks() const { return hooks_; }
   // Calls queued or running now.
   int pending() const { return pending_.load(std::memory_order_relaxed); }
 
@@ -68,11 +72,11 @@ class StoreExecutor {
                     std::forward<CompletionToken>(token));
   }
 
-  // Begin, Complete and Release go through the store's Submit calls when they leave the
-  // caller's thread: a store that QueuesWrites gives the pool thread back once the write is
-  // queued (store.h), and any other store runs the blocking call there, as Run does. A store
-  // whose Submit calls never block (SubmitsWithoutBlocking) has them called on the caller's
-  // thread, with no hand-off to the pool; its own thread completes them.
+  // Begin, Complete and Release go through the store's write queue when it has one
+  // (internal::WriteQueueOf): the pool thread is given back once the write is queued, and a
+  // queue whose Submit calls never block (SubmitsWithoutBlocking) has them called on the
+  // caller's thread, with no hand-off to the pool; its own thread completes them. Any other
+  // store runs the blocking call on the pool, as Run does.
   template <typename CompletionToken>
   auto AsyncBegin(Scope scope, Fingerprint fingerprint, Duration lease, CompletionToken&& token) {
     return RunWriteCall(BeginCall{std::move(scope), fingerprint, lease},
@@ -119,18 +123,20 @@ class StoreExecutor {
   // A per-request call: inline when the store never blocks, else on the pool.
   template <typename Fn, typename CompletionToken>
   auto RunRequestCall(Fn fn, CompletionToken&& token) {
-    return Initiate(std::move(fn), store_.NeverBlocks(), std::forward<CompletionToken>(token));
+    return Initiate(std::move(fn), hooks_.NeverBlocks(), std::forward<CompletionToken>(token));
   }
 
   // The three write calls, each in both forms: Run blocks, Submit hands `done` the result.
+  template <typename T>
+  using Done = internal::WriteQueue::Done<T>;
   struct BeginCall {
     using Result = idem::Result<BeginOutcome>;
     Scope scope;
     Fingerprint fingerprint;
     Duration lease;
     Result Run(Store& s) const { return s.Begin(scope, fingerprint, lease); }
-    void Submit(Store& s, Store::Done<BeginOutcome> done) const {
-      s.SubmitBegin(scope, fingerprint, lease, std::move(done));
+    void Submit(internal::WriteQueue& q, Done<BeginOutcome> done) const {
+      q.SubmitBegin(scope, fingerprint, lease, std::move(done));
     }
   };
   struct CompleteCall {
@@ -140,8 +146,8 @@ class StoreExecutor {
     StoredResponse response;
     Duration ttl;
     Result Run(Store& s) const { return s.Complete(scope, token, response, ttl); }
-    void Submit(Store& s, Store::Done<CompleteOutcome> done) const {
-      s.SubmitComplete(scope, token, response, ttl, std::move(done));
+    void Submit(internal::WriteQueue& q, Done<CompleteOutcome> done) const {
+      q.SubmitComplete(scope, token, response, ttl, std::move(done));
     }
   };
   struct ReleaseCall {
@@ -149,24 +155,26 @@ class StoreExecutor {
     Scope scope;
     FencingToken token;
     Result Run(Store& s) const { return s.Release(scope, token); }
-    void Submit(Store& s, Store::Done<ReleaseOutcome> done) const {
-      s.SubmitRelease(scope, token, std::move(done));
+    void Submit(internal::WriteQueue& q, Done<ReleaseOutcome> done) const {
+      q.SubmitRelease(scope, token, std::move(done));
     }
   };
 
-  // A write call: run inline when the store never blocks, else submitted from the pool.
+  // A write call: run inline when the store never blocks, else queued (from the pool or the
+  // caller's thread) when the store has a write queue, else run on the pool.
   template <typename Call, typename CompletionToken>
   auto RunWriteCall(Call call, CompletionToken&& token) {
     using R = typename Call::Result;
     return boost::asio::async_initiate<CompletionToken, void(R)>(
         [this](auto handler, Call c) {
-          if (store_.NeverBlocks()) {
-            this->Start([c = std::move(c)](Store& s) { return c.Run(s); }, std::move(handler),
-                        /*may_run_inline=*/true);
-          } else {
+          const bool inline_call = hooks_.NeverBlocks();
+          if (!inline_call && write_queue_ != nullptr) {
             this->StartSubmitted(std::move(c), std::move(handler),
-                                 /*on_caller_thread=*/store_.SubmitsWithoutBlocking());
+                                 /*on_caller_thread=*/write_queue_->SubmitsWithoutBlocking());
+            return;
           }
+          this->Start([c = std::move(c)](Store& s) { return c.Run(s); }, std::move(handler),
+                      /*may_run_inline=*/inline_call);
         },
         token, std::move(call));
   }
@@ -220,7 +228,7 @@ class StoreExecutor {
     };
     auto waiting = std::make_shared<Waiting>(Waiting{std::move(handler), std::move(work)});
     auto submit = [this, call = std::move(call), waiting]() mutable {
-      call.Submit(store_, [this, waiting](R result) {
+      call.Submit(*write_queue_, [this, waiting](R result) {
         // `done` may run on a thread of the store's, which the destructor does not join: the
         // post to the caller's context is finished before pending_ lets the destructor return,
         // so the context (destroyed after this object) is never touched afterwards. Nothing of
@@ -259,6 +267,8 @@ class StoreExecutor {
   }
 
   Store& store_;
+  internal::ExecutionHooks& hooks_;
+  internal::WriteQueue* const write_queue_;  // null: writes block a pool thread each
   const int max_pending_;
   std::atomic<int> pending_{0};
   boost::asio::thread_pool pool_;

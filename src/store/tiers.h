@@ -1,17 +1,19 @@
 // The two halves of the tiered store (store/tiered/tiered_store.h): what it asks of each
-// beyond the Store interface. Redis is the fast tier, PostgreSQL the durable one; each store
-// implements its half next to its other calls, so the tiered store itself holds no engine code.
+// beyond the Store interface and the execution hooks (store_execution.h), which both have.
+// Redis is the fast tier, PostgreSQL the durable one; each store implements its half next to
+// its other calls, so the tiered store itself holds no engine code.
 #pragma once
 
 #include <memory>
 #include <string_view>
 
 #include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem::internal {
 
 // Where claims live: fast, shared, and allowed to lose its data.
-class FastTier : public Store {
+class FastTier : public Store, public ExecutionHooks {
  public:
   // Replaces the in-flight record that `claim` owns with a copy of `record` (state,
   // fingerprint, token, lease, expiry, response), read from the durable tier, so that the
@@ -22,7 +24,7 @@ class FastTier : public Store {
 
 // Where what must survive losing the fast tier lives: completed records, accepted operations,
 // takeovers; and every claim while the fast tier is unreachable.
-class DurableTier : public Store {
+class DurableTier : public Store, public ExecutionHooks {
  public:
   // Begin, with the tiered store's tokens: a new token is at least `token_floor` (the token
   // the fast tier just issued for this claim) or, when `token_floor` is 0, the current time in

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "idem/store.h"
+#include "store/store_execution.h"
 #include "util/temp_dir.h"
 
 namespace idem::testing {
@@ -43,6 +44,9 @@ class StoreContractTest : public ::testing::TestWithParam<ContractTarget> {
 
   // Opens another handle on the same records, sharing the test's clock.
   std::unique_ptr<Store> Reopen(std::shared_ptr<Clock> clock = nullptr);
+
+  // What the executor and the gateway reach of the store beyond Store.
+  internal::ExecutionHooks& hooks() { return internal::HooksOf(*store_); }
 
   TempDir scratch_;
   std::string url_;

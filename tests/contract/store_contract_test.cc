@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "idem/fingerprint.h"
+#include "idem/store_wrapper.h"
 #include "util/notice_log.h"
 #include "util/build_tree.h"
 
@@ -663,9 +664,9 @@ TEST_P(StoreContractTest, DuplicatesRacingCompletionsNeverAcquireTwice) {
 
 TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishNothing) {
   NoticeLog log;
-  auto subscription = Must(store_->SubscribeSettled(log.Handler()));
+  auto subscription = Must(hooks().SubscribeSettled(log.Handler()));
   if (!subscription) {
-    EXPECT_TRUE(store_->Watch(S("any")).ok()) << "a store without notices watches nothing";
+    EXPECT_TRUE(hooks().Watch(S("any")).ok()) << "a store without notices watches nothing";
     GTEST_SKIP() << GetParam().name << " has no settle notices (one process, or no channel)";
   }
   // Unwatched: completed and released without a notice.
@@ -675,8 +676,8 @@ TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishN
   Must(store_->Release(quiet_released,
                        Token(Must(store_->Begin(quiet_released, Fp("a"), kLease)))));
   // Watching a key that is absent or completed marks nothing.
-  EXPECT_TRUE(store_->Watch(S("absent")).ok());
-  EXPECT_TRUE(store_->Watch(quiet).ok());
+  EXPECT_TRUE(hooks().Watch(S("absent")).ok());
+  EXPECT_TRUE(hooks().Watch(quiet).ok());
 
   // Watched, then completed, released, purged, or taken over and then completed.
   const Scope completed = S("completed"), released = S("released"), purged = S("purged"),
@@ -686,7 +687,7 @@ TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishN
   Must(store_->Begin(purged, Fp("a"), kLease));
   Must(store_->Begin(taken, Fp("a"), kLease));
   for (const Scope& scope : {completed, released, purged, taken}) {
-    EXPECT_TRUE(store_->Watch(scope).ok());
+    EXPECT_TRUE(hooks().Watch(scope).ok());
   }
   EXPECT_EQ(Must(store_->Complete(completed, c, Created(), kTtl)), CompleteOutcome::kOk);
   EXPECT_EQ(Must(store_->Release(released, r)), ReleaseOutcome::kReleased);
@@ -708,7 +709,7 @@ TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishN
   Must(store_->Complete(released, again, Created(), kTtl));
   const Scope last = S("last");
   Must(store_->Begin(last, Fp("a"), kLease));
-  EXPECT_TRUE(store_->Watch(last).ok());
+  EXPECT_TRUE(hooks().Watch(last).ok());
   EXPECT_TRUE(Must(store_->Purge(last)));
   expected.push_back(last.Digest());
   std::sort(expected.begin(), expected.end());
@@ -720,14 +721,14 @@ TEST_P(StoreContractTest, SettlesOfWatchedKeysAreNoticedAndUnwatchedOnesPublishN
 // the engine's message (PostgreSQL: 5,600 bytes encoded; Redis: 64 KiB); then only the key.
 TEST_P(StoreContractTest, ACompletionNoticeCarriesItsResponseUnlessItIsTooLarge) {
   NoticeLog log;
-  auto subscription = Must(store_->SubscribeSettled(log.Handler()));
+  auto subscription = Must(hooks().SubscribeSettled(log.Handler()));
   if (!subscription) GTEST_SKIP() << GetParam().name << " has no settle notices";
   const Scope small = S("carried-small"), large = S("carried-large"), released = S("released");
   const std::string binary_body = std::string("{\"id\":\"pay_1\"}\0\xff{", 16);
   const FencingToken s = Token(Must(store_->Begin(small, Fp("small"), kLease)));
   const FencingToken l = Token(Must(store_->Begin(large, Fp("large"), kLease)));
   const FencingToken r = Token(Must(store_->Begin(released, Fp("small"), kLease)));
-  for (const Scope& scope : {small, large, released}) EXPECT_TRUE(store_->Watch(scope).ok());
+  for (const Scope& scope : {small, large, released}) EXPECT_TRUE(hooks().Watch(scope).ok());
   EXPECT_EQ(Must(store_->Complete(small, s, Created(binary_body), kTtl)), CompleteOutcome::kOk);
   EXPECT_EQ(Must(store_->Complete(large, l, Created(std::string(70'000, 'x')), kTtl)),
             CompleteOutcome::kOk);
@@ -741,6 +742,23 @@ TEST_P(StoreContractTest, ACompletionNoticeCarriesItsResponseUnlessItIsTooLarge)
   EXPECT_EQ(carried[0].digest, small.Digest());
   EXPECT_EQ(carried[0].fingerprint, Fp("small"));
   EXPECT_EQ(carried[0].response, Created(binary_body));
+}
+
+// A StoreWrapper (a user's metrics or logging around a built-in store) keeps the store's hooks:
+// its settle notices still wake waiters elsewhere, its degradation still shows. Its writes are
+// its own, never the store's write queue, so an overridden Begin is never bypassed.
+TEST_P(StoreContractTest, AWrapperHasTheHooksOfTheStoreItWraps) {
+  StoreWrapper wrapper(*store_);
+  EXPECT_EQ(&internal::HooksOf(wrapper), &hooks());
+  EXPECT_EQ(internal::WriteQueueOf(wrapper), nullptr);
+  NoticeLog log;
+  auto subscription = Must(internal::HooksOf(wrapper).SubscribeSettled(log.Handler()));
+  if (!subscription) GTEST_SKIP() << GetParam().name << " has no settle notices";
+  const Scope scope = S("wrapped");
+  const FencingToken token = Token(Must(wrapper.Begin(scope, Fp("a"), kLease)));
+  EXPECT_TRUE(internal::HooksOf(wrapper).Watch(scope).ok());
+  EXPECT_EQ(Must(wrapper.Complete(scope, token, Created(), kTtl)), CompleteOutcome::kOk);
+  EXPECT_EQ(log.AtLeast(1), std::vector<std::string>{scope.Digest()});
 }
 
 // ---- durability: a real process killed with SIGKILL ------------------------------------------

@@ -195,7 +195,7 @@ TEST(KeyWaitersTest, ASettleNoticeHandsACarriedResponseToAllElseWakesOneReader) 
   for (int i = 0; i < 3; ++i) SpawnHandoverWaiter(loop, waiters, "key-only", fingerprint, counts);
   ASSERT_TRUE(WaitUntil([&] { return waiters.waiting() == 6; }));
   const StoredResponse response = Receipt();
-  Store::SettleNotice carried;
+  internal::SettleNotice carried;
   carried.scope_digest = "carried";
   carried.fingerprint = &fingerprint;
   carried.response = &response;
@@ -203,7 +203,7 @@ TEST(KeyWaitersTest, ASettleNoticeHandsACarriedResponseToAllElseWakesOneReader) 
   ASSERT_TRUE(WaitUntil([&] { return counts.returned == 3; }));
   EXPECT_EQ(counts.handed, 3);
   EXPECT_EQ(counts.leads, 0) << "nobody reads when the notice carried the response";
-  Store::SettleNotice key_only;
+  internal::SettleNotice key_only;
   key_only.scope_digest = "key-only";
   waiters.NotifySettled(key_only);
   ASSERT_TRUE(WaitUntil([&] { return counts.returned == 6; }));

@@ -3,6 +3,7 @@
 #   cmake -DSOURCE_DIR=<repository root> -P tests/house/include_rules.cmake
 # Fails naming each file and line that includes a header its directory may not use.
 
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in a script run with -P
 set(violations "")
 
 # Checks every #include "..." of the sources under `dir` against `mode`: ONLY (each include must
@@ -50,6 +51,34 @@ check_includes(src/worker NEVER store/postgres/ gateway/)
 check_includes(src/outbox NEVER gateway/ worker/)
 check_includes(src/sweep NEVER store/)
 check_includes(tools NEVER store/postgres/)
+
+# The public headers. The core ones (what a user of a store alone includes) include the C++
+# standard library and each other, nothing else; no public header includes Boost (Asio stays
+# out of the public API) or an internal header.
+set(core_headers status.h clock.h scope.h fingerprint.h record.h store.h store_wrapper.h
+  version.h)
+file(GLOB public_headers "${SOURCE_DIR}/include/idem/*.h")
+foreach(path IN LISTS public_headers)
+  get_filename_component(name "${path}" NAME)
+  file(STRINGS "${path}" lines REGEX "^#include ")
+  foreach(line IN LISTS lines)
+    set(broken "")
+    if(line MATCHES "^#include <boost/")
+      set(broken "no public header includes Boost")
+    elseif(line MATCHES "^#include \"" AND NOT line MATCHES "^#include \"idem/")
+      set(broken "a public header includes only idem/ headers")
+    elseif(name IN_LIST core_headers)
+      if(line MATCHES "^#include \"idem/([^\"]*)\"" AND NOT CMAKE_MATCH_1 IN_LIST core_headers)
+        set(broken "a core header includes only core headers")
+      elseif(line MATCHES "^#include <([^>]*)>" AND CMAKE_MATCH_1 MATCHES "[./]")
+        set(broken "a core header includes only the C++ standard library")
+      endif()
+    endif()
+    if(broken)
+      string(APPEND violations "  include/idem/${name}: ${line}  (${broken})\n")
+    endif()
+  endforeach()
+endforeach()
 
 if(violations)
   message(FATAL_ERROR "includes against the house's rules:\n${violations}")

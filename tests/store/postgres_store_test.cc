@@ -15,6 +15,7 @@
 #include "idem/postgres.h"
 #include "idem/store.h"
 #include "pg/pg_schema.h"
+#include "store/store_execution.h"
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
@@ -85,9 +86,9 @@ TEST_F(PostgresStoreTest, OpenConnectionsMakesThePoolsConnectionsAhead) {
       "AND pid <> pg_backend_pid()";  // the store's own: a test session that ended a moment
                                       // ago can still be listed
   EXPECT_EQ(Sql(count), "1") << "one connection, made by the open";
-  ASSERT_TRUE((*store)->OpenConnections(4).ok());
+  ASSERT_TRUE(internal::HooksOf(**store).OpenConnections(4).ok());
   EXPECT_EQ(Sql(count), "4");
-  ASSERT_TRUE((*store)->OpenConnections(100).ok());
+  ASSERT_TRUE(internal::HooksOf(**store).OpenConnections(100).ok());
   EXPECT_EQ(Sql(count), "6");
   auto record = (*store)->Get(Scope{"t", "", "k"});  // the pool still works
   EXPECT_TRUE(record.ok()) << record.status().ToString();

@@ -1,4 +1,4 @@
-// SettleListener: the thread behind Store::SubscribeSettled, over a pipe standing in for a
+// SettleListener: the thread behind ExecutionHooks::SubscribeSettled, over a pipe standing in for a
 // server connection (the contract suite runs it against real Redis and PostgreSQL servers).
 #include "store/settle_listener.h"
 
@@ -75,7 +75,7 @@ void ExpectCarried(const ParsedNotice& notice) {
   ASSERT_TRUE(notice.fingerprint.has_value());
   EXPECT_EQ(*notice.response, TestResponse());
   EXPECT_EQ(*notice.fingerprint, TestFingerprint());
-  const Store::SettleNotice view = notice.view();
+  const SettleNotice view = notice.view();
   EXPECT_EQ(view.scope_digest, kDigest);
   EXPECT_EQ(view.response, &*notice.response);
   EXPECT_EQ(view.fingerprint, &*notice.fingerprint);
@@ -155,7 +155,7 @@ class PipeSource final : public NoticeSource {
   ~PipeSource() override { close(fd_); }
   int fd() const override { return fd_; }
   Status Drain(bool read,
-               const std::function<void(const Store::SettleNotice&)>& deliver) override {
+               const std::function<void(const SettleNotice&)>& deliver) override {
     if (read) {
       char buf[512];
       const ssize_t n = ::read(fd_, buf, sizeof buf);
@@ -164,7 +164,7 @@ class PipeSource final : public NoticeSource {
     }
     for (size_t end; (end = pending_.find('\n')) != std::string::npos;) {
       const std::string line = pending_.substr(0, end);
-      Store::SettleNotice notice;
+      SettleNotice notice;
       notice.scope_digest = line;
       deliver(notice);
       pending_.erase(0, end + 1);

@@ -18,6 +18,7 @@
 #include "idem/fingerprint.h"
 #include "idem/store_wrapper.h"
 #include "util/fault_store.h"
+#include "util/temp_dir.h"
 
 #include "util/test_fingerprint.h"
 
@@ -48,8 +49,8 @@ TEST(StoreExecutorTest, CompletesOnTheCallersExecutorNotAPoolThread) {
   EXPECT_TRUE(std::holds_alternative<Acquired>(*result));
 }
 
-// Records the thread each Begin runs on; forwards everything else.
-class ThreadRecordingStore : public StoreWrapper {
+// Records the thread each Begin runs on, and says whether it blocks; forwards everything else.
+class ThreadRecordingStore : public StoreWrapper, public internal::ExecutionHooks {
  public:
   ThreadRecordingStore(Store& inner, bool never_blocks)
       : StoreWrapper(inner), never_blocks_(never_blocks) {}
@@ -66,7 +67,7 @@ class ThreadRecordingStore : public StoreWrapper {
 
 TEST(StoreExecutorTest, StoresThatNeverBlockRunOnTheCallersThreadAndStillCompleteLater) {
   auto memory = Memory();
-  EXPECT_TRUE(memory->NeverBlocks());
+  EXPECT_TRUE(internal::HooksOf(*memory).NeverBlocks());
   for (const bool never_blocks : {true, false}) {
     ThreadRecordingStore store(*memory, never_blocks);
     asio::io_context io;
@@ -104,7 +105,7 @@ TEST(StoreExecutorTest, AWrapperSaysWhatItsTargetSaysAboutBlocking) {
   ThreadRecordingStore blocking(*memory, /*never_blocks=*/false);
   for (Store* target : {static_cast<Store*>(memory.get()), static_cast<Store*>(&blocking)}) {
     BeginThreadStore wrapped(*target);
-    EXPECT_EQ(wrapped.NeverBlocks(), target->NeverBlocks());
+    EXPECT_EQ(&internal::HooksOf(wrapped), &internal::HooksOf(*target));
     asio::io_context io;
     StoreExecutor executor(wrapped, {1, 16});
     bool handled = false;
@@ -117,7 +118,8 @@ TEST(StoreExecutorTest, AWrapperSaysWhatItsTargetSaysAboutBlocking) {
     EXPECT_TRUE(handled);
     // Over the memory store the call runs inline, on this thread; over a blocking store, on
     // the executor's pool.
-    EXPECT_EQ(wrapped.begin_thread == std::this_thread::get_id(), target->NeverBlocks());
+    EXPECT_EQ(wrapped.begin_thread == std::this_thread::get_id(),
+              internal::HooksOf(*target).NeverBlocks());
   }
 }
 
@@ -160,8 +162,60 @@ TEST(StoreExecutorTest, CoroutinesRaceOneScopeAndExactlyOneAcquires) {
   EXPECT_TRUE(std::holds_alternative<Replay>(*replay));
 }
 
+// Counts the writes that reach it; overrides nothing else.
+class WriteCountingStore final : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fp, Duration lease) override {
+    ++begins;
+    return StoreWrapper::Begin(scope, fp, lease);
+  }
+  Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
+                                   const StoredResponse& response, Duration ttl) override {
+    ++completes;
+    return StoreWrapper::Complete(scope, token, response, ttl);
+  }
+  std::atomic<int> begins{0};
+  std::atomic<int> completes{0};
+};
+
+// SQLite's writes queue for a shared commit (its Submit calls). Around it, a wrapper's own
+// Begin and Complete run: the executor never submits to the queue behind the wrapper's back.
+TEST(StoreExecutorTest, AWrapperAroundAStoreWithAWriteQueueRunsItsOwnWrites) {
+  testing::TempDir dir;
+  auto sqlite = OpenStore("sqlite:" + dir.File("idem.db"));
+  ASSERT_TRUE(sqlite.ok()) << sqlite.status().ToString();
+  ASSERT_NE(internal::WriteQueueOf(**sqlite), nullptr);
+  WriteCountingStore wrapped(**sqlite);
+  EXPECT_EQ(internal::WriteQueueOf(wrapped), nullptr);
+  EXPECT_EQ(&internal::HooksOf(wrapped), &internal::HooksOf(**sqlite));
+
+  asio::io_context io;
+  StoreExecutor executor(wrapped, {1, 16});
+  const Scope scope{"t", "", "k"};
+  std::optional<Result<CompleteOutcome>> completed;
+  executor.AsyncBegin(scope, Fp(), seconds(30),
+                      asio::bind_executor(io, [&](Result<BeginOutcome> begun) {
+                        ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+                        executor.AsyncComplete(scope, *OwnedToken(*begun),
+                                               StoredResponse{201, {}, "created"}, seconds(60),
+                                               asio::bind_executor(io, [&](auto r) {
+                                                 completed = std::move(r);
+                                               }));
+                      }));
+  io.run();
+  ASSERT_TRUE(completed.has_value());
+  ASSERT_TRUE(completed->ok()) << completed->status().ToString();
+  EXPECT_EQ(**completed, CompleteOutcome::kOk);
+  EXPECT_EQ(wrapped.begins, 1);
+  EXPECT_EQ(wrapped.completes, 1);
+  auto replay = (*sqlite)->Begin(scope, Fp(), seconds(30));
+  ASSERT_TRUE(replay.ok());
+  EXPECT_TRUE(std::holds_alternative<Replay>(*replay));
+}
+
 // A store whose calls block until the test lets them go.
-class GateStore final : public StoreWrapper {
+class GateStore final : public StoreWrapper, public internal::ExecutionHooks {
  public:
   using StoreWrapper::StoreWrapper;
   // It blocks, whatever the store it wraps says.

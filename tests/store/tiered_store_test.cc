@@ -5,6 +5,7 @@
 
 #include "idem/fingerprint.h"
 #include "idem/store.h"
+#include "store/store_execution.h"
 #include "util/postgres_server.h"
 #include "util/raw_redis.h"
 #include "util/redis_cluster.h"
@@ -80,7 +81,8 @@ class TieredStoreTest : public ::testing::Test {
   // Watch fails at once while it does, and asks Redis (a key of its own) once it tries again.
   void WaitForRetry() {
     const Scope probe{"tenant-probe", "", "is-redis-tried"};
-    EXPECT_TRUE(WaitFor([&] { return store_->Watch(probe).ok(); }, seconds(10), milliseconds(20)))
+    EXPECT_TRUE(WaitFor([&] { return internal::HooksOf(*store_).Watch(probe).ok(); },
+                        seconds(10), milliseconds(20)))
         << "the store never tried Redis again";
   }
 
@@ -178,7 +180,7 @@ TEST_F(TieredStoreTest, TokensKeepIncreasingAcrossRedisDataLossAndPostgresAlone)
   auto alone = Must(store_->Begin(kScope, Fp("a"), kLease));
   ASSERT_TRUE(std::holds_alternative<TakenOver>(alone)) << OutcomeName(alone);
   tokens.push_back(Token(alone));
-  ASSERT_FALSE(store_->Degradation().empty());
+  ASSERT_FALSE(internal::HooksOf(*store_).Degradation().empty());
 
   ASSERT_EQ(redis_.Restart(), "");  // empty
   WaitForRetry();
@@ -186,7 +188,7 @@ TEST_F(TieredStoreTest, TokensKeepIncreasingAcrossRedisDataLossAndPostgresAlone)
   auto back = Must(store_->Begin(kScope, Fp("a"), kLease));
   ASSERT_TRUE(std::holds_alternative<TakenOver>(back)) << OutcomeName(back);
   tokens.push_back(Token(back));
-  EXPECT_EQ(store_->Degradation(), "");
+  EXPECT_EQ(internal::HooksOf(*store_).Degradation(), "");
 
   for (size_t i = 1; i < tokens.size(); ++i) {
     EXPECT_GT(tokens[i], tokens[i - 1]) << "owner " << i;
@@ -204,11 +206,11 @@ TEST_F(TieredStoreTest, WithRedisDownItServesFromPostgresAloneAndSaysSo) {
   // A claim made before Redis goes, completed while it is gone.
   const Scope before{"tenant-a", "", "before"};
   const FencingToken early = Token(Must(store_->Begin(before, Fp("a"), kLease)));
-  EXPECT_EQ(store_->Degradation(), "");
+  EXPECT_EQ(internal::HooksOf(*store_).Degradation(), "");
   redis_.Kill();
 
   EXPECT_EQ(Must(store_->Complete(before, early, kCreated, kTtl)), CompleteOutcome::kOk);
-  const std::string degradation = store_->Degradation();
+  const std::string degradation = internal::HooksOf(*store_).Degradation();
   EXPECT_NE(degradation.find("PostgreSQL alone"), std::string::npos) << degradation;
   auto replay = Must(store_->Begin(before, Fp("a"), kLease));
   ASSERT_TRUE(std::holds_alternative<Replay>(replay)) << OutcomeName(replay);
@@ -229,7 +231,7 @@ TEST_F(TieredStoreTest, WithRedisDownItServesFromPostgresAloneAndSaysSo) {
   WaitForRetry();
   auto again = Must(store_->Begin(during, Fp("a"), kLease));
   ASSERT_TRUE(std::holds_alternative<Replay>(again)) << OutcomeName(again);
-  EXPECT_EQ(store_->Degradation(), "");
+  EXPECT_EQ(internal::HooksOf(*store_).Degradation(), "");
   ASSERT_TRUE(InRedis(during).has_value());
 }
 
@@ -269,7 +271,8 @@ TEST(TieredStoreWithoutPostgres, RefusesClaimsAndCompletionsAndLeavesNothingLock
   EXPECT_FALSE(refused.ok()) << OutcomeName(*refused);
   auto completed = store.Complete(owned, token, kCreated, kTtl);
   EXPECT_FALSE(completed.ok()) << "a completion PostgreSQL did not hold was reported stored";
-  EXPECT_EQ(store.Degradation(), "");  // Redis answers: serving without PostgreSQL is no mode
+  // Redis answers: serving without PostgreSQL is no mode.
+  EXPECT_EQ(internal::HooksOf(store).Degradation(), "");
   auto not_ready = store.Get(Scope{"idem-readiness-probe", "", "probe"});
   EXPECT_FALSE(not_ready.ok());
 

@@ -1,5 +1,5 @@
-// The scope digests a settle subscription (Store::SubscribeSettled) delivered, in arrival order,
-// for tests to wait on.
+// The scope digests a settle subscription (ExecutionHooks::SubscribeSettled) delivered, in
+// arrival order, for tests to wait on.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "idem/store.h"
+#include "store/store_execution.h"
 
 namespace idem::testing {
 
@@ -23,8 +23,8 @@ class NoticeLog {
     StoredResponse response;
   };
 
-  Store::SettleHandler Handler() {
-    return [this](const Store::SettleNotice& notice) {
+  internal::SettleHandler Handler() {
+    return [this](const internal::SettleNotice& notice) {
       std::lock_guard lock(mu_);
       seen_.emplace_back(notice.scope_digest);
       if (notice.response != nullptr) {

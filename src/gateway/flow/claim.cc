@@ -73,7 +73,7 @@ std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& s, const Scope& scope,
         std::to_string(s.pending.max_entries()) +
         "); it forwards no new request until the store takes them"));
   }
-  if (s.store.store().NeverBlocks()) {
+  if (s.store.hooks().NeverBlocks()) {
     // The memory store answers at once: called here, with no copy of the scope, no hand-off
     // and no resumption posted to the event loop.
     StoreTimer timer{s.metrics};

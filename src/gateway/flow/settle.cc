@@ -77,7 +77,7 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
                        const Fingerprint& fingerprint, FencingToken token,
                        const StoredResponse& stored, const Trace& trace) {
   auto executor = co_await asio::this_coro::executor;
-  if (s.store.store().NeverBlocks()) {
+  if (s.store.hooks().NeverBlocks()) {
     CompleteKeyAtOnce(s, executor, route, scope, fingerprint, token, stored, trace);
     co_return;
   }
@@ -155,7 +155,7 @@ std::optional<Outcome> SettleAtOnce(Services& s, const asio::any_io_executor& ex
                                     const RoutePolicy& route, const Scope& scope,
                                     const Fingerprint& fingerprint, FencingToken token,
                                     Forwarded& forwarded, const Trace& trace) {
-  if (!s.store.store().NeverBlocks()) return std::nullopt;
+  if (!s.store.hooks().NeverBlocks()) return std::nullopt;
   if (SettlementFor(route, forwarded) != Settlement::kComplete) return std::nullopt;
   const StoredResponse stored = StoredOf(s, route, forwarded);
   CompleteKeyAtOnce(s, executor, route, scope, fingerprint, token, stored, trace);

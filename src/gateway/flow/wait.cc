@@ -23,13 +23,13 @@ WaitEnd EndOf(const Waited& w) {
   return WaitEnd::kOther;
 }
 
-// Marks the key watched (Store::Watch), so that its settle by another gateway sharing the
-// store is published and wakes this one. A store without notices does nothing; a failure
+// Marks the key watched (the store's Watch hook), so that its settle by another gateway sharing
+// the store is published and wakes this one. A store without notices does nothing; a failure
 // leaves this waiter to its slow look, so it is not an error of the request.
 Task<void> WatchKey(Services& s, const Scope& scope) {
   // A named local: GCC 12 mishandles a temporary with non-trivial captures in a co_await.
   auto watch = [watch_scope = scope](Store& store) -> Result<bool> {
-    IDEM_RETURN_IF_ERROR(store.Watch(watch_scope));
+    IDEM_RETURN_IF_ERROR(internal::HooksOf(store).Watch(watch_scope));
     return true;
   };
   auto watched = co_await s.store.Run(std::move(watch), asio::use_awaitable);

@@ -12,6 +12,7 @@
 #include "core/store_checks.h"
 #include "core/text.h"
 #include "core/mutex.h"
+#include "store/store_execution.h"
 
 namespace idem {
 namespace {
@@ -79,7 +80,7 @@ struct Shard {
   }
 };
 
-class MemoryStore final : public Store {
+class MemoryStore final : public Store, public internal::ExecutionHooks {
  public:
   MemoryStore(const StoreOptions& options, const MemoryOptions& memory)
       : options_(options),

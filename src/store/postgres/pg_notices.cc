@@ -17,7 +17,7 @@ class PgNoticeSource final : public NoticeSource {
   int fd() const override { return PQsocket(conn_->raw()); }
 
   Status Drain(bool read,
-               const std::function<void(const Store::SettleNotice&)>& deliver) override {
+               const std::function<void(const SettleNotice&)>& deliver) override {
     PGconn* raw = conn_->raw();
     if (read && (PQconsumeInput(raw) == 0 || PQstatus(raw) != CONNECTION_OK)) {
       return UnavailableError(std::string("postgresql listener: ") + PQerrorMessage(raw));
@@ -44,14 +44,14 @@ Result<std::unique_ptr<NoticeSource>> OpenSource(const PgConfig& config) {
 
 }  // namespace
 
-Result<std::unique_ptr<Store::SettleSubscription>> SubscribePostgresSettled(
-    PgConfig config, Store::SettleHandler handler) {
+Result<std::unique_ptr<SettleSubscription>> SubscribePostgresSettled(
+    PgConfig config, SettleHandler handler) {
   auto first = OpenSource(config);
   // A refusal retrying cannot fix (authentication, say) fails the call; an unreachable server
   // is retried by the listener's own thread.
   if (!first.ok() && first.status().code() != StatusCode::kUnavailable) return first.status();
   std::unique_ptr<NoticeSource> source = first.ok() ? std::move(*first) : nullptr;
-  return std::unique_ptr<Store::SettleSubscription>(std::make_unique<SettleListener>(
+  return std::unique_ptr<SettleSubscription>(std::make_unique<SettleListener>(
       [config = std::move(config)] { return OpenSource(config); }, std::move(source),
       std::move(handler)));
 }

@@ -153,8 +153,8 @@ class PostgresStore final : public internal::DurableTier {
     return watched.ok() ? Status::Ok() : watched.status();
   }
 
-  Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
-      SettleHandler on_settled) override {
+  Result<std::unique_ptr<internal::SettleSubscription>> SubscribeSettled(
+      internal::SettleHandler on_settled) override {
     return internal::pg::SubscribePostgresSettled(pool_.config(), std::move(on_settled));
   }
 

@@ -21,7 +21,7 @@ class RedisNoticeSource final : public NoticeSource {
   int fd() const override { return context_->fd; }
 
   Status Drain(bool read,
-               const std::function<void(const Store::SettleNotice&)>& deliver) override {
+               const std::function<void(const SettleNotice&)>& deliver) override {
     if (read && redisBufferRead(context_) != REDIS_OK) return Broken();
     for (;;) {
       void* raw = nullptr;
@@ -67,8 +67,8 @@ std::string RedisSettleChannel(const RedisEndpoint& endpoint) {
   return endpoint.prefix + ":settled";
 }
 
-Result<std::unique_ptr<Store::SettleSubscription>> SubscribeRedisSettled(
-    RedisPool& pool, Store::SettleHandler handler) {
+Result<std::unique_ptr<SettleSubscription>> SubscribeRedisSettled(
+    RedisPool& pool, SettleHandler handler) {
   const std::string channel = RedisSettleChannel(pool.endpoint());
   auto first = OpenSource(pool, channel);
   // Only a refusal retrying cannot fix fails the call; an unreachable server is retried by the
@@ -77,7 +77,7 @@ Result<std::unique_ptr<Store::SettleSubscription>> SubscribeRedisSettled(
     return first.status();
   }
   std::unique_ptr<NoticeSource> source = first.ok() ? std::move(*first) : nullptr;
-  return std::unique_ptr<Store::SettleSubscription>(std::make_unique<SettleListener>(
+  return std::unique_ptr<SettleSubscription>(std::make_unique<SettleListener>(
       [&pool, channel] { return OpenSource(pool, channel); }, std::move(source),
       std::move(handler)));
 }

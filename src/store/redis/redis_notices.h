@@ -1,14 +1,14 @@
-// Settle notices on Redis (Store::Watch and Store::SubscribeSettled): the watch script marks an
-// in-flight record (field `w`); the complete, release and purge scripts PUBLISH the key of a
+// Settle notices on Redis (ExecutionHooks::Watch and SubscribeSettled): the watch script marks
+// an in-flight record (field `w`); the complete, release and purge scripts PUBLISH the key of a
 // marked record on the channel "PREFIX:settled"; a subscriber holds one SUBSCRIBE connection
 // of its own. Pub/sub is not persisted and spans every logical database of the server: a
-// notice is a hint, as the Store contract says.
+// notice is a hint, as SubscribeSettled's contract says.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "idem/store.h"
+#include "store/store_execution.h"
 #include "store/redis/redis_pool.h"
 
 namespace idem::internal {
@@ -16,7 +16,7 @@ namespace idem::internal {
 std::string RedisSettleChannel(const RedisEndpoint& endpoint);
 
 // REQUIRES: `pool` outlives the subscription.
-Result<std::unique_ptr<Store::SettleSubscription>> SubscribeRedisSettled(
-    RedisPool& pool, Store::SettleHandler handler);
+Result<std::unique_ptr<SettleSubscription>> SubscribeRedisSettled(
+    RedisPool& pool, SettleHandler handler);
 
 }  // namespace idem::internal

@@ -35,7 +35,7 @@ Result<int64_t> Int(const redisReply* r, std::string_view what) {
   return Malformed(what);
 }
 
-class RedisStore final : public internal::FastTier {
+class RedisStore final : public internal::FastTier, public internal::WriteQueue {
  public:
   RedisStore(internal::RedisEndpoint endpoint, const StoreOptions& options)
       : options_(options),
@@ -180,8 +180,8 @@ class RedisStore final : public internal::FastTier {
     return done.ok() ? Status::Ok() : done.status().WithContext("watch scope " + scope.Digest());
   }
 
-  Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
-      SettleHandler on_settled) override {
+  Result<std::unique_ptr<internal::SettleSubscription>> SubscribeSettled(
+      internal::SettleHandler on_settled) override {
     // Pub/sub reaches every node of a cluster: any one will do.
     return internal::SubscribeRedisSettled(cluster_ ? cluster_->seed_pool() : *single_,
                                            std::move(on_settled));

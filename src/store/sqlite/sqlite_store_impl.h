@@ -22,6 +22,7 @@
 
 #include "core/mutex.h"
 #include "idem/store.h"
+#include "store/store_execution.h"
 #include "store/sqlite/sqlite_checkpointer.h"
 #include "store/sqlite/sqlite_fence.h"
 #include "store/sqlite/sqlite_group_commit.h"
@@ -34,7 +35,7 @@
 
 namespace idem::internal::sqlite {
 
-class SqliteStore final : public Store {
+class SqliteStore final : public Store, public WriteQueue {
  public:
   SqliteStore(std::string path, const StoreOptions& options, const SqliteOptions& sqlite);
 
@@ -50,8 +51,6 @@ class SqliteStore final : public Store {
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override;
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override;
-
-  bool QueuesWrites() const override { return true; }
 
   void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
                    Done<BeginOutcome> done) override;

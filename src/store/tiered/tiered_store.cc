@@ -107,7 +107,7 @@ class FastTierHealth {
   std::string last_error_ IDEM_GUARDED_BY(mu_);
 };
 
-class TieredStore final : public Store {
+class TieredStore final : public Store, public ExecutionHooks {
  public:
   TieredStore(std::unique_ptr<FastTier> fast, std::unique_ptr<DurableTier> durable,
               const StoreOptions& options)
