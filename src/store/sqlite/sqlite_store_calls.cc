@@ -108,7 +108,7 @@ namespace {
 // `exec` is a template parameter, not a std::function, so that the write costs one closure.
 template <typename Outcome, typename Exec>
 void SubmitFencedWrite(GroupCommit& writes, const Scope& scope, Exec exec, Outcome held,
-                       Outcome fenced, Store::Done<Outcome> done) {
+                       Outcome fenced, WriteQueue::Done<Outcome> done) {
   auto outcome = std::make_shared<Outcome>(fenced);
   writes.Submit(
       [exec = std::move(exec), outcome, held]() -> Status {
