@@ -18,45 +18,41 @@
 namespace idem::gateway {
 namespace {
 
+// Each step that waits is a coroutine of its own, and what needs no wait is a plain function:
+// Asio recycles a coroutine frame only up to about 1 KiB (and a few per thread), so one large
+// frame per request would reach the heap every time. The steps write the response into `res`,
+// which the caller holds, rather than return it: a frame then never holds a returned response
+// beside the one it keeps.
+
 // Forwards without a claim (a passthrough route, or fail_open after a store failure) and
 // finishes the request under `outcome`.
-Task<Response> ForwardUnprotected(Services& s, Request& request, flow::Trace& trace,
-                                  Outcome outcome) {
+Task<void> ForwardUnprotected(Services& s, Request& request, flow::Trace& trace,
+                              Outcome outcome, Response& res) {
   const auto started = flow::PrepareForward(s, request);
   UpstreamResult exchanged =
       co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
   flow::Forwarded forwarded = flow::ForwardedFrom(s, request, std::move(exchanged), started);
   if (forwarded.transport_failed()) trace.detail = forwarded.detail;
   trace.Finish(outcome, forwarded.response);
-  Response res = std::move(forwarded.response);
-  co_return std::move(res);
+  res = std::move(forwarded.response);
 }
 
-}  // namespace
+// The answer to a request Admit refused.
+Response AnswerRefusal(Services& s, const Request& request, flow::Trace& trace,
+                       const flow::Refusal& refusal) {
+  trace.detail = refusal.detail;
+  if (!refusal.log_message.empty()) LogAnswer(s.log, *refusal.answer, refusal.log_message);
+  Response res = MakeProblem(*refusal.answer, refusal.client_detail, request.version(),
+                             request.keep_alive());
+  trace.Finish(*refusal.answer, res);
+  return res;
+}
 
-Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHangup* client) {
-  flow::Trace trace(s, request);
-
-  // admit
-  flow::Admission admission = flow::Admit(s.options, request, s.clock()->Now());
-  if (admission.kind == flow::Admission::Kind::kPassthrough) {
-    Response res = co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough);
-    co_return std::move(res);
-  }
-  if (!admission.scope.key.empty()) trace.key_digest = admission.scope.Digest();
-  if (admission.kind == flow::Admission::Kind::kRefused) {
-    const flow::Refusal& refusal = admission.refusal;
-    trace.detail = refusal.detail;
-    if (!refusal.log_message.empty()) LogAnswer(s.log, *refusal.answer, refusal.log_message);
-    Response res = MakeProblem(*refusal.answer, refusal.client_detail, request.version(),
-                               request.keep_alive());
-    trace.Finish(*refusal.answer, res);
-    co_return std::move(res);
-  }
-  const RoutePolicy& route = *admission.route;
-
-  // claim, and wait if the key is in flight and the client prefers waiting to a 409
-  // Each step without a wait (the memory store; no wait preferred) is made without a coroutine.
+// Claims the key and, if it is in flight and the client prefers waiting to a 409, waits. Each
+// step without a wait (the memory store; no wait preferred) is made without a coroutine.
+Task<flow::Waited> ClaimKey(Services& s, const RoutePolicy& route, const Request& request,
+                            const flow::Admission& admission, const flow::Trace& trace,
+                            flow::ClientHangup* client) {
   std::optional<Result<BeginOutcome>> claimed =
       flow::ClaimAtOnce(s, admission.scope, admission.fingerprint, route.lease);
   if (!claimed) {
@@ -68,39 +64,30 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
                                          admission.fingerprint, trace.key_digest,
                                          std::move(waited.begun), client);
   }
-  if (waited.shutting_down) {
-    const Answer& answer = AnswerFor(Cause::kShuttingDown);
-    Response res = MakeProblem(answer,
-                               "the gateway is shutting down while the first request with this "
-                               "key runs; retry with the same key",
-                               request.version(), request.keep_alive());
-    flow::MarkPreferenceApplied(waited, res);
-    trace.Finish(answer, res);
-    co_return std::move(res);
-  }
-  // A client that hung up while waiting gets the 409 it would have had (nobody reads it): it
-  // never claims the key.
-  flow::ClaimVerdict verdict = flow::VerdictFor(waited.begun, route, request, trace.key_digest);
-  trace.detail = waited.hung_up ? "the client hung up while waiting" : verdict.detail;
-  if (!verdict.log_message.empty()) LogAnswer(s.log, *verdict.answer, verdict.log_message);
-  if (verdict.action == flow::ClaimVerdict::Action::kForwardUnprotected) {
-    s.log.Warn("fail_open", "store failed, forwarding without idempotency: " + trace.detail);
-    Response res = co_await ForwardUnprotected(s, request, trace, Outcome::kStoreError);
-    co_return std::move(res);
-  }
-  if (verdict.action == flow::ClaimVerdict::Action::kRespond) {
-    flow::MarkPreferenceApplied(waited, verdict.response);
-    trace.Finish(*verdict.answer, verdict.response);
-    Response res = std::move(verdict.response);
-    co_return std::move(res);
-  }
-  trace.token = verdict.token;
-  if (verdict.previous_token) s.metrics.CountTakeover();
+  co_return std::move(waited);
+}
 
+// The 503 for a request whose wait the gateway's shutdown cut short.
+Response ShutdownAnswer(const Request& request, const flow::Waited& waited, flow::Trace& trace) {
+  const Answer& answer = AnswerFor(Cause::kShuttingDown);
+  Response res = MakeProblem(answer,
+                             "the gateway is shutting down while the first request with this "
+                             "key runs; retry with the same key",
+                             request.version(), request.keep_alive());
+  flow::MarkPreferenceApplied(waited, res);
+  trace.Finish(answer, res);
+  return res;
+}
+
+// Forwards under the fencing token `token`, settles the key, and answers.
+Task<void> ExecuteClaimed(Services& s, Request& request, const flow::Admission& admission,
+                          const flow::Waited& waited, FencingToken token, flow::Trace& trace,
+                          Response& res) {
+  const RoutePolicy& route = *admission.route;
   // forward: an upstream slower than the lease overlaps with a retry that takes the key over;
   // the fencing token tells the upstream which attempt is current (RunGateway warns of such
   // routes).
-  request.set(kFencingTokenHeader, std::to_string(verdict.token));
+  request.set(kFencingTokenHeader, std::to_string(token));
   const auto started = flow::PrepareForward(s, request);
   UpstreamResult exchanged =
       co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
@@ -108,7 +95,6 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
   if (forwarded.transport_failed()) trace.detail = forwarded.detail;
 
   // settle
-  const FencingToken token = verdict.token;
   const auto executor = co_await asio::this_coro::executor;
   std::optional<Outcome> settled = flow::SettleAtOnce(s, executor, route, admission.scope,
                                                       admission.fingerprint, token, forwarded,
@@ -117,12 +103,62 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
     settled = co_await flow::Settle(s, route, admission.scope, admission.fingerprint, token,
                                     forwarded, trace);
   }
-  const Outcome outcome = *settled;
 
   // respond
   flow::MarkPreferenceApplied(waited, forwarded.response);
-  trace.Finish(outcome, forwarded.response);
-  Response res = std::move(forwarded.response);
+  trace.Finish(*settled, forwarded.response);
+  res = std::move(forwarded.response);
+}
+
+// An admitted request: claim (and wait), then answer at once, forward without a claim
+// (fail_open), or execute.
+Task<void> HandleAdmitted(Services& s, Request& request, const flow::Admission& admission,
+                          flow::Trace& trace, flow::ClientHangup* client, Response& res) {
+  const RoutePolicy& route = *admission.route;
+  const flow::Waited waited = co_await ClaimKey(s, route, request, admission, trace, client);
+  if (waited.shutting_down) {
+    res = ShutdownAnswer(request, waited, trace);
+    co_return;
+  }
+  // A client that hung up while waiting gets the 409 it would have had (nobody reads it): it
+  // never claims the key.
+  flow::ClaimVerdict verdict = flow::VerdictFor(waited.begun, route, request, trace.key_digest);
+  trace.detail = waited.hung_up ? "the client hung up while waiting" : verdict.detail;
+  if (!verdict.log_message.empty()) LogAnswer(s.log, *verdict.answer, verdict.log_message);
+  switch (verdict.action) {
+    case flow::ClaimVerdict::Action::kForwardUnprotected:
+      s.log.Warn("fail_open", "store failed, forwarding without idempotency: " + trace.detail);
+      co_await ForwardUnprotected(s, request, trace, Outcome::kStoreError, res);
+      break;
+    case flow::ClaimVerdict::Action::kRespond:
+      flow::MarkPreferenceApplied(waited, verdict.response);
+      trace.Finish(*verdict.answer, verdict.response);
+      res = std::move(verdict.response);
+      break;
+    case flow::ClaimVerdict::Action::kExecute:
+      trace.token = verdict.token;
+      if (verdict.previous_token) s.metrics.CountTakeover();
+      co_await ExecuteClaimed(s, request, admission, waited, verdict.token, trace, res);
+      break;
+  }
+}
+
+}  // namespace
+
+Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHangup* client) {
+  flow::Trace trace(s, request);
+  Response res;
+  const flow::Admission admission = flow::Admit(s.options, request, s.clock()->Now());
+  if (admission.kind == flow::Admission::Kind::kPassthrough) {
+    co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough, res);
+    co_return std::move(res);
+  }
+  if (!admission.scope.key.empty()) trace.key_digest = admission.scope.Digest();
+  if (admission.kind == flow::Admission::Kind::kRefused) {
+    res = AnswerRefusal(s, request, trace, admission.refusal);
+    co_return std::move(res);
+  }
+  co_await HandleAdmitted(s, request, admission, trace, client, res);
   co_return std::move(res);
 }
 

@@ -26,6 +26,7 @@
 #include "gateway/proxy.h"
 #include "gateway/request_reader.h"
 #include "gateway/socket_hangup.h"
+#include "gateway/startup.h"
 #include "gateway/upstream_pool.h"
 #include "idem/gateway.h"
 #include "idem/store.h"
@@ -341,6 +342,87 @@ class GatewayIoContext : public asio::io_context {
   void DestroyAbandonedWork() { shutdown(); }
 };
 
+std::string EndpointText(const tcp::endpoint& endpoint) {
+  return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+}
+
+// What the gateway serves with, once every part of it is open.
+struct Parts {
+  const GatewayOptions& options;
+  Log& log;
+  Store& store;
+  UpstreamPool& upstream;
+  KeyWaiters& waiters;
+  GatewayIoContext& io;
+  ClockOffsetFile* clock_offset;  // may be null
+  Metrics& metrics;
+  PendingCompletions& pending;
+};
+
+// Listens, serves until shut down, and returns the number of requests the grace period cut off;
+// nullopt: a listener could not open (logged).
+std::optional<int> Serve(const Parts& p) {
+  const GatewayOptions& options = p.options;
+  const int store_threads =
+      options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
+  // Before the listener opens: the first burst of requests finds its store connections made.
+  if (Status warmed = internal::HooksOf(p.store).OpenConnections(store_threads);
+      !warmed.ok()) {
+    p.log.Warn("store", "could not open every store connection ahead (" + warmed.ToString() +
+                            "); the rest open on first use");
+  }
+  std::optional<StoreExecutor> executor(std::in_place, p.store,
+                                        StoreExecutor::Options{store_threads, 4096});
+  Services services{options, *executor, p.upstream, p.metrics, p.log, p.waiters, p.pending};
+  Server server(options, p.io, services);
+  tcp::endpoint bound, admin_bound;
+  if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {
+    p.log.Error("listen", s.ToString());
+    return std::nullopt;
+  }
+  std::string admin_text = "no admin listener";
+  if (!options.admin_listen.empty()) {
+    if (Status s = server.Listen(options.admin_listen, true, &admin_bound); !s.ok()) {
+      p.log.Error("listen", s.ToString());
+      return std::nullopt;
+    }
+    admin_text = "admin on " + EndpointText(admin_bound);
+  }
+  asio::co_spawn(p.io, SweepExpiredRecords(services, server.draining()), asio::detached);
+  asio::co_spawn(p.io, FlushRequestLog(p.log), asio::detached);
+  asio::co_spawn(p.io, WatchStoreDegradation(services, server.draining()), asio::detached);
+  if (p.clock_offset) {
+    asio::co_spawn(p.io, FollowClockOffsetFile(*p.clock_offset, p.log), asio::detached);
+  }
+  asio::signal_set signals(p.io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    p.log.Info("signal", std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " received");
+    server.BeginShutdown();
+  });
+  WarnShortLeases(options, p.log);
+  p.log.Info("listening", "gateway on " + EndpointText(bound) + ", " + admin_text +
+                              ", upstream " + p.upstream.authority() + ", store " +
+                              p.store.Describe() + ", " + std::to_string(options.threads) +
+                              " event-loop thread(s), max_connections " +
+                              std::to_string(server.max_connections()) +
+                              (server.max_connections_per_client() > 0
+                                   ? " (" + std::to_string(server.max_connections_per_client()) +
+                                         " per client address)"
+                                   : " (no per-address limit)"));
+  std::vector<std::thread> threads;
+  for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { p.io.run(); });
+  p.io.run();
+  for (auto& t : threads) t.join();
+  const int abandoned = server.abandoned();
+  // Store calls still running finish (a completion is never cut off halfway) and post their
+  // results; then the requests the grace period cut off are destroyed, before the server, the
+  // upstream pool and the metrics their frames refer to.
+  executor.reset();
+  p.io.DestroyAbandonedWork();
+  return abandoned;
+}
+
 }  // namespace
 
 int RunGateway(const GatewayOptions& given) {
@@ -356,32 +438,9 @@ int RunGateway(const GatewayOptions& given) {
   GatewayOptions options = given;
   if (options.threads <= 0) options.threads = DefaultEventLoopThreads();
   std::unique_ptr<ClockOffsetFile> clock_offset;  // outlives `io` (FollowClockOffsetFile)
-  if (!options.unsafe_clock_offset_file.empty()) {
-    auto opened = ClockOffsetFile::Open(options.unsafe_clock_offset_file, options.clock);
-    if (!opened.ok()) {
-      log.Error("config", std::string(opened.status().message()));
-      return 2;
-    }
-    clock_offset = std::move(*opened);
-    options.clock = clock_offset->clock();
-    log.Warn("clock", "UNSAFE, FOR TESTING ONLY: --unsafe-clock-offset-file " +
-                          clock_offset->path() + ": the gateway's clock runs " +
-                          std::to_string(clock_offset->offset().count()) +
-                          " ms ahead and follows the file; leases and retention expire early");
-  }
-  StoreOptions store_options;
-  store_options.clock = options.clock;  // the store and the gateway read the same clock
-  store_options.durable_store = options.durable_store;
-  auto store = OpenStore(options.store, store_options);
-  if (!store.ok()) {
-    log.Error("store", "cannot open store '" + internal::RedactUrlPassword(options.store) + "'" +
-                           (options.durable_store.empty()
-                                ? std::string()
-                                : " with durable store '" +
-                                      internal::RedactUrlPassword(options.durable_store) + "'") +
-                           ": " + store.status().ToString());
-    return 2;
-  }
+  if (!FollowClockOffset(options, log, clock_offset)) return 2;
+  std::unique_ptr<Store> store = OpenGatewayStore(options, log);
+  if (!store) return 2;
   // Before the io_context: a request frame it still holds when it goes leaves its wait slot.
   KeyWaiters waiters(options.max_waiters);
   GatewayIoContext io(options.threads);
@@ -389,101 +448,31 @@ int RunGateway(const GatewayOptions& given) {
   // gateway's waiters: with the response, when the notice carried it (they replay it without a
   // store call), else one of them reads the record for all. After the io_context (a wake-up is
   // posted to a waiter's strand), so it stops before the io_context goes; the store outlives it.
-  auto notices = internal::HooksOf(**store).SubscribeSettled(
+  auto notices = internal::HooksOf(*store).SubscribeSettled(
       [&waiters](const internal::SettleNotice& notice) { waiters.NotifySettled(notice); });
   if (!notices.ok()) {
     log.Warn("store", "no settle notices (" + notices.status().ToString() +
                           "): a request waiting for a key another gateway runs looks again "
                           "every second instead of waking at once");
   }
-  UpstreamOptions upstream_options;
-  upstream_options.connect_timeout = options.upstream_connect_timeout;
-  upstream_options.response_timeout = options.upstream_response_timeout;
-  upstream_options.idle_timeout = options.upstream_idle_timeout;
-  upstream_options.max_idle = options.upstream_pool_size;
-  upstream_options.max_response_body = options.max_upstream_response;
-  auto upstream = UpstreamPool::Create(io.get_executor(), options.upstream, upstream_options);
+  auto upstream = UpstreamPool::Create(io.get_executor(), options.upstream,
+                                       UpstreamOptionsOf(options));
   if (!upstream.ok()) {
     log.Error("upstream", upstream.status().ToString());
     return 2;
   }
   Metrics metrics;
   // Completions answered but not stored yet (completion_retry.h); like the metrics, it
-  // outlives the abandoned work destroyed below.
+  // outlives the abandoned work that Serve destroys.
   PendingCompletions pending(options.max_pending_completions);
-  int abandoned = 0;
-  {
-    const int store_threads =
-        options.store_threads > 0 ? options.store_threads : DefaultStoreThreads(options.store);
-    // Before the listener opens: the first burst of requests finds its store connections made.
-    if (Status warmed = internal::HooksOf(**store).OpenConnections(store_threads);
-        !warmed.ok()) {
-      log.Warn("store", "could not open every store connection ahead (" + warmed.ToString() +
-                            "); the rest open on first use");
-    }
-    std::optional<StoreExecutor> executor(std::in_place, **store,
-                                          StoreExecutor::Options{store_threads, 4096});
-    Services services{options, *executor, **upstream, metrics, log, waiters, pending};
-    Server server(options, io, services);
-    tcp::endpoint bound, admin_bound;
-    if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {
-      log.Error("listen", s.ToString());
-      return 2;
-    }
-    std::string admin_text = "no admin listener";
-    if (!options.admin_listen.empty()) {
-      if (Status s = server.Listen(options.admin_listen, true, &admin_bound); !s.ok()) {
-        log.Error("listen", s.ToString());
-        return 2;
-      }
-      admin_text = "admin on " + admin_bound.address().to_string() + ":" +
-                   std::to_string(admin_bound.port());
-    }
-    asio::co_spawn(io, SweepExpiredRecords(services, server.draining()), asio::detached);
-    asio::co_spawn(io, FlushRequestLog(log), asio::detached);
-    asio::co_spawn(io, WatchStoreDegradation(services, server.draining()), asio::detached);
-    if (clock_offset) asio::co_spawn(io, FollowClockOffsetFile(*clock_offset, log), asio::detached);
-    asio::signal_set signals(io, SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-      if (ec) return;
-      log.Info("signal", std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " received");
-      server.BeginShutdown();
-    });
-    for (const RoutePolicy& route : options.routes) {
-      if (route.key != KeyRequirement::kOff && route.lease < options.upstream_response_timeout) {
-        log.Warn("config", "route " + (route.method.empty() ? "*" : route.method) + " " +
-                               route.path_prefix + ": lease " +
-                               std::to_string(route.lease.count()) +
-                               " ms is shorter than upstream_response_timeout; a retry may take "
-                               "over while the first attempt still runs, so the upstream must "
-                               "check Idempotency-Fencing-Token");
-      }
-    }
-    log.Info("listening", "gateway on " + bound.address().to_string() + ":" +
-                              std::to_string(bound.port()) + ", " + admin_text + ", upstream " +
-                              (*upstream)->authority() + ", store " + (**store).Describe() +
-                              ", " + std::to_string(options.threads) + " event-loop thread(s)" +
-                              ", max_connections " + std::to_string(server.max_connections()) +
-                              (server.max_connections_per_client() > 0
-                                   ? " (" + std::to_string(server.max_connections_per_client()) +
-                                         " per client address)"
-                                   : " (no per-address limit)"));
-    std::vector<std::thread> threads;
-    for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { io.run(); });
-    io.run();
-    for (auto& t : threads) t.join();
-    abandoned = server.abandoned();
-    // Store calls still running finish (a completion is never cut off halfway) and post their
-    // results; then the requests the grace period cut off are destroyed, before the server, the
-    // upstream pool and the metrics their frames refer to.
-    executor.reset();
-    io.DestroyAbandonedWork();
-  }
+  const std::optional<int> abandoned = Serve(
+      {options, log, *store, **upstream, waiters, io, clock_offset.get(), metrics, pending});
+  if (!abandoned) return 2;
   log.Flush();
-  if (abandoned == 0) {
+  if (*abandoned == 0) {
     log.Info("stopped", "requests drained, store closed");
   } else {
-    log.Warn("stopped", std::to_string(abandoned) +
+    log.Warn("stopped", std::to_string(*abandoned) +
                             " request(s) cut off by the grace period; their keys stay in flight "
                             "until their leases run out; store closed");
   }

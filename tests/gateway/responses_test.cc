@@ -42,6 +42,30 @@ TEST(ResponsesTest, AnAcceptedOperationKeepsItsOperationHeadersButNotItsOversize
   EXPECT_EQ(NotStoredMarker(oversized), "101");
 }
 
+// The gateway reuses one StoredResponse for the responses it completes without waiting: each
+// one written over it is stored exactly as a fresh one would be, nothing left of the one before.
+TEST(ResponsesTest, AStoredResponseWrittenOverAReusedOneHoldsOnlyTheNewResponse) {
+  RoutePolicy route;
+  route.stored_headers = {"Content-Type", "Operation-Location", "Retry-After"};
+  StoredResponse reused;
+  ToStored(Answer(http::status::created, "{\"first\":true}"), route, 100, reused);
+  EXPECT_EQ(reused, ToStored(Answer(http::status::created, "{\"first\":true}"), route, 100));
+  ASSERT_EQ(reused.headers.size(), 3u);
+
+  RoutePolicy fewer;
+  fewer.stored_headers = {"Retry-After"};
+  ToStored(Answer(http::status::ok, "{}"), fewer, 100, reused);
+  EXPECT_EQ(reused, (StoredResponse{200, {{"Retry-After", "30"}}, "{}"}));
+
+  ToStored(Answer(http::status::ok, std::string(101, 'x')), route, 100, reused);
+  EXPECT_EQ(reused, ToStored(Answer(http::status::ok, std::string(101, 'x')), route, 100));
+  EXPECT_EQ(NotStoredMarker(reused), "101");
+  EXPECT_EQ(reused.body, "");
+
+  ToStored(Answer(http::status::created, "{}"), route, 100, reused);
+  EXPECT_EQ(reused, ToStored(Answer(http::status::created, "{}"), route, 100));
+}
+
 TEST(ResponsesTest, OnlyA202OnALongRunningRouteStartsAnOperation) {
   RoutePolicy route;
   EXPECT_FALSE(IsAccepted(Answer(http::status::accepted, ""), route));

@@ -32,17 +32,20 @@ Response ReplayResponse(const StoredResponse& stored, const Request& request) {
 
 namespace {
 
+// Whether `route` stores the header `name`, or it is among `also`.
+bool IsStoredHeader(std::string_view name, const RoutePolicy& route,
+                    std::initializer_list<std::string_view> also = {}) {
+  const auto same = [&](std::string_view w) { return internal::EqualsIgnoreCase(name, w); };
+  return std::any_of(route.stored_headers.begin(), route.stored_headers.end(), same) ||
+         std::any_of(also.begin(), also.end(), same);
+}
+
 // The headers of `response` whose names `route` stores, or that are among `also`.
 std::vector<Header> StoredHeaders(const Response& response, const RoutePolicy& route,
                                   std::initializer_list<std::string_view> also = {}) {
-  const auto wanted = [&](std::string_view name) {
-    const auto same = [&](std::string_view w) { return internal::EqualsIgnoreCase(name, w); };
-    return std::any_of(route.stored_headers.begin(), route.stored_headers.end(), same) ||
-           std::any_of(also.begin(), also.end(), same);
-  };
   std::vector<Header> headers;
   for (const auto& field : response) {
-    if (wanted(field.name_string())) {
+    if (IsStoredHeader(field.name_string(), route, also)) {
       headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
   }
@@ -53,14 +56,30 @@ std::vector<Header> StoredHeaders(const Response& response, const RoutePolicy& r
 
 StoredResponse ToStored(const Response& response, const RoutePolicy& route, size_t limit) {
   StoredResponse stored;
+  ToStored(response, route, limit, stored);
+  return stored;
+}
+
+void ToStored(const Response& response, const RoutePolicy& route, size_t limit,
+              StoredResponse& stored) {
   stored.status = static_cast<int>(response.result_int());
   if (response.body().size() > limit) {
-    stored.headers = {{std::string(kNotStoredMarker), std::to_string(response.body().size())}};
-    return stored;
+    stored.headers.resize(1);
+    stored.headers[0].first.assign(kNotStoredMarker);
+    stored.headers[0].second = std::to_string(response.body().size());
+    stored.body.clear();
+    return;
   }
-  stored.headers = StoredHeaders(response, route);
-  stored.body = response.body();
-  return stored;
+  size_t count = 0;
+  for (const auto& field : response) {
+    if (!IsStoredHeader(field.name_string(), route)) continue;
+    if (count == stored.headers.size()) stored.headers.emplace_back();
+    stored.headers[count].first.assign(field.name_string());
+    stored.headers[count].second.assign(field.value());
+    ++count;
+  }
+  stored.headers.resize(count);
+  stored.body.assign(response.body());
 }
 
 bool IsAccepted(const Response& response, const RoutePolicy& route) {

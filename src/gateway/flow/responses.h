@@ -22,6 +22,11 @@ Response ReplayResponse(const StoredResponse& stored, const Request& request);
 // larger than `limit` is replaced by the not-stored marker (so a retry is never silently run
 // again: replays answer that the response was not kept).
 StoredResponse ToStored(const Response& response, const RoutePolicy& route, size_t limit);
+// The same, written over `stored`: the strings and the header list it already holds are reused,
+// so a caller that keeps one StoredResponse for many responses stops allocating once it has
+// seen the largest.
+void ToStored(const Response& response, const RoutePolicy& route, size_t limit,
+              StoredResponse& stored);
 
 // Whether `response` starts a long-running operation on `route` (long_running and a 202).
 bool IsAccepted(const Response& response, const RoutePolicy& route);

@@ -33,6 +33,23 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
   }
 }
 
+// Complete (`write` kComplete, kept for `ttl`) or Accept (kAccept, held for `ttl`) of a copy of
+// `stored` on the store executor, timed into the store histogram.
+Task<Result<CompleteOutcome>> WriteStored(Services& s, StoreWrite write, Scope scope,
+                                          FencingToken token, StoredResponse stored,
+                                          Duration ttl) {
+  StoreTimer timer{s.metrics};
+  Result<CompleteOutcome> written = InternalError("not written");
+  if (write == StoreWrite::kAccept) {
+    written = co_await s.store.AsyncAccept(std::move(scope), token, std::move(stored), ttl,
+                                           asio::use_awaitable);
+  } else {
+    written = co_await s.store.AsyncComplete(std::move(scope), token, std::move(stored), ttl,
+                                             asio::use_awaitable);
+  }
+  co_return written;
+}
+
 // After Complete answered `completed`: waiters told, a failed write retried after the response
 // (on `executor`), a fenced one counted and logged.
 void AfterComplete(Services& s, const asio::any_io_executor& executor, const RoutePolicy& route,
@@ -81,16 +98,8 @@ Task<void> CompleteKey(Services& s, const RoutePolicy& route, const Scope& scope
     CompleteKeyAtOnce(s, executor, route, scope, fingerprint, token, stored, trace);
     co_return;
   }
-  const Duration retention = route.retention;
-  const FencingToken complete_token = token;
-  Result<CompleteOutcome> completed = InternalError("not completed");
-  {
-    StoreTimer timer{s.metrics};
-    StoredResponse to_store = stored;
-    Scope attempt_scope = scope;
-    completed = co_await s.store.AsyncComplete(std::move(attempt_scope), complete_token,
-                                               std::move(to_store), retention, asio::use_awaitable);
-  }
+  const Result<CompleteOutcome> completed =
+      co_await WriteStored(s, StoreWrite::kComplete, scope, token, stored, route.retention);
   AfterComplete(s, executor, route, scope, fingerprint, token, stored, trace, completed);
 }
 
@@ -100,16 +109,8 @@ Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope,
                      const Fingerprint& fingerprint, FencingToken token,
                      const StoredResponse& accepted, const Trace& trace) {
   const Duration operation_lease = route.operation_lease;
-  const FencingToken accept_token = token;
-  Result<CompleteOutcome> recorded = InternalError("not accepted");
-  {
-    StoreTimer timer{s.metrics};
-    StoredResponse to_store = accepted;
-    Scope accept_scope = scope;
-    recorded = co_await s.store.AsyncAccept(std::move(accept_scope), accept_token,
-                                            std::move(to_store), operation_lease,
-                                            asio::use_awaitable);
-  }
+  const Result<CompleteOutcome> recorded =
+      co_await WriteStored(s, StoreWrite::kAccept, scope, token, accepted, operation_lease);
   if (!recorded.ok()) {
     // Until it lands the key holds only the request's lease, after which a retry would run the
     // operation again: held in memory and tried until stored, as a completion is.
@@ -157,7 +158,14 @@ std::optional<Outcome> SettleAtOnce(Services& s, const asio::any_io_executor& ex
                                     Forwarded& forwarded, const Trace& trace) {
   if (!s.store.hooks().NeverBlocks()) return std::nullopt;
   if (SettlementFor(route, forwarded) != Settlement::kComplete) return std::nullopt;
-  const StoredResponse stored = StoredOf(s, route, forwarded);
+  // Built in one StoredResponse per thread, reused by each request: the store, the waiters and
+  // a retry after the response copy what they keep, so nothing holds on to it after the call.
+  thread_local StoredResponse stored;
+  if (forwarded.failure == UpstreamResult::Failure::kTooLarge) {
+    stored = OversizedAnswer();
+  } else {
+    ToStored(forwarded.response, route, s.options.max_stored_response, stored);
+  }
   CompleteKeyAtOnce(s, executor, route, scope, fingerprint, token, stored, trace);
   forwarded.response.set(kReplayedHeader, "false");
   return Outcome::kExecuted;

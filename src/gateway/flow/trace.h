@@ -30,8 +30,9 @@ class Trace {
   FencingToken token = 0;
   std::string detail;  // why, for errors
 
-  // Counts the request under its outcome and writes its log line. Call it once, then co_return
-  // the response by name (g++ 12 mishandles temporaries inside co_return and co_await).
+  // Counts the request under its outcome and writes its log line (key_digest moves into it).
+  // Call it once, last, then co_return the response by name (g++ 12 mishandles temporaries
+  // inside co_return and co_await).
   void Finish(const Answer& answer, const Response& response);
   void Finish(Outcome outcome, const Response& response);
 

@@ -144,33 +144,25 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
-    std::string encoded = internal::EncodeResponse(response);  // outside the lock
-    const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
+    return WriteResponse(scope, token, response, [&](Shard& shard, Entry& entry, TimePoint now,
+                                                     const std::string& key) {
       shard.mu.AssertHeld();
-      Entry& entry = it->second;
       entry.head.state = RecordState::kCompleted;
       entry.head.expires_at = now + ttl;
-      entry.response = std::move(encoded);
-      if (entry.head.expires_at < entry.queued_at) {
-        shard.Queue(entry, entry.head.expires_at, it->first);
-      }
+      if (entry.head.expires_at < entry.queued_at) shard.Queue(entry, entry.head.expires_at, key);
     });
-    return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
                                  const StoredResponse& accepted, Duration lease) override {
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
-    std::string encoded = internal::EncodeResponse(accepted);  // outside the lock
-    const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
-      shard.mu.AssertHeld();
-      Entry& entry = it->second;
-      entry.head.lease_deadline = now + lease;
-      entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
-      entry.response = std::move(encoded);
-      // The representative stays due at the old deadline; the sweep then re-queues it.
-    });
-    return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
+    // The representative stays due at the old deadline; the sweep then re-queues it.
+    return WriteResponse(scope, token, accepted,
+                         [&](Shard&, Entry& entry, TimePoint now, const std::string&) {
+                           entry.head.lease_deadline = now + lease;
+                           entry.head.expires_at =
+                               internal::InFlightExpiry(entry.head.lease_deadline, options_);
+                         });
   }
 
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
@@ -274,6 +266,20 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
     }
     write(shard, it, now);
     return true;
+  }
+
+  // Stores `response` (encoded outside the lock) in the record `token` owns, and lets `update`
+  // (called under the shard's lock with the shard, the record, the time and the record's key)
+  // set its state and times. kFenced: the token does not own the record.
+  template <typename Update>
+  CompleteOutcome WriteResponse(const Scope& scope, FencingToken token,
+                                const StoredResponse& response, Update update) {
+    std::string encoded = internal::EncodeResponse(response);
+    const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
+      it->second.response = std::move(encoded);
+      update(shard, it->second, now, it->first);
+    });
+    return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
   Shard& ShardFor(const std::string& key) {
