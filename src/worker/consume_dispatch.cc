@@ -181,7 +181,7 @@ void Sidecar::Bury(std::shared_ptr<JsMessage> m) {
 }
 
 void Sidecar::DestroyFinished() {
-  finished_.clear();
+  JsMessage::DestroyTogether(finished_);
   finished_bytes_ = 0;
 }
 

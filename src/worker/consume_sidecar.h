@@ -174,10 +174,9 @@ class Sidecar {
   // waiting): starts waiting ones in their slots, wakes the fetch loop and Drain when they wait
   // for that.
   void FreeSlots(int n, bool delivered = true);
-  // A settled message, destroyed later with others: nats.c hands every destroyed message to its
-  // garbage-collector thread and wakes that thread when its list was empty, so destroying them
-  // one at a time would wake it (and contend for its lock) about once per message. They go in
-  // groups of kBuryGroup, or of kBuryBytes, and whenever no delivery is left to settle.
+  // A settled message, destroyed later with others (JsMessage::DestroyTogether: freed on this
+  // thread, not woken nats.c's collector thread for): in groups of kBuryGroup, or of
+  // kBuryBytes, and whenever no delivery is left to settle.
   void Bury(std::shared_ptr<JsMessage> m);
   void DestroyFinished();
 

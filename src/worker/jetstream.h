@@ -107,6 +107,12 @@ class JsMessage {
   enum class Settled { kNone, kAcked, kNaked, kTermed };
   Settled settled() const { return settled_; }
 
+  // Destroys `messages` (clearing the vector) once they are settled: what idem holds of each,
+  // then their nats.c messages, freed on the caller's thread rather than handed to nats.c's
+  // collector thread one by one (jetstream.cc says why). A message still shared elsewhere is
+  // only released.
+  static void DestroyTogether(std::vector<std::shared_ptr<JsMessage>>& messages);
+
  private:
   struct Destroy {
     void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
