@@ -135,14 +135,6 @@ asio::awaitable<ServiceClient::Connection*> ServiceClient::Connect(Clock::time_p
   // The request goes in one write; without this, a write after a partial one would wait for
   // the service's delayed ACK.
   c->socket.set_option(tcp::no_delay(true), ec);
-  // SendAndRead reads only once the socket is readable; a read that finds nothing returns.
-  if (!ec) c->socket.non_blocking(true, ec);
-  if (ec) {
-    failed = Failed(ServiceAnswer::Failure::kConnect,
-                    "set up the connection to " + authority_ + ": " + ec.message());
-    Close(c);
-    co_return nullptr;
-  }
   co_return c;
 }
 
@@ -154,17 +146,9 @@ asio::awaitable<ServiceClient::Reading> ServiceClient::SendAndRead(Connection& c
   c.reader.Reset(options_.max_response_body);
   while (!read.ec && read.state == HttpResponseReader::State::kMore) {
     MakeRoom(c);
-    // Waits for bytes, then reads them: a read tried at once (as async_read_some does) finds
-    // nothing this soon after the request went out, a system call per exchange for nothing.
-    co_await c.socket.async_wait(tcp::socket::wait_read,
-                                 asio::redirect_error(asio::use_awaitable, read.ec));
-    if (read.ec) break;
-    const size_t n =
-        c.socket.read_some(asio::buffer(c.in.data() + c.in_end, c.in.size() - c.in_end), read.ec);
-    if (read.ec == asio::error::would_block || read.ec == asio::error::try_again) {
-      read.ec = {};  // woken for nothing
-      continue;
-    }
+    const size_t n = co_await c.socket.async_read_some(
+        asio::buffer(c.in.data() + c.in_end, c.in.size() - c.in_end),
+        asio::redirect_error(asio::use_awaitable, read.ec));
     if (read.ec == asio::error::eof && read.answered) {
       read.ec = {};
       read.state = c.reader.End();
