@@ -8,7 +8,7 @@
 
 // nats.c's own free of a message (msg.h: what its collector thread calls on each), exported by
 // libnats but not declared in its public header: weak, so that a build of the library without
-// it leaves it null and DestroyTogether hands the messages to natsMsg_Destroy.
+// it leaves it null and Detached::Free hands the messages to natsMsg_Destroy.
 extern "C" void natsMsg_free(void* object) __attribute__((weak));
 
 namespace idem::worker {
@@ -188,25 +188,30 @@ std::string_view JsMessage::data() const {
   return d == nullptr ? std::string_view() : std::string_view(d, natsMsg_GetDataLength(msg_.get()));
 }
 
-void JsMessage::DestroyTogether(std::vector<std::shared_ptr<JsMessage>>& messages) {
-  std::vector<natsMsg*> raw;
-  raw.reserve(messages.size());
+JsMessage::Detached JsMessage::Detach(std::vector<std::shared_ptr<JsMessage>>& messages) {
+  Detached out;
+  out.msgs_.reserve(messages.size());
   for (auto& m : messages) {
-    if (m.use_count() == 1 && m->msg_) raw.push_back(m->msg_.release());
+    if (m.use_count() == 1 && m->msg_) out.msgs_.push_back(m->msg_.release());
   }
   messages.clear();
+  return out;
+}
+
+void JsMessage::Detached::Free() {
   // natsMsg_Destroy queues each message for nats.c's collector thread and wakes it whenever it
   // sleeps; that thread, quicker to free one message than the caller is to queue the next, is
   // woken again and again (and meets the caller on the queue's lock): a wake-up per few
-  // messages. These messages are idem's alone (fetched, settled, not marked for nats.c to
+  // messages. These messages are idem's alone (fetched, settled, never marked for nats.c to
   // destroy), so freeing them here is what the collector would do, without the hand-over.
-  for (natsMsg* m : raw) {
+  for (natsMsg* m : msgs_) {
     if (natsMsg_free != nullptr) {
       natsMsg_free(m);
     } else {
       natsMsg_Destroy(m);
     }
   }
+  msgs_.clear();
 }
 
 // The status text ("ack KEY: ...") is built only for a failure: these run once per message.
