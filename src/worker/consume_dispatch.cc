@@ -181,8 +181,9 @@ void Sidecar::Bury(std::shared_ptr<JsMessage> m) {
 }
 
 void Sidecar::DestroyFinished() {
-  finished_.clear();
   finished_bytes_ = 0;
+  if (finished_.empty()) return;
+  asio::post(freeing_, [detached = JsMessage::Detach(finished_)]() mutable { detached.Free(); });
 }
 
 }  // namespace idem::worker

@@ -239,6 +239,7 @@ void Sidecar::CloseNats() {
   polling_.stop();
   polling_.join();
   DestroyFinished();  // the event loop has stopped
+  freeing_.join();
   sub_.reset();
   nats_.reset();
 }

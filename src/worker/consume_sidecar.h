@@ -174,10 +174,10 @@ class Sidecar {
   // waiting): starts waiting ones in their slots, wakes the fetch loop and Drain when they wait
   // for that.
   void FreeSlots(int n, bool delivered = true);
-  // A settled message, destroyed later with others: nats.c hands every destroyed message to its
-  // garbage-collector thread and wakes that thread when its list was empty, so destroying them
-  // one at a time would wake it (and contend for its lock) about once per message. They go in
-  // groups of kBuryGroup, or of kBuryBytes, and whenever no delivery is left to settle.
+  // A settled message, destroyed later with others: in groups of kBuryGroup, or of kBuryBytes,
+  // and whenever no delivery is left to settle. DestroyFinished takes the group apart here and
+  // hands its nats.c messages to freeing_ in one post (JsMessage::Detach): freed there, off the
+  // event loop, without nats.c's collector thread, which destroying them wakes again and again.
   void Bury(std::shared_ptr<JsMessage> m);
   void DestroyFinished();
 
@@ -235,6 +235,7 @@ class Sidecar {
   size_t finished_bytes_ = 0;                          // their bodies' size
   bool ticking_ = false;
   asio::thread_pool polling_{1};       // consumer-info requests, off the event loop
+  asio::thread_pool freeing_{1};       // settled messages' nats.c parts (DestroyFinished)
   std::atomic<int64_t> ack_wait_ms_;  // the consumer's own, once bound
   std::atomic<bool> stopping_{false};
   std::atomic<bool> nats_connected_{false};

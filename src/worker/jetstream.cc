@@ -6,6 +6,11 @@
 #include "worker/delivery_policy.h"
 #include "nats/nats_servers.h"
 
+// nats.c's own free of a message (msg.h: what its collector thread calls on each), exported by
+// libnats but not declared in its public header: weak, so that a build of the library without
+// it leaves it null and Detached::Free hands the messages to natsMsg_Destroy.
+extern "C" void natsMsg_free(void* object) __attribute__((weak));
+
 namespace idem::worker {
 namespace {
 
@@ -181,6 +186,32 @@ std::string_view JsMessage::data() const {
   if (!msg_) return {};
   const char* d = natsMsg_GetData(msg_.get());
   return d == nullptr ? std::string_view() : std::string_view(d, natsMsg_GetDataLength(msg_.get()));
+}
+
+JsMessage::Detached JsMessage::Detach(std::vector<std::shared_ptr<JsMessage>>& messages) {
+  Detached out;
+  out.msgs_.reserve(messages.size());
+  for (auto& m : messages) {
+    if (m.use_count() == 1 && m->msg_) out.msgs_.push_back(m->msg_.release());
+  }
+  messages.clear();
+  return out;
+}
+
+void JsMessage::Detached::Free() {
+  // natsMsg_Destroy queues each message for nats.c's collector thread and wakes it whenever it
+  // sleeps; that thread, quicker to free one message than the caller is to queue the next, is
+  // woken again and again (and meets the caller on the queue's lock): a wake-up per few
+  // messages. These messages are idem's alone (fetched, settled, never marked for nats.c to
+  // destroy), so freeing them here is what the collector would do, without the hand-over.
+  for (natsMsg* m : msgs_) {
+    if (natsMsg_free != nullptr) {
+      natsMsg_free(m);
+    } else {
+      natsMsg_Destroy(m);
+    }
+  }
+  msgs_.clear();
 }
 
 // The status text ("ack KEY: ...") is built only for a failure: these run once per message.

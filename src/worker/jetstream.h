@@ -107,6 +107,26 @@ class JsMessage {
   enum class Settled { kNone, kAcked, kNaked, kTermed };
   Settled settled() const { return settled_; }
 
+  // The nats.c messages of settled messages, taken out to be freed together, on whichever thread
+  // calls Free (or destroys this): freeing is left to the caller rather than to nats.c's
+  // collector thread, which natsMsg_Destroy wakes for message after message (jetstream.cc).
+  class Detached {
+   public:
+    Detached() = default;
+    Detached(Detached&& other) noexcept : msgs_(std::move(other.msgs_)) { other.msgs_.clear(); }
+    Detached& operator=(Detached&&) = delete;
+    ~Detached() { Free(); }
+    void Free();
+    size_t size() const { return msgs_.size(); }
+
+   private:
+    friend class JsMessage;
+    std::vector<natsMsg*> msgs_;
+  };
+  // Destroys what idem holds of `messages` (clearing the vector) and returns their nats.c
+  // messages. A message still shared elsewhere is only released, and stays whole.
+  static Detached Detach(std::vector<std::shared_ptr<JsMessage>>& messages);
+
  private:
   struct Destroy {
     void operator()(natsMsg* m) const { natsMsg_Destroy(m); }
