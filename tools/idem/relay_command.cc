@@ -242,18 +242,13 @@ int RunRelay(const outbox::RelayOptions& o, const RelayFlags& flags) {
   return status.ok() ? 0 : 2;
 }
 
-int RunRelayCommand(const RelayFlags& flags) {
-  auto options = RelayOptionsFromFlags(flags);
-  if (!options.ok()) return RefuseConfiguration("relay", options.status().message());
-  if (flags.output.check_config) return ConfigurationOk("relay");
-  return RunRelay(*options, flags);
-}
-
 }  // namespace
 
 std::function<int()> AddRelayCommand(CLI::App& app) {
-  return AddSubcommand<RelayFlags>(app, "relay", kRelayDescription, AddRelayFlags,
-                                   RunRelayCommand);
+  return AddSubcommand<RelayFlags>(
+      app, "relay", kRelayDescription, AddRelayFlags, [](const RelayFlags& flags) {
+        return RunDaemonCommand("relay", flags, RelayOptionsFromFlags, RunRelay);
+      });
 }
 
 }  // namespace idem::cli

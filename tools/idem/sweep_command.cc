@@ -305,18 +305,13 @@ int RunSweep(const SweepPlan& plan, const SweepFlags& flags) {
   return RunSweepDaemon(plan, flags, log);
 }
 
-int RunSweepCommand(const SweepFlags& flags) {
-  auto plan = SweepPlanFromFlags(flags);
-  if (!plan.ok()) return RefuseConfiguration("sweep", plan.status().message());
-  if (flags.output.check_config) return ConfigurationOk("sweep");
-  return RunSweep(*plan, flags);
-}
-
 }  // namespace
 
 std::function<int()> AddSweepCommand(CLI::App& app) {
-  return AddSubcommand<SweepFlags>(app, "sweep", kSweepDescription, AddSweepFlags,
-                                   RunSweepCommand);
+  return AddSubcommand<SweepFlags>(
+      app, "sweep", kSweepDescription, AddSweepFlags, [](const SweepFlags& flags) {
+        return RunDaemonCommand("sweep", flags, SweepPlanFromFlags, RunSweep);
+      });
 }
 
 }  // namespace idem::cli
