@@ -119,6 +119,19 @@ struct Pipeline::Impl {
     return false;
   }
 
+  // Restarts (or kills) a server the run started, on the supervisor thread (a restarted server
+  // is a child of the thread that starts it): counts it in `count`, runs `fault`, which returns
+  // "" or why it failed, and gives the run up with "WHAT: why" if it failed.
+  template <typename F>
+  bool ServerFault(std::atomic<int>& count, const std::string& what, F fault) {
+    return OnSupervisor([this, &count, &what, &fault] {
+      mu.AssertHeld();  // OnSupervisor runs it with mu held
+      ++count;
+      if (std::string e = fault(); !e.empty()) return GiveUp(what + ": " + e);
+      return true;
+    });
+  }
+
   std::string ClockOffsetFile() const { return dir.File("gateway-clock-offset"); }
 
   std::string Log(const std::string& name) {

@@ -11,13 +11,7 @@ namespace idem::chaos {
 bool Pipeline::RestartNats() {
   Impl& p = *impl_;
   if (!p.nats) return false;
-  // On the supervisor thread: the restarted server is a child of the thread that starts it.
-  return p.OnSupervisor([this, &p] {
-    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
-    ++nats_restarts_;
-    if (auto e = p.nats->Restart(); !e.empty()) return p.GiveUp("nats-server restart: " + e);
-    return true;
-  });
+  return p.ServerFault(nats_restarts_, "nats-server restart", [&p] { return p.nats->Restart(); });
 }
 
 bool Pipeline::KillStreamLeader() {
@@ -90,22 +84,16 @@ bool Pipeline::KillStreamLeader() {
 bool Pipeline::RestartPostgres() {
   Impl& p = *impl_;
   if (!p.pg) return false;
-  return p.OnSupervisor([this, &p] {
-    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
-    ++postgres_restarts_;
-    if (!p.pg->Restart()) return p.GiveUp("PostgreSQL restart: " + p.pg->error());
-    return true;
-  });
+  return p.ServerFault(postgres_restarts_, "PostgreSQL restart",
+                       [&p] { return p.pg->Restart() ? std::string() : p.pg->error(); });
 }
 
 bool Pipeline::KillRedis() {
   Impl& p = *impl_;
   if (!p.redis) return false;
-  return p.OnSupervisor([this, &p] {
-    p.mu.AssertHeld();  // OnSupervisor runs it with mu held
-    ++redis_restarts_;
+  return p.ServerFault(redis_restarts_, "Redis kill", [&p] {
     p.redis->Kill();
-    return true;
+    return std::string();
   });
 }
 

@@ -3,17 +3,16 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "core/enum_names.h"
 #include "core/mutex.h"
 
 namespace idem {
 
 std::string_view SequenceOutcomeName(SequenceOutcome outcome) {
-  switch (outcome) {
-    case SequenceOutcome::kNew: return "new";
-    case SequenceOutcome::kDuplicate: return "duplicate";
-    case SequenceOutcome::kTooOld: return "too_old";
-  }
-  return "unknown";
+  using enum SequenceOutcome;
+  static constexpr internal::EnumName<SequenceOutcome> kNames[] = {
+      {kNew, "new"}, {kDuplicate, "duplicate"}, {kTooOld, "too_old"}};
+  return internal::NameOf(kNames, outcome, "unknown");
 }
 
 void SequenceWindow::AdvanceFloor(uint64_t new_floor) {

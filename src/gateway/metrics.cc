@@ -42,15 +42,11 @@ std::string_view WaitEndLabel(WaitEnd end) {
 
 std::string Metrics::Render() const {
   using admin::WriteMetric;
+  using admin::WriteMetricByLabel;
   using admin::WriteMetricHeader;
   std::string out;
-  WriteMetricHeader(out, "idem_gateway_requests_total", "counter",
-                    "Requests by what became of them.");
-  for (size_t i = 0; i < outcomes_.size(); ++i) {
-    out += fmt::format("idem_gateway_requests_total{{outcome=\"{}\"}} {}\n",
-                       OutcomeLabel(static_cast<Outcome>(i)),
-                       outcomes_[i].load(std::memory_order_relaxed));
-  }
+  WriteMetricByLabel(out, "idem_gateway_requests_total", "counter",
+                     "Requests by what became of them.", "outcome", outcomes_, OutcomeLabel);
   WriteMetric(out, "idem_gateway_takeovers_total", "counter",
               "Keys taken over after an owner's lease ran out.", takeovers_.load());
   WriteMetric(out, "idem_gateway_waits_started_total", "counter",
@@ -58,13 +54,9 @@ std::string Metrics::Render() const {
   WriteMetric(out, "idem_gateway_waits_refused_total", "counter",
               "Requests that asked to wait when max_waiters were waiting (answered 409 at once).",
               waits_refused_.load());
-  WriteMetricHeader(out, "idem_gateway_waits_total", "counter",
-                    "Waits for a key in flight, by how they ended.");
-  for (size_t i = 0; i < waits_ended_.size(); ++i) {
-    out += fmt::format("idem_gateway_waits_total{{end=\"{}\"}} {}\n",
-                       WaitEndLabel(static_cast<WaitEnd>(i)),
-                       waits_ended_[i].load(std::memory_order_relaxed));
-  }
+  WriteMetricByLabel(out, "idem_gateway_waits_total", "counter",
+                     "Waits for a key in flight, by how they ended.", "end", waits_ended_,
+                     WaitEndLabel);
   wait_seconds_.Write(out, "idem_gateway_wait_seconds",
                       "Time requests waited for a key in flight (Prefer: wait).");
   WriteMetric(out, "idem_gateway_fenced_completions_total", "counter",
@@ -80,14 +72,10 @@ std::string Metrics::Render() const {
           write_attempts_[w][failed].load(std::memory_order_relaxed));
     }
   }
-  WriteMetricHeader(out, "idem_gateway_store_writes_abandoned_total", "counter",
-                    "Releases given up when the lease was about to run out (completions and "
-                    "accepts are retried until stored).");
-  for (size_t w = 0; w < kWrites; ++w) {
-    out += fmt::format("idem_gateway_store_writes_abandoned_total{{call=\"{}\"}} {}\n",
-                       StoreWriteLabel(static_cast<StoreWrite>(w)),
-                       writes_abandoned_[w].load(std::memory_order_relaxed));
-  }
+  WriteMetricByLabel(out, "idem_gateway_store_writes_abandoned_total", "counter",
+                     "Releases given up when the lease was about to run out (completions and "
+                     "accepts are retried until stored).",
+                     "call", writes_abandoned_, StoreWriteLabel);
   WriteMetric(out, "idem_gateway_store_writes_retrying", "gauge",
               "Completions, releases and accepts being retried now.", store_writes_retrying());
   WriteMetric(out, "idem_gateway_pending_completions", "gauge",

@@ -1,6 +1,8 @@
 // The daemons' event log: lifecycle events (an event name and a message) at info, warning or
 // error, plus the gateway's one line per request, as text or JSON. Built on spdlog; lines go to
-// standard output. Used by idem gateway and idem consume.
+// standard output. Used by idem gateway, consume, relay and sweep.
+//
+// Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <memory>

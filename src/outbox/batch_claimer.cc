@@ -1,7 +1,5 @@
 #include "outbox/batch_claimer.h"
 
-#include <spdlog/spdlog.h>
-
 #include "outbox/post_for_result.h"
 
 namespace idem::outbox {
@@ -116,7 +114,6 @@ void BatchClaimer::GiveBackAhead(const std::string& why) {
     rows += held->rows.size();
     GiveBack(*held);
   }
-  if (rows > 0) spdlog::debug("relay: {} rows locked ahead given back: {}", rows, why);
 }
 
 }  // namespace idem::outbox

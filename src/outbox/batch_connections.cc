@@ -11,7 +11,7 @@ Result<std::unique_ptr<OutboxDb>> BatchConnections::Take() {
       if (db->healthy()) return db;
     }
   }
-  auto opened = OutboxDb::Open(db_url_, /*listen=*/false);
+  auto opened = OutboxDb::Open(db_url_, log_, /*listen=*/false);
   if (!opened.ok()) return opened.status();
   if (Status limited = (*opened)->LimitIdleHold(claim_lease_); !limited.ok()) return limited;
   return std::move(*opened);

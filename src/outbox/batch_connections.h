@@ -12,14 +12,16 @@
 
 #include "core/mutex.h"
 #include "idem/status.h"
+#include "log/event_log.h"
 #include "outbox/outbox_db.h"
 
 namespace idem::outbox {
 
 class BatchConnections {
  public:
-  BatchConnections(std::string db_url, std::chrono::milliseconds claim_lease)
-      : db_url_(std::move(db_url)), claim_lease_(claim_lease) {}
+  // `log` (for the server's notices) must outlive this.
+  BatchConnections(std::string db_url, std::chrono::milliseconds claim_lease, logging::Log& log)
+      : db_url_(std::move(db_url)), claim_lease_(claim_lease), log_(log) {}
 
   // An idle healthy connection, or a new one (which the server cuts off when it holds a batch
   // idle for longer than the claim lease). The error when no connection could be opened.
@@ -30,6 +32,7 @@ class BatchConnections {
  private:
   const std::string db_url_;
   const std::chrono::milliseconds claim_lease_;
+  logging::Log& log_;
   Mutex mu_;
   std::vector<std::unique_ptr<OutboxDb>> idle_ IDEM_GUARDED_BY(mu_);
 };

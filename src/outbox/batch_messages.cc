@@ -1,6 +1,6 @@
 #include "outbox/batch_messages.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include "idem/outbox.h"
 #include "outbox/ordering_key_header.h"
@@ -54,20 +54,23 @@ void BatchMessages::WarnNotTaken(const ClaimedRow& row, const StreamFacts& facts
   const auto now = SteadyClock::now();
   if (not_taken_warned_ && now - *not_taken_warned_ < kLogEvery) return;
   not_taken_warned_ = now;
-  spdlog::warn("relay: event {} (outbox id {}) on subject '{}' is not covered by stream "
-               "{} (subjects {}): left pending, not published",
-               row.event_id, row.id, row.subject, facts.name, Join(facts.subjects));
+  log_.Warn("relay",
+            fmt::format("event {} (outbox id {}) on subject '{}' is not covered by stream "
+                        "{} (subjects {}): left pending, not published",
+                        row.event_id, row.id, row.subject, facts.name, Join(facts.subjects)));
 }
 
 void BatchMessages::NoteOwnKeyHeader(const ClaimedRow& row) {
   const auto now = SteadyClock::now();
   if (own_key_header_noted_ && now - *own_key_header_noted_ < kLogEvery) return;
   own_key_header_noted_ = now;
-  spdlog::info("relay: event {} (outbox id {}) set the header {} itself: dropped, the "
-               "relay sets it from the row's ordering key ({}) (logged at most once a "
-               "minute)",
-               row.event_id, row.id, kOrderingKeyHeader,
-               row.ordering_key ? "it has one" : "it has none, so the message carries none");
+  log_.Info(
+      "relay",
+      fmt::format("event {} (outbox id {}) set the header {} itself: dropped, the "
+                  "relay sets it from the row's ordering key ({}) (logged at most once a "
+                  "minute)",
+                  row.event_id, row.id, kOrderingKeyHeader,
+                  row.ordering_key ? "it has one" : "it has none, so the message carries none"));
 }
 
 void BatchMessages::ParkTooLarge(const ClaimedRow& row, OutboxDb& db, const StreamFacts& facts,
@@ -76,9 +79,11 @@ void BatchMessages::ParkTooLarge(const ClaimedRow& row, OutboxDb& db, const Stre
                            " bytes exceeds the largest stream " + facts.name + " accepts (" +
                            std::to_string(limit) + " bytes)";
   metrics_.CountParked(ParkReason::kTooLarge);
-  spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, park);
+  log_.Error("relay",
+             fmt::format("parked event {} (outbox id {}): {}", row.event_id, row.id, park));
   auto parked = db.Park(row, park);
-  if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
+  if (!parked.ok())
+    log_.Warn("relay", fmt::format("parking event {}: {}", row.event_id, parked.ToString()));
 }
 
 }  // namespace idem::outbox

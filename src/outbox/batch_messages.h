@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "log/event_log.h"
 #include "outbox/jetstream_publisher.h"
 #include "outbox/outbox_db.h"
 #include "outbox/relay_metrics.h"
@@ -27,8 +28,8 @@ struct BatchToPublish {
 
 class BatchMessages {
  public:
-  // `metrics` must outlive this.
-  explicit BatchMessages(RelayMetrics& metrics) : metrics_(metrics) {}
+  // Both references must outlive this.
+  BatchMessages(RelayMetrics& metrics, logging::Log& log) : metrics_(metrics), log_(log) {}
 
   // The messages for `rows` (their payloads and headers are moved into them) on stream
   // `facts`. Rows too large for the stream are parked in `db`'s transaction (the batch's).
@@ -45,6 +46,7 @@ class BatchMessages {
                     int64_t limit);
 
   RelayMetrics& metrics_;
+  logging::Log& log_;
   std::optional<std::chrono::steady_clock::time_point> not_taken_warned_;
   std::optional<std::chrono::steady_clock::time_point> own_key_header_noted_;
 };

@@ -1,6 +1,6 @@
 #include "outbox/batch_settler.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include "core/crash_point.h"
 #include "outbox/post_for_result.h"
@@ -38,24 +38,30 @@ BatchSettler::Sorted BatchSettler::Sort(InFlightBatch& batch,
             row.first_attempt_age_ms > facts.duplicate_window.count()) {
           metrics_.beyond_window.fetch_add(1);
           if (beyond_logged++ < kMaxLoggedPerBatch) {
-            spdlog::warn("relay: event {} was published again {} ms after its first attempt, "
-                         "beyond stream {}'s duplicate window of {} ms: the broker cannot drop a "
-                         "copy it may already hold; consumers' inboxes must",
-                         row.event_id, row.first_attempt_age_ms, facts.name,
-                         facts.duplicate_window.count());
+            log_.Warn("relay",
+                      fmt::format(
+                          "event {} was published again {} ms after its first attempt, "
+                          "beyond stream {}'s duplicate window of {} ms: the broker cannot drop a "
+                          "copy it may already hold; consumers' inboxes must",
+                          row.event_id, row.first_attempt_age_ms, facts.name,
+                          facts.duplicate_window.count()));
           }
         }
         break;
       case PublishResult::Kind::kRejected: {
         metrics_.CountParked(ParkReason::kRejected);
         const std::string why = "rejected by stream " + facts.name + ": " + r.error;
-        spdlog::error("relay: parked event {} (outbox id {}): {}", row.event_id, row.id, why);
+        log_.Error("relay",
+                   fmt::format("parked event {} (outbox id {}): {}", row.event_id, row.id, why));
         if (db_usable) {
           auto parked = batch.db->Park(row, why);
-          if (!parked.ok()) spdlog::warn("relay: parking event {}: {}", row.event_id, parked.ToString());
+          if (!parked.ok())
+            log_.Warn("relay",
+                      fmt::format("parking event {}: {}", row.event_id, parked.ToString()));
         } else {
-          spdlog::warn("relay: parking event {}: postgresql unreachable (the row is tried again)",
-                       row.event_id);
+          log_.Warn("relay",
+                    fmt::format("parking event {}: postgresql unreachable (the row is tried again)",
+                                row.event_id));
         }
         break;
       }
@@ -66,7 +72,8 @@ BatchSettler::Sorted BatchSettler::Sort(InFlightBatch& batch,
     }
   }
   if (beyond_logged > kMaxLoggedPerBatch) {
-    spdlog::warn("relay: {} events of this batch were beyond the duplicate window", beyond_logged);
+    log_.Warn("relay", fmt::format("{} events of this batch were beyond the duplicate window",
+                                   beyond_logged));
   }
   return sorted;
 }
@@ -115,9 +122,10 @@ void BatchSettler::MarkFailed(size_t rows, const Status& status) {
   // duplicate: true).
   metrics_.postgres_errors.fetch_add(1);
   metrics_.postgres_up.store(false);
-  spdlog::warn("relay: {} events published but not marked ({}); they will be republished, "
-               "as duplicates the stream drops",
-               rows, OneLine(status.ToString()));
+  log_.Warn("relay",
+            fmt::format("{} events published but not marked ({}); they will be republished, "
+                        "as duplicates the stream drops",
+                        rows, OneLine(status.ToString())));
 }
 
 void BatchSettler::Finish() {

@@ -11,15 +11,15 @@
 // own, which the destructor waits for.
 #pragma once
 
+#include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <boost/asio/thread_pool.hpp>
-
 #include "idem/status.h"
+#include "log/event_log.h"
 #include "outbox/batch_connections.h"
 #include "outbox/jetstream_publisher.h"
 #include "outbox/outbox_db.h"
@@ -40,9 +40,9 @@ struct InFlightBatch {
 
 class BatchSettler {
  public:
-  // Both references must outlive this.
-  BatchSettler(BatchConnections& connections, RelayMetrics& metrics)
-      : connections_(connections), metrics_(metrics) {}
+  // Every reference must outlive this.
+  BatchSettler(BatchConnections& connections, RelayMetrics& metrics, logging::Log& log)
+      : connections_(connections), metrics_(metrics), log_(log) {}
   ~BatchSettler();  // waits for the settle in flight
 
   // What a settle found in the batch's results.
@@ -80,6 +80,7 @@ class BatchSettler {
 
   BatchConnections& connections_;
   RelayMetrics& metrics_;
+  logging::Log& log_;
   std::vector<int64_t> settling_keyed_;
   std::future<void> marking_;  // the settle in flight, if any
   // One thread for the relay's life (a thread per batch cost a clone and an exit per batch).

@@ -6,9 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "pg/pg_binary_array.h"
 #include "pg/pg_schema.h"
@@ -75,25 +73,26 @@ bool ColumnBool(const PGresult* result, int row, int column) {
   return bytes.size() == 1 && bytes[0] != 0;
 }
 
-// Server notices (a FATAL as the server goes away, ...) go to the log, not to stderr raw.
-void LogNotice(void*, const char* message) {
+// Server notices other than routine ones (a FATAL as the server goes away, ...) go to the log,
+// not to stderr raw. `log` is the logging::Log given to Open.
+void LogNotice(void* log, const char* message) {
   std::string text = message;
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const bool routine = text.rfind("NOTICE", 0) == 0 || text.rfind("DEBUG", 0) == 0 ||
                        text.rfind("INFO", 0) == 0 || text.rfind("LOG", 0) == 0;
-  spdlog::log(routine ? spdlog::level::debug : spdlog::level::warn, "relay: postgresql says: {}",
-              text);
+  if (!routine) static_cast<logging::Log*>(log)->Warn("relay", "postgresql says: " + text);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, bool listen) {
+Result<std::unique_ptr<OutboxDb>> OutboxDb::Open(const std::string& url, logging::Log& log,
+                                                 bool listen) {
   auto config = internal::pg::ParsePostgresUrl(url);
   if (!config.ok()) return config.status();
   auto conn = internal::pg::PgConnection::Connect(config->keywords, config->values,
                                                   config->timeout + std::chrono::seconds(1));
   if (!conn.ok()) return conn.status().WithContext(config->display);
-  PQsetNoticeProcessor((*conn)->raw(), &LogNotice, nullptr);
+  PQsetNoticeProcessor((*conn)->raw(), &LogNotice, &log);
   auto version = internal::pg::MigrateSchema(**conn, config->schema);
   if (!version.ok()) return version.status().WithContext(config->display);
   std::unique_ptr<OutboxDb> db(new OutboxDb(std::move(*conn), config->display));
@@ -225,11 +224,8 @@ Result<int64_t> OutboxDb::SettleBatch(const std::string& batch,
 
 void OutboxDb::AbandonBatch() {
   if (!conn_->healthy() || PQtransactionStatus(conn_->raw()) == PQTRANS_IDLE) return;
-  auto rolled_back = conn_->Exec("outbox: rollback", "ROLLBACK");
-  if (!rolled_back.ok()) {
-    spdlog::debug("relay: rollback: {} (the server ends the transaction with the session)",
-                  rolled_back.status().ToString());
-  }
+  // A failed rollback needs nothing more: the server ends the transaction with the session.
+  (void)conn_->Exec("outbox: rollback", "ROLLBACK");
 }
 
 Status OutboxDb::LimitIdleHold(std::chrono::milliseconds lease) {

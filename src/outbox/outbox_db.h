@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "idem/status.h"
+#include "log/event_log.h"
 #include "pg/pg_connection.h"
 
 namespace idem::outbox {
@@ -82,8 +83,10 @@ class OutboxDb {
   // with `listen`, LISTENs for enqueues (only a connection that calls WaitForNotify should:
   // libpq queues every notification until it is read). kUnavailable when the server cannot be
   // reached; kInvalidArgument for a bad URL; kFailedPrecondition for a schema newer than this
-  // build.
-  static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, bool listen = true);
+  // build. The server's notices other than routine ones are logged to `log`, which must outlive
+  // the connection.
+  static Result<std::unique_ptr<OutboxDb>> Open(const std::string& url, logging::Log& log,
+                                                bool listen = true);
 
   // The relay's batch, held as row locks (idem.outbox_lock_keyed, sql/schema/outbox.sql): BEGINs
   // and locks up to `limit` pending rows with ids above `after_id` whose subject one of

@@ -1,11 +1,9 @@
 #include "outbox/relay.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <random>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "outbox/relay_text.h"
 
@@ -17,7 +15,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 }  // namespace
 
-Relay::Relay(RelayOptions options) : options_(std::move(options)) {
+Relay::Relay(RelayOptions options, logging::Log& log) : options_(std::move(options)), log_(log) {
   if (options_.relay_id.empty()) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -37,9 +35,9 @@ std::string Relay::NotReadyReason() const {
 }
 
 Status Relay::Run() {
-  spdlog::info("relay {}: batch {}, max pending {}, claim lease {} ms, poll {} ms",
-               options_.relay_id, options_.batch, options_.max_pending, options_.claim_lease.count(),
-               options_.poll_interval.count());
+  log_.Info("relay", fmt::format("{}: batch {}, max pending {}, claim lease {} ms, poll {} ms",
+                                 options_.relay_id, options_.batch, options_.max_pending,
+                                 options_.claim_lease.count(), options_.poll_interval.count()));
   while (!stop_.load()) {
     Status connected = conn_.Connect();
     if (!connected.ok()) {
@@ -63,10 +61,11 @@ Status Relay::Run() {
   if (conn_.has_nats()) SettleInFlight();
   claimer_.GiveBackAhead("relay stopped");
   settler_.Finish();
-  spdlog::info("relay {}: stopped (published {}, duplicates {}, beyond window {}, held back "
-               "for their keys {})",
-               options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),
-               metrics_.beyond_window.load(), metrics_.held_back.load());
+  log_.Info("relay",
+            fmt::format("{}: stopped (published {}, duplicates {}, beyond window {}, "
+                        "held back for their keys {})",
+                        options_.relay_id, metrics_.published.load(), metrics_.duplicates.load(),
+                        metrics_.beyond_window.load(), metrics_.held_back.load()));
   return Status::Ok();
 }
 
@@ -77,15 +76,17 @@ bool Relay::NatsUp() {
     SettleInFlight();
     claimer_.GiveBackAhead("not published: nats disconnected");
     if (!nats_down_logged_) {
-      spdlog::warn("relay: nats {} disconnected; waiting for the reconnect (the outbox keeps "
-                   "the backlog)", options_.nats_url);
+      log_.Warn("relay",
+                fmt::format("nats {} disconnected; waiting for the reconnect (the outbox keeps "
+                            "the backlog)",
+                            options_.nats_url));
       nats_down_logged_ = true;
     }
     backoff_.SleepFor(milliseconds(250));
     return false;
   }
   if (nats_down_logged_) {
-    spdlog::info("relay: nats {} reconnected", options_.nats_url);
+    log_.Info("relay", fmt::format("nats {} reconnected", options_.nats_url));
     nats_down_logged_ = false;
   }
   return true;
@@ -98,7 +99,7 @@ void Relay::WaitForEnqueue() {
     if (!notified.ok()) {
       metrics_.postgres_errors.fetch_add(1);
       metrics_.postgres_up.store(false);
-      spdlog::warn("relay: {}", OneLine(notified.status().ToString()));
+      log_.Warn("relay", OneLine(notified.status().ToString()));
       break;
     }
     if (*notified) break;
@@ -135,7 +136,8 @@ bool Relay::PublishOneBatch() {
 
 bool Relay::CommitUnpublished(HeldBatch& held, bool full, size_t left) {
   auto settled = held.db->SettleBatch("", {}, {}, "");
-  if (!settled.ok()) spdlog::warn("relay: parking a batch: {}", OneLine(settled.status().ToString()));
+  if (!settled.ok())
+    log_.Warn("relay", fmt::format("parking a batch: {}", OneLine(settled.status().ToString())));
   batch_connections_.Return(std::move(held.db));
   // A batch of rows all left as they were would come back as it is: wait for a change.
   const bool go_on = full && left < held.rows.size();

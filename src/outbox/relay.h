@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "idem/status.h"
+#include "log/event_log.h"
 #include "outbox/batch_claimer.h"
 #include "outbox/batch_connections.h"
 #include "outbox/batch_messages.h"
@@ -32,7 +33,8 @@ namespace idem::outbox {
 
 class Relay {
  public:
-  explicit Relay(RelayOptions options);
+  // `log` outlives the relay; its events are logged under the name "relay".
+  Relay(RelayOptions options, logging::Log& log);
   ~Relay();
 
   // Runs until RequestStop: connects (retrying with backoff while PostgreSQL or NATS is
@@ -76,17 +78,18 @@ class Relay {
   std::string NextBatchToken();
 
   RelayOptions options_;
+  logging::Log& log_;
   RelayMetrics metrics_;
   std::atomic<bool> stop_{false};
-  RelayBackoff backoff_{options_.max_backoff, stop_};
-  RelayFloor floor_{metrics_.pending_floor};
-  BatchConnections batch_connections_{options_.db_url, options_.claim_lease};
-  RelayConnections conn_{options_, metrics_, floor_};
-  RelayUpkeep upkeep_{options_, conn_, floor_, metrics_};
-  BatchMessages messages_{metrics_};
+  RelayBackoff backoff_{options_.max_backoff, stop_, log_};
+  RelayFloor floor_{metrics_.pending_floor, log_};
+  BatchConnections batch_connections_{options_.db_url, options_.claim_lease, log_};
+  RelayConnections conn_{options_, metrics_, floor_, log_};
+  RelayUpkeep upkeep_{options_, conn_, floor_, metrics_, log_};
+  BatchMessages messages_{metrics_, log_};
   // Declared after what their threads use: destroyed (their threads joined) first.
   BatchClaimer claimer_{options_.batch, batch_connections_, floor_, metrics_, stop_};
-  BatchSettler settler_{batch_connections_, metrics_};
+  BatchSettler settler_{batch_connections_, metrics_, log_};
   bool nats_down_logged_ = false;
   uint64_t batches_ = 0;
   std::string run_nonce_;  // makes attempt record names unique across restarts

@@ -1,9 +1,9 @@
 #include "outbox/relay_backoff.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "outbox/relay_text.h"
 
@@ -25,8 +25,8 @@ void RelayBackoff::SleepFor(milliseconds d) const {
 
 void RelayBackoff::Failed(const std::string& what, const Status& status) {
   backoff_ = std::clamp<milliseconds>(backoff_ * 2, milliseconds(100), max_);
-  spdlog::warn("relay: {} failed: {}; retrying in {} ms", what, OneLine(status.ToString()),
-               backoff_.count());
+  log_.Warn("relay", fmt::format("{} failed: {}; retrying in {} ms", what,
+                                 OneLine(status.ToString()), backoff_.count()));
   SleepFor(backoff_);
 }
 

@@ -9,14 +9,15 @@
 #include <string>
 
 #include "idem/status.h"
+#include "log/event_log.h"
 
 namespace idem::outbox {
 
 class RelayBackoff {
  public:
-  // `stop` (the relay's stop flag) must outlive this.
-  RelayBackoff(std::chrono::milliseconds max, const std::atomic<bool>& stop)
-      : max_(max), stop_(stop) {}
+  // `stop` (the relay's stop flag) and `log` must outlive this.
+  RelayBackoff(std::chrono::milliseconds max, const std::atomic<bool>& stop, logging::Log& log)
+      : max_(max), stop_(stop), log_(log) {}
 
   // Logs that `what` failed with `status`, doubles the backoff and sleeps for it.
   void Failed(const std::string& what, const Status& status);
@@ -31,6 +32,7 @@ class RelayBackoff {
  private:
   const std::chrono::milliseconds max_;
   const std::atomic<bool>& stop_;
+  logging::Log& log_;
   std::chrono::milliseconds backoff_{0};
 };
 

@@ -1,6 +1,6 @@
 #include "outbox/relay_connections.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include "outbox/relay_text.h"
 #include "outbox/subject_match.h"
@@ -23,7 +23,7 @@ Status RelayConnections::Connect() {
     }
     if (!nats.ok()) return nats.status();
     nats_ = std::move(*nats);
-    spdlog::info("relay: connected to nats {}", options_.nats_url);
+    log_.Info("relay", fmt::format("connected to nats {}", options_.nats_url));
   }
   if (!facts_) return ReadStream();
   return Status::Ok();
@@ -32,7 +32,7 @@ Status RelayConnections::Connect() {
 Status RelayConnections::ConnectPostgres() {
   db_.reset();
   metrics_.postgres_up.store(false);
-  auto db = OutboxDb::Open(options_.db_url);
+  auto db = OutboxDb::Open(options_.db_url, log_);
   if (!db.ok()) {
     metrics_.postgres_errors.fetch_add(1);
     return db.status();
@@ -42,8 +42,9 @@ Status RelayConnections::ConnectPostgres() {
   // A new session may be a new server (a failover to a replica that missed the last
   // commits, a restore): ids may be drawn again below the floor read from the old one.
   floor_.Reset();
-  spdlog::info("relay: {} postgresql {}; listening for enqueues",
-               pg_connected_before_ ? "reconnected to" : "connected to", db_->display());
+  log_.Info("relay",
+            fmt::format("{} postgresql {}; listening for enqueues",
+                        pg_connected_before_ ? "reconnected to" : "connected to", db_->display()));
   pg_connected_before_ = true;
   return Status::Ok();
 }
@@ -59,24 +60,28 @@ Status RelayConnections::ReadStream() {
     facts_.reset();
     return applied;
   }
-  spdlog::info("relay: stream {} (subjects {}), duplicate window {} ms, max message {} bytes; "
-               "taking the outbox's rows on {}",
-               facts_->name, Join(facts_->subjects), facts_->duplicate_window.count(),
-               MessageLimit(*facts_), Join(subjects_));
+  log_.Info("relay",
+            fmt::format("stream {} (subjects {}), duplicate window {} ms, max message {} bytes; "
+                        "taking the outbox's rows on {}",
+                        facts_->name, Join(facts_->subjects), facts_->duplicate_window.count(),
+                        MessageLimit(*facts_), Join(subjects_)));
   WarnAboutWindow();
   return Status::Ok();
 }
 
 void RelayConnections::WarnAboutWindow() const {
   if (facts_->duplicate_window.count() > 0 && options_.claim_lease >= facts_->duplicate_window) {
-    spdlog::warn("relay: the claim lease ({} ms) is not below stream {}'s duplicate window "
-                 "({} ms): the rows of a relay that hangs will go out again after the broker "
-                 "forgot them; lower --claim-lease", options_.claim_lease.count(), facts_->name,
-                 facts_->duplicate_window.count());
+    log_.Warn(
+        "relay",
+        fmt::format("the claim lease ({} ms) is not below stream {}'s duplicate window "
+                    "({} ms): the rows of a relay that hangs will go out again after the broker "
+                    "forgot them; lower --claim-lease",
+                    options_.claim_lease.count(), facts_->name, facts_->duplicate_window.count()));
   }
   if (facts_->duplicate_window.count() == 0) {
-    spdlog::warn("relay: stream {} has no duplicate window: the broker will not drop a "
-                 "republished event; only consumers' inboxes will", facts_->name);
+    log_.Warn("relay", fmt::format("stream {} has no duplicate window: the broker will not drop a "
+                                   "republished event; only consumers' inboxes will",
+                                   facts_->name));
   }
 }
 
@@ -84,12 +89,13 @@ void RelayConnections::RereadStream() {
   stream_read_ = std::chrono::steady_clock::now();
   auto facts = nats_->ReadStream(facts_->name);
   if (!facts.ok()) {
-    spdlog::warn("relay: re-reading stream {}: {}", facts_->name, facts.status().ToString());
+    log_.Warn("relay",
+              fmt::format("re-reading stream {}: {}", facts_->name, facts.status().ToString()));
     return;
   }
   if (facts->duplicate_window != facts_->duplicate_window) {
-    spdlog::info("relay: stream {} duplicate window is now {} ms", facts->name,
-                 facts->duplicate_window.count());
+    log_.Info("relay", fmt::format("stream {} duplicate window is now {} ms", facts->name,
+                                   facts->duplicate_window.count()));
   }
   facts_ = std::move(*facts);
   metrics_.duplicate_window_seconds.store(facts_->duplicate_window.count() / 1000.0);
@@ -100,8 +106,8 @@ Status RelayConnections::ApplySubjects(bool at_start) {
   const StreamFacts& facts = *facts_;
   if (options_.subjects.empty()) {
     if (!at_start && facts.subjects != subjects_) {
-      spdlog::info("relay: stream {}'s subjects are now {}: taking the rows on them",
-                   facts.name, Join(facts.subjects));
+      log_.Info("relay", fmt::format("stream {}'s subjects are now {}: taking the rows on them",
+                                     facts.name, Join(facts.subjects)));
       floor_.Reset();  // the old subjects' floor says nothing of the new ones' rows
     }
     subjects_ = facts.subjects;
@@ -113,8 +119,9 @@ Status RelayConnections::ApplySubjects(bool at_start) {
     const std::string what = "--subjects '" + subject + "' is not within stream " + facts.name +
                              "'s subjects (" + Join(facts.subjects) + ")";
     if (at_start) return InvalidArgumentError(what + ": the stream could not store its rows");
-    spdlog::warn("relay: {} any more: its rows are locked and left pending, not published",
-                 what);
+    log_.Warn(
+        "relay",
+        fmt::format("{} any more: its rows are locked and left pending, not published", what));
   }
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "idem/status.h"
+#include "log/event_log.h"
 #include "outbox/jetstream_publisher.h"
 #include "outbox/outbox_db.h"
 #include "outbox/relay_floor.h"
@@ -23,8 +24,9 @@ namespace idem::outbox {
 class RelayConnections {
  public:
   // Every reference must outlive this.
-  RelayConnections(const RelayOptions& options, RelayMetrics& metrics, RelayFloor& floor)
-      : options_(options), metrics_(metrics), floor_(floor) {}
+  RelayConnections(const RelayOptions& options, RelayMetrics& metrics, RelayFloor& floor,
+                   logging::Log& log)
+      : options_(options), metrics_(metrics), floor_(floor), log_(log) {}
 
   // Connects what is not connected (PostgreSQL again when its connection broke), then checks
   // or creates the stream and settles the subjects this relay takes. kInvalidArgument when
@@ -66,6 +68,7 @@ class RelayConnections {
   const RelayOptions& options_;
   RelayMetrics& metrics_;
   RelayFloor& floor_;
+  logging::Log& log_;
   std::unique_ptr<OutboxDb> db_;
   std::unique_ptr<JetStreamPublisher> nats_;
   std::optional<StreamFacts> facts_;

@@ -1,6 +1,6 @@
 #include "outbox/relay_floor.h"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include "outbox/relay_text.h"
 
@@ -17,8 +17,7 @@ void RelayFloor::Raise(OutboxDb& db, const std::vector<std::string>& subjects) {
   }
   auto floors = db.Floors(*mark_, any_.load(), covered_.load(), subjects);
   if (!floors.ok()) {
-    spdlog::debug("relay: outbox floor: {}", OneLine(floors.status().ToString()));
-    mark_.reset();
+    mark_.reset();  // not logged: the next upkeep takes a new mark and tries again
     return;
   }
   if (!floors->has_value()) return;  // a transaction from before the mark still runs
@@ -27,9 +26,9 @@ void RelayFloor::Raise(OutboxDb& db, const std::vector<std::string>& subjects) {
   if (floor.any < any_.load() || floor.covered < covered_.load()) {
     // Only a sequence set back (setval, a restore) lowers them; rows below the old floors may
     // be pending again, and the search for the lowest one started at the old floors.
-    spdlog::warn("relay: the outbox's id sequence went back below the floor ({} < {}); "
-                 "scanning from the first pending row again",
-                 floor.covered, covered_.load());
+    log_.Warn("relay", fmt::format("the outbox's id sequence went back below the floor ({} < {}); "
+                                   "scanning from the first pending row again",
+                                   floor.covered, covered_.load()));
     Reset();
     return;
   }

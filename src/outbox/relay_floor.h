@@ -16,14 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "log/event_log.h"
 #include "outbox/outbox_db.h"
 
 namespace idem::outbox {
 
 class RelayFloor {
  public:
-  // `covered` (the relay's pending_floor metric) must outlive this.
-  explicit RelayFloor(std::atomic<int64_t>& covered) : covered_(covered) {}
+  // `covered` (the relay's pending_floor metric) and `log` must outlive this.
+  RelayFloor(std::atomic<int64_t>& covered, logging::Log& log) : covered_(covered), log_(log) {}
 
   // Takes a floor mark on `db`, or raises the floors from the mark taken before. Failures
   // leave the floors where they were, which is always safe.
@@ -40,6 +41,7 @@ class RelayFloor {
   std::optional<OutboxDb::FloorMark> mark_;  // taken, its floor not read yet (the loop's)
   std::atomic<int64_t> any_{0};
   std::atomic<int64_t>& covered_;
+  logging::Log& log_;
 };
 
 }  // namespace idem::outbox

@@ -67,11 +67,8 @@ std::string RelayMetrics::Render() const {
               "Rows a lock took and left for a later batch, an earlier row of their ordering key "
               "being held by another relay (or left out itself).",
               static_cast<double>(held_back.load()));
-  admin::WriteMetricHeader(out, "idem_relay_parked_total", "counter", "Rows parked, by reason.");
-  for (size_t i = 0; i < parked_.size(); ++i) {
-    out += fmt::format("idem_relay_parked_total{{reason=\"{}\"}} {}\n",
-                       ParkReasonLabel(static_cast<ParkReason>(i)), parked_[i].load());
-  }
+  admin::WriteMetricByLabel(out, "idem_relay_parked_total", "counter", "Rows parked, by reason.",
+                            "reason", parked_, ParkReasonLabel);
   WriteMetric(out, "idem_relay_duplicate_window_seconds", "gauge",
               "The stream's duplicate window, as the relay last read it.",
               duplicate_window_seconds.load());

@@ -1,8 +1,8 @@
 #include "outbox/relay_upkeep.h"
 
-#include <algorithm>
+#include <fmt/format.h>
 
-#include <spdlog/spdlog.h>
+#include <algorithm>
 
 #include "outbox/relay_text.h"
 
@@ -60,10 +60,11 @@ void RelayUpkeep::Sweep(TimePoint now) {
   swept_ = now;
   auto dropped = connections_.db().Sweep(options_.retention_days);
   if (!dropped.ok()) {
-    spdlog::warn("relay: outbox retention sweep: {}", dropped.status().ToString());
+    log_.Warn("relay", fmt::format("outbox retention sweep: {}", dropped.status().ToString()));
   } else if (*dropped > 0) {
-    spdlog::info("relay: retention dropped {} outbox day partition(s) older than {} days",
-                 *dropped, options_.retention_days);
+    log_.Info("relay",
+              fmt::format("retention dropped {} outbox day partition(s) older than {} days",
+                          *dropped, options_.retention_days));
   }
 }
 
@@ -71,10 +72,11 @@ void RelayUpkeep::ForgetAttempts(TimePoint now) {
   attempts_forgotten_ = now;
   auto forgotten = connections_.db().ForgetAttempts(options_.claim_lease);
   if (!forgotten.ok()) {
-    spdlog::warn("relay: forgetting settled attempt records: {}", forgotten.status().ToString());
+    log_.Warn("relay",
+              fmt::format("forgetting settled attempt records: {}", forgotten.status().ToString()));
   } else if (*forgotten > 0) {
-    spdlog::info("relay: forgot {} attempt record(s) of batches since published again",
-                 *forgotten);
+    log_.Info("relay", fmt::format("forgot {} attempt record(s) of batches since published again",
+                                   *forgotten));
   }
 }
 
@@ -86,11 +88,13 @@ void RelayUpkeep::WarnUncovered(const OutboxStats& stats) {
     return;
   }
   uncovered_warned_ = now;
-  spdlog::warn("relay: {} pending event(s) on subjects this relay does not take ({}); the oldest, "
-               "event {} on subject '{}', has waited {:.0f} s: if no relay takes it, run one "
-               "whose stream covers it (or park it)",
-               stats.other_pending, Join(connections_.subjects()), stats.other_event_id,
-               stats.other_subject, stats.other_lag_seconds);
+  log_.Warn(
+      "relay",
+      fmt::format("{} pending event(s) on subjects this relay does not take ({}); the oldest, "
+                  "event {} on subject '{}', has waited {:.0f} s: if no relay takes it, run one "
+                  "whose stream covers it (or park it)",
+                  stats.other_pending, Join(connections_.subjects()), stats.other_event_id,
+                  stats.other_subject, stats.other_lag_seconds));
 }
 
 }  // namespace idem::outbox

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <optional>
 
+#include "log/event_log.h"
 #include "outbox/outbox_db.h"
 #include "outbox/relay_connections.h"
 #include "outbox/relay_floor.h"
@@ -22,8 +23,8 @@ class RelayUpkeep {
  public:
   // Every reference must outlive this.
   RelayUpkeep(const RelayOptions& options, RelayConnections& connections, RelayFloor& floor,
-              RelayMetrics& metrics)
-      : options_(options), connections_(connections), floor_(floor), metrics_(metrics) {}
+              RelayMetrics& metrics, logging::Log& log)
+      : options_(options), connections_(connections), floor_(floor), metrics_(metrics), log_(log) {}
 
   // Does what is due. REQUIRES: connections.Connect() succeeded.
   void Run();
@@ -42,6 +43,7 @@ class RelayUpkeep {
   RelayConnections& connections_;
   RelayFloor& floor_;
   RelayMetrics& metrics_;
+  logging::Log& log_;
   TimePoint stats_read_{};
   TimePoint counts_due_{};
   std::optional<TimePoint> swept_;

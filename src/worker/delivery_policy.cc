@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/enum_names.h"
 #include "core/transient_status.h"
 #include "idem/fingerprint.h"
 
@@ -26,12 +27,10 @@ std::string MessageKey(std::optional<std::string_view> nats_msg_id, std::string_
 }
 
 std::string_view DispositionName(Disposition d) {
-  switch (d) {
-    case Disposition::kAck: return "ack";
-    case Disposition::kNak: return "nak";
-    case Disposition::kTerm: return "term";
-  }
-  return "?";
+  using enum Disposition;
+  static constexpr internal::EnumName<Disposition> kNames[] = {
+      {kAck, "ack"}, {kNak, "nak"}, {kTerm, "term"}};
+  return internal::NameOf(kNames, d, "?");
 }
 
 Disposition ClassifyHttpStatus(int status) {
@@ -65,13 +64,12 @@ std::string ValidRetryLimits(const RetryLimits& limits) {
 }
 
 std::string_view GiveUpReasonName(GiveUpReason r) {
-  switch (r) {
-    case GiveUpReason::kNone: return "none";
-    case GiveUpReason::kRefused: return "refused";
-    case GiveUpReason::kMaxDeliver: return "max-deliver";
-    case GiveUpReason::kMaxRetryTime: return "max-retry-time";
-  }
-  return "?";
+  using enum GiveUpReason;
+  static constexpr internal::EnumName<GiveUpReason> kNames[] = {{kNone, "none"},
+                                                                {kRefused, "refused"},
+                                                                {kMaxDeliver, "max-deliver"},
+                                                                {kMaxRetryTime, "max-retry-time"}};
+  return internal::NameOf(kNames, r, "?");
 }
 
 GiveUpReason RetryLimitReached(uint64_t delivery_count, Duration failing_for,

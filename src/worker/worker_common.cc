@@ -2,15 +2,15 @@
 
 #include <string>
 
+#include "core/enum_names.h"
+
 namespace idem::worker {
 
 std::string_view TransitionOutcomeName(TransitionOutcome outcome) {
-  switch (outcome) {
-    case TransitionOutcome::kApplied: return "applied";
-    case TransitionOutcome::kAlready: return "already";
-    case TransitionOutcome::kRefused: return "refused";
-  }
-  return "unknown";
+  using enum TransitionOutcome;
+  static constexpr internal::EnumName<TransitionOutcome> kNames[] = {
+      {kApplied, "applied"}, {kAlready, "already"}, {kRefused, "refused"}};
+  return internal::NameOf(kNames, outcome, "unknown");
 }
 
 }  // namespace idem::worker

@@ -607,7 +607,8 @@ TEST_F(OutboxTest, ABatchHeldIdleBeyondTheLeaseIsCutOffAndItsRowsTakenOver) {
   ASSERT_EQ(Exec(producer.get(), "BEGIN"), "");
   for (const char* id : {"h1", "h2"}) ASSERT_TRUE(outbox::Enqueue(producer.get(), MakeEvent(id)).ok());
   ASSERT_EQ(Exec(producer.get(), "COMMIT"), "");
-  auto hung = outbox::OutboxDb::Open(server().Url(database_), /*listen=*/false);
+  logging::Log log(/*json=*/false);  // the server's notices, if any
+  auto hung = outbox::OutboxDb::Open(server().Url(database_), log, /*listen=*/false);
   ASSERT_TRUE(hung.ok()) << hung.status().ToString();
   ASSERT_TRUE((*hung)->LimitIdleHold(std::chrono::milliseconds(300)).ok());
   const std::vector<std::string> all = {">"};
@@ -616,7 +617,7 @@ TEST_F(OutboxTest, ABatchHeldIdleBeyondTheLeaseIsCutOffAndItsRowsTakenOver) {
   ASSERT_EQ(held->rows.size(), 2u);
   EXPECT_TRUE((*hung)->InTransaction());
 
-  auto next = outbox::OutboxDb::Open(server().Url(database_), /*listen=*/false);
+  auto next = outbox::OutboxDb::Open(server().Url(database_), log, /*listen=*/false);
   ASSERT_TRUE(next.ok());
   auto none = (*next)->LockBatch(10, 0, all);
   ASSERT_TRUE(none.ok());

@@ -68,6 +68,11 @@ TEST_F(SweepTest, OnceDropsTheExpiredInboxPartitionsAndKeepsTheRecentOnes) {
             std::string::npos)
       << out;
   EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox"), "10");
+  // As JSON: the event log's fields, the event "sweep".
+  ASSERT_EQ(Run({"--store", db, "--once", "--log-format", "json"}, &out), 0) << out;
+  EXPECT_NE(out.find(R"({"event":"sweep","level":"info","message":"inbox: dropped 0 claim(s))"),
+            std::string::npos)
+      << out;
 
   ASSERT_EQ(Run({"--store", db, "--once", "--unsafe-clock-offset", "16d"}, &out), 0) << out;
   EXPECT_NE(out.find("UNSAFE, FOR TESTING ONLY"), std::string::npos) << out;
@@ -178,7 +183,7 @@ TEST_F(SweepTest, FlagsExitCodesAndTheDaemon) {
 
   testing::Process daemon({idem::build_tree::kIdemBinary, "sweep", "--store", db, "--every", "1h"},
                           dir_.File("daemon.log"));
-  ASSERT_TRUE(daemon.WaitForLine("sweep: inbox: dropped", seconds(30))) << daemon.Output();
+  ASSERT_TRUE(daemon.WaitForLine("sweep inbox: dropped", seconds(30))) << daemon.Output();
   const int status = daemon.Stop(SIGTERM, seconds(10));
   EXPECT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << daemon.Output();
   EXPECT_NE(daemon.Output().find("SIGTERM received"), std::string::npos) << daemon.Output();

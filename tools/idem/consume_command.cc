@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "daemon_flags.h"
-#include "daemon_log.h"
 #include "subcommand.h"
 #include "worker/consume.h"
 
@@ -156,7 +155,6 @@ Result<worker::ConsumeOptions> ConsumeOptionsFromFlags(const ConsumeFlags& flags
 int RunConsumeCommand(const ConsumeFlags& flags) {
   auto options = ConsumeOptionsFromFlags(flags);
   if (!options.ok()) return RefuseConfiguration("consume", options.status().message());
-  UseLogFormat(flags.output.log_format);
   if (flags.output.check_config) {
     if (std::string e = worker::CheckConsumeOptions(*options); !e.empty()) {
       return RefuseConfiguration("consume", e);

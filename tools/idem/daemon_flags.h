@@ -71,4 +71,18 @@ int RefuseConfiguration(std::string_view subcommand, std::string_view message);
 // Prints "idem SUBCOMMAND: configuration OK" on standard output; returns 0 (--check-config).
 int ConfigurationOk(std::string_view subcommand);
 
+// The steps of a daemon's command: its configuration from `flags` (`configure(flags)`, a
+// Result); refused (RefuseConfiguration, 2) when that fails; ConfigurationOk (0) with
+// --check-config (`flags.output`); else the exit code of `run(configuration, flags)`.
+template <typename Flags, typename Configure, typename Run>
+int RunDaemonCommand(std::string_view subcommand, const Flags& flags, Configure configure,
+                     Run run) {
+  auto configuration = configure(flags);
+  if (!configuration.ok()) {
+    return RefuseConfiguration(subcommand, configuration.status().message());
+  }
+  if (flags.output.check_config) return ConfigurationOk(subcommand);
+  return run(*configuration, flags);
+}
+
 }  // namespace idem::cli

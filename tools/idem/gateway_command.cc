@@ -155,7 +155,6 @@ int RunGatewayCommand(const GatewayFlags& flags) {
   } else {
     options.log_json = flags.output.log_format == "json";
   }
-  UseLogFormat(options.log_json ? "json" : "text");
   if (Status s = CompleteGatewayOptions(options); !s.ok()) {
     return RefuseConfiguration("gateway", s.message());
   }

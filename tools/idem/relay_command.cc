@@ -5,12 +5,10 @@
 #include <iostream>
 #include <memory>
 
-#include <spdlog/spdlog.h>
-
 #include "admin/admin_server.h"
 #include "daemon_flags.h"
-#include "daemon_log.h"
 #include "idem/gateway_options.h"
+#include "log/event_log.h"
 #include "outbox/relay.h"
 #include "outbox/subject_match.h"
 #include "stop_signals.h"
@@ -214,9 +212,9 @@ Result<outbox::RelayOptions> RelayOptionsFromFlags(const RelayFlags& flags) {
 
 // Runs the relay until SIGTERM or SIGINT (exit code 0) or until it fails (2).
 int RunRelay(const outbox::RelayOptions& o, const RelayFlags& flags) {
+  logging::Log log(flags.output.log_format == "json");  // outlives every holder of the relay
   StopSignals stop_signals;
-  UseLogFormat(flags.output.log_format);
-  auto relay = std::make_shared<outbox::Relay>(o);
+  auto relay = std::make_shared<outbox::Relay>(o, log);
 
   std::unique_ptr<admin::AdminServer> admin;
   if (!flags.admin_listen.empty()) {
@@ -226,14 +224,14 @@ int RunRelay(const outbox::RelayOptions& o, const RelayFlags& flags) {
     auto started = admin::AdminServer::StartOnOwnThread(flags.admin_listen, std::move(routes));
     if (!started.ok()) return RefuseConfiguration("relay", started.status().ToString());
     admin = std::move(*started);
-    spdlog::info("relay: admin on {}", admin->address());
+    log.Info("relay", "admin on " + admin->address());
   }
-  stop_signals.Start([relay](const char* signal_name) {
-    spdlog::info("relay: {} received; finishing the batch in flight", signal_name);
+  stop_signals.Start([relay, &log](const char* signal_name) {
+    log.Info("relay", std::string(signal_name) + " received; finishing the batch in flight");
     relay->RequestStop();
   });
   Status status = relay->Run();
-  if (!status.ok()) spdlog::error("relay: {}", status.ToString());
+  if (!status.ok()) log.Error("relay", status.ToString());
   stop_signals.Join(/*wake=*/!status.ok());
   // Every NATS object goes before the library does (the admin handlers hold the relay, and
   // the relay its connection); then wait for the library's own threads to wind down, so none
@@ -244,18 +242,13 @@ int RunRelay(const outbox::RelayOptions& o, const RelayFlags& flags) {
   return status.ok() ? 0 : 2;
 }
 
-int RunRelayCommand(const RelayFlags& flags) {
-  auto options = RelayOptionsFromFlags(flags);
-  if (!options.ok()) return RefuseConfiguration("relay", options.status().message());
-  if (flags.output.check_config) return ConfigurationOk("relay");
-  return RunRelay(*options, flags);
-}
-
 }  // namespace
 
 std::function<int()> AddRelayCommand(CLI::App& app) {
-  return AddSubcommand<RelayFlags>(app, "relay", kRelayDescription, AddRelayFlags,
-                                   RunRelayCommand);
+  return AddSubcommand<RelayFlags>(
+      app, "relay", kRelayDescription, AddRelayFlags, [](const RelayFlags& flags) {
+        return RunDaemonCommand("relay", flags, RelayOptionsFromFlags, RunRelay);
+      });
 }
 
 }  // namespace idem::cli

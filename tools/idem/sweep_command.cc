@@ -1,16 +1,16 @@
 #include "sweep_command.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 
-#include <spdlog/spdlog.h>
-
 #include "admin/admin_server.h"
 #include "daemon_flags.h"
-#include "daemon_log.h"
 #include "idem/gateway_options.h"
+#include "log/event_log.h"
 #include "pg/pg_url.h"
 #include "stop_signals.h"
 #include "subcommand.h"
@@ -206,19 +206,20 @@ Result<SweepPlan> SweepPlanFromFlags(const SweepFlags& flags) {
 }
 
 // --once: one sweep; 0 done, 1 database error, 2 for what the database refused as invalid.
-int SweepOnceAndExit(const sweep::SweepOptions& o) {
+int SweepOnceAndExit(const sweep::SweepOptions& o, logging::Log& log) {
   auto report = sweep::SweepOnce(o);
   if (!report.ok()) {
-    spdlog::error("sweep: {}", report.status().ToString());
+    log.Error("sweep", report.status().ToString());
     return report.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  spdlog::info("sweep: {}", sweep::Describe(*report, o));
+  log.Info("sweep", sweep::Describe(*report, o));
   return 0;
 }
 
 // /healthz, /readyz (the last sweep succeeded) and /metrics on `listen`.
-Result<std::unique_ptr<admin::AdminServer>> StartSweepAdmin(
-    const std::string& listen, std::shared_ptr<SweepCounters> counters) {
+Result<std::unique_ptr<admin::AdminServer>> StartSweepAdmin(const std::string& listen,
+                                                            std::shared_ptr<SweepCounters> counters,
+                                                            logging::Log& log) {
   admin::AdminRoutes routes;
   routes.readiness = admin::ReadyUnless([counters]() -> std::string {
     if (counters->last_failed) return "the last sweep failed (see the log)";
@@ -228,13 +229,14 @@ Result<std::unique_ptr<admin::AdminServer>> StartSweepAdmin(
   routes.metrics = [counters] { return counters->Render(); };
   auto started = admin::AdminServer::StartOnOwnThread(listen, std::move(routes));
   if (!started.ok()) return started.status();
-  spdlog::info("sweep: admin on {}", (*started)->address());
+  log.Info("sweep", "admin on " + (*started)->address());
   return started;
 }
 
 // Sweeps every `interval` (a minute after a failure, if sooner) until `stopper` is stopped
 // (exit code 0) or the schema is from a newer idem (1).
-int SweepUntilStopped(const SweepPlan& plan, SweepCounters& counters, Stopper& stopper) {
+int SweepUntilStopped(const SweepPlan& plan, SweepCounters& counters, Stopper& stopper,
+                      logging::Log& log) {
   const sweep::SweepOptions& o = plan.options;
   bool stopped = false;
   while (!stopped) {
@@ -243,18 +245,18 @@ int SweepUntilStopped(const SweepPlan& plan, SweepCounters& counters, Stopper& s
     std::chrono::milliseconds next = plan.interval;
     if (report.ok()) {
       counters.Count(*report);
-      spdlog::info("sweep: {}", sweep::Describe(*report, o));
+      log.Info("sweep", sweep::Describe(*report, o));
     } else {
       ++counters.failures;
       counters.last_failed = true;
       if (report.status().code() == StatusCode::kFailedPrecondition) {
-        spdlog::error("sweep: {}", report.status().ToString());
+        log.Error("sweep", report.status().ToString());
         return 1;
       }
       next = std::min<std::chrono::milliseconds>(plan.interval, kRetryAfterFailure);
-      spdlog::warn("sweep: failed, next try in {} s: {}",
-                   std::chrono::duration_cast<std::chrono::seconds>(next).count(),
-                   report.status().ToString());
+      log.Warn("sweep", fmt::format("failed, next try in {} s: {}",
+                                    std::chrono::duration_cast<std::chrono::seconds>(next).count(),
+                                    report.status().ToString()));
     }
     stopped = stopper.WaitFor(next);
   }
@@ -262,58 +264,54 @@ int SweepUntilStopped(const SweepPlan& plan, SweepCounters& counters, Stopper& s
 }
 
 // The daemon: sweeps until SIGTERM or SIGINT, serving the admin endpoint when asked.
-int RunSweepDaemon(const SweepPlan& plan, const SweepFlags& flags) {
+int RunSweepDaemon(const SweepPlan& plan, const SweepFlags& flags, logging::Log& log) {
   StopSignals stop_signals;
   auto counters = std::make_shared<SweepCounters>();
   std::unique_ptr<admin::AdminServer> admin;
   if (!flags.admin_listen.empty()) {
-    auto started = StartSweepAdmin(flags.admin_listen, counters);
+    auto started = StartSweepAdmin(flags.admin_listen, counters, log);
     if (!started.ok()) {
       return RefuseConfiguration("sweep", "--admin-listen: " + started.status().ToString());
     }
     admin = std::move(*started);
   }
   Stopper stopper;
-  stop_signals.Start([&stopper](const char* signal_name) {
-    spdlog::info("sweep: {} received; stopping after the sweep in progress", signal_name);
+  stop_signals.Start([&stopper, &log](const char* signal_name) {
+    log.Info("sweep", std::string(signal_name) + " received; stopping after the sweep in progress");
     stopper.Stop();
   });
   const sweep::SweepOptions& o = plan.options;
-  spdlog::info("sweep: sweeping {} every {}{}", internal::pg::ParsePostgresUrl(o.db_url)->display,
-               flags.every,
-               o.outbox_retention_days >= 0
-                   ? ", outbox retention " + std::to_string(o.outbox_retention_days) + " days"
-                   : ", outbox left alone");
-  const int exit_code = SweepUntilStopped(plan, *counters, stopper);
+  log.Info("sweep", fmt::format("sweeping {} every {}{}",
+                                internal::pg::ParsePostgresUrl(o.db_url)->display, flags.every,
+                                o.outbox_retention_days >= 0
+                                    ? ", outbox retention " +
+                                          std::to_string(o.outbox_retention_days) + " days"
+                                    : ", outbox left alone"));
+  const int exit_code = SweepUntilStopped(plan, *counters, stopper, log);
   stop_signals.Join(/*wake=*/exit_code != 0);  // no signal came: let the waiter go
   admin.reset();
   return exit_code;
 }
 
 int RunSweep(const SweepPlan& plan, const SweepFlags& flags) {
-  UseLogFormat(flags.output.log_format);
+  logging::Log log(flags.output.log_format == "json");
   const sweep::SweepOptions& o = plan.options;
   if (o.unsafe_clock_offset.count() != 0) {
-    spdlog::warn("sweep: UNSAFE, FOR TESTING ONLY: --unsafe-clock-offset {}: the inbox sweep's "
-                 "clock runs {} ms ahead",
-                 flags.unsafe_clock_offset, o.unsafe_clock_offset.count());
+    log.Warn("sweep", fmt::format("UNSAFE, FOR TESTING ONLY: --unsafe-clock-offset {}: the inbox "
+                                  "sweep's clock runs {} ms ahead",
+                                  flags.unsafe_clock_offset, o.unsafe_clock_offset.count()));
   }
-  if (flags.once) return SweepOnceAndExit(o);
-  return RunSweepDaemon(plan, flags);
-}
-
-int RunSweepCommand(const SweepFlags& flags) {
-  auto plan = SweepPlanFromFlags(flags);
-  if (!plan.ok()) return RefuseConfiguration("sweep", plan.status().message());
-  if (flags.output.check_config) return ConfigurationOk("sweep");
-  return RunSweep(*plan, flags);
+  if (flags.once) return SweepOnceAndExit(o, log);
+  return RunSweepDaemon(plan, flags, log);
 }
 
 }  // namespace
 
 std::function<int()> AddSweepCommand(CLI::App& app) {
-  return AddSubcommand<SweepFlags>(app, "sweep", kSweepDescription, AddSweepFlags,
-                                   RunSweepCommand);
+  return AddSubcommand<SweepFlags>(
+      app, "sweep", kSweepDescription, AddSweepFlags, [](const SweepFlags& flags) {
+        return RunDaemonCommand("sweep", flags, SweepPlanFromFlags, RunSweep);
+      });
 }
 
 }  // namespace idem::cli

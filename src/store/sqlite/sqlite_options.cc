@@ -2,17 +2,16 @@
 
 #include <string>
 
+#include "core/enum_names.h"
 #include "core/text.h"
 
 namespace idem {
 
 std::string_view DurabilityName(Durability durability) {
-  switch (durability) {
-    case Durability::kOff: return "off";
-    case Durability::kNormal: return "normal";
-    case Durability::kFull: return "full";
-  }
-  return "normal";
+  using enum Durability;
+  static constexpr internal::EnumName<Durability> kNames[] = {
+      {kOff, "off"}, {kNormal, "normal"}, {kFull, "full"}};
+  return internal::NameOf(kNames, durability, "normal");
 }
 
 Result<SqliteOptions> ParseSqliteOptions(std::string_view query) {
