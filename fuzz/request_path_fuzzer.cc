@@ -4,7 +4,7 @@
 // socket and read by the gateway's own request reader (ReadRequest: the framing checks, the
 // 100 Continue, the body, with the gateway's limits); each complete request is then handled
 // twice by HandleProxyRequest (the memory store, a real upstream on loopback) and once by
-// HandleAdminRequest. Besides crashes and sanitizer reports, it checks:
+// the admin listener's routes. Besides crashes and sanitizer reports, it checks:
 //  - replay: once a request has executed and its response was stored, the same request again is
 //    a byte-identical replay, and does not reach the upstream;
 //  - the differential property: a request that executed reached the upstream exactly once, and
@@ -57,7 +57,7 @@ Task<void> ServeUpstreamConnection(tcp::socket socket) {
     // Room for anything the gateway may forward: its own header limit (16 KiB here) plus the
     // fields it adds. Beast's default of 8 KiB would count a legitimate large header as a
     // framing error.
-    http::request_parser<http::string_body> parser;
+    http::request_parser<http::string_body, admin::FieldsAllocator<char>> parser;
     parser.header_limit(64 * 1024);
     parser.body_limit(1024 * 1024);
     co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
@@ -294,7 +294,10 @@ void CheckRequest(Harness& h, Services& services, StoreExecutor& executor, const
   }
 
   Request admin_request = parsed;
-  Response admin = h.Run(HandleAdminRequest, services, admin_request);
+  const admin::AdminRoutes routes = AdminRoutesFor(services);
+  Response admin = h.Run(
+      [&routes](Services&, Request& request) { return admin::AnswerAdminRequest(routes, request); },
+      services, admin_request);
   if (admin.result_int() < 200 || admin.result_int() > 599) std::abort();
 }
 
