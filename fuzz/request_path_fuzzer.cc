@@ -129,6 +129,11 @@ class FreshStore : public Store {
   Result<uint64_t> Sweep(TimePoint now) override { return target_->Sweep(now); }
   std::string Describe() const override { return target_->Describe(); }
   bool NeverBlocks() const override { return target_->NeverBlocks(); }
+  std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
+                                                  const Fingerprint& fingerprint,
+                                                  Duration lease) override {
+    return target_->BeginAtOnce(scope, fingerprint, lease);
+  }
 
  private:
   std::unique_ptr<Store> target_;

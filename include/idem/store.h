@@ -195,6 +195,19 @@ class Store {
   // thread handoffs per call. Only the memory store says so; the default is false.
   virtual bool NeverBlocks() const { return false; }
 
+  // Begin's answer when the store can give it at once, on the calling thread, without waiting
+  // on I/O, the network, another process or a lock another thread may hold for long (a few
+  // microseconds at most); nullopt when it cannot, and the caller must call Begin (a
+  // non-blocking caller through StoreExecutor). An answer is what Begin would have answered at
+  // that moment; nullopt changes nothing. The memory store answers every call; the SQLite store
+  // answers a replay (or mismatch) of a completed record it holds in its replay cache, when a
+  // look at the file shows no other connection wrote since. The default answers nothing.
+  virtual std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
+                                                          const Fingerprint& fingerprint,
+                                                          Duration lease) {
+    return std::nullopt;
+  }
+
   // ---- Submitted calls: for stores whose writes queue for a shared commit ----
   //
   // True if the Submit* calls below return without waiting for their write: the write is
@@ -285,7 +298,9 @@ class Store {
 //                               synchronous; default normal), busy_timeout_ms=N (wait for
 //                               another process's write lock, 0 to 3600000; default 5000),
 //                               sweep_batch=N (rows per Sweep transaction, 1 to 1000000;
-//                               default 2000). See docs/sqlite-schema.md.
+//                               default 2000), replay_cache_entries=N and replay_cache_mb=N
+//                               (completed records kept in memory for replays; default 10000
+//                               and 16, 0 entries: off). See docs/sqlite-schema.md.
 //   redis://[[USER]:PASS@]HOST[:PORT][/DB][?OPTIONS]   Redis. Options: prefix, pool_size,
 //                               timeout_ms, connect_timeout_ms (see docs/gateway.md).
 //   postgresql://USER[:PASS]@HOST[:PORT]/DB[?OPTIONS]   (or postgres://) PostgreSQL, schema

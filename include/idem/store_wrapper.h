@@ -1,15 +1,19 @@
 // StoreWrapper: a Store that forwards every call to another Store, NeverBlocks, Watch and
 // SubscribeSettled included (a wrapper around the memory store keeps its inline path in
-// StoreExecutor).
+// StoreExecutor and in the gateway's claim).
 //
 // Subclass it and override one method to add behaviour around a store (metrics, logging, fault
 // injection in tests) without re-implementing the others. The Submit calls and QueuesWrites
 // are not forwarded: a wrapper is a blocking store (its Submit calls run its own Begin,
-// Complete and Release), so an overridden method is never bypassed.
+// Complete and Release), so an overridden method is never bypassed. For the same reason
+// BeginAtOnce is not forwarded: it runs this wrapper's Begin when the target never blocks, and
+// otherwise answers nothing (a target's own early answers, such as SQLite's cached replays,
+// come through Begin).
 //
 // Thread safety: as thread-safe as the wrapped store.
 #pragma once
 
+#include <optional>
 #include <utility>
 
 #include "idem/store.h"
@@ -47,6 +51,12 @@ class StoreWrapper : public Store {
     return target_.OpenConnections(concurrency);
   }
   bool NeverBlocks() const override { return target_.NeverBlocks(); }
+  std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
+                                                  const Fingerprint& fingerprint,
+                                                  Duration lease) override {
+    if (!target_.NeverBlocks()) return std::nullopt;
+    return Begin(scope, fingerprint, lease);
+  }
   Status Watch(const Scope& scope) override { return target_.Watch(scope); }
   Result<std::unique_ptr<SettleSubscription>> SubscribeSettled(
       SettleHandler on_settled) override {

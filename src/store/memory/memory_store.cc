@@ -256,6 +256,11 @@ class MemoryStore final : public Store {
   }
 
   bool NeverBlocks() const override { return true; }
+  std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
+                                                  const Fingerprint& fingerprint,
+                                                  Duration lease) override {
+    return Begin(scope, fingerprint, lease);
+  }
 
  private:
   // Runs `write(shard, it, now)` under the shard's lock when `token` owns the live in-flight
