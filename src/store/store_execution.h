@@ -14,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -131,6 +132,18 @@ class WriteQueue {
                               Done<CompleteOutcome> done) = 0;
   virtual void SubmitRelease(const Scope& scope, FencingToken token,
                              Done<ReleaseOutcome> done) = 0;
+
+  // Begin's answer when the store can give it at once, on the calling thread (an event loop),
+  // without waiting on I/O, another process or a lock another thread may hold for long (a few
+  // microseconds at most); nullopt when it cannot, and the caller submits the Begin. An answer
+  // is what Begin would have answered at that moment; nullopt changes nothing. The SQLite
+  // store answers a replay (or a mismatch) of a completed record it holds in its replay cache,
+  // when a look at the file shows no other connection wrote since. The default answers nothing.
+  virtual std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
+                                                          const Fingerprint& fingerprint,
+                                                          Duration lease) {
+    return std::nullopt;
+  }
 };
 
 // ---- Finding a store's hooks ----------------------------------------------------------------

@@ -61,6 +61,8 @@ class StoreExecutor {
   Store& store() const { return store_; }
   // What the executor knows of the store beyond Store (internal::HooksOf).
   internal::ExecutionHooks& hooks() const { return hooks_; }
+  // The store's own write queue (WriteQueueOf), or null.
+  internal::WriteQueue* write_queue() const { return write_queue_; }
   // Calls queued or running now.
   int pending() const { return pending_.load(std::memory_order_relaxed); }
 

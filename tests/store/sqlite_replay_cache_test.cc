@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,9 +15,11 @@
 #include "idem/fingerprint.h"
 #include "idem/store.h"
 #include "store/sqlite/sqlite_store.h"
+#include "store/store_execution.h"
 #include "util/build_tree.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
+#include "util/wait_for.h"
 #include "util/test_fingerprint.h"
 
 namespace idem {
@@ -40,6 +43,7 @@ void SqlOnItsOwnConnection(const std::string& path, const std::string& sql) {
 }
 
 uint64_t CacheHits(Store& store) { return internal::GetSqliteStats(store)->replay_cache_hits; }
+uint64_t AtOnce(Store& store) { return internal::GetSqliteStats(store)->begins_at_once; }
 
 class SqliteReplayCacheTest : public ::testing::Test {
  protected:
@@ -100,6 +104,78 @@ TEST_F(SqliteReplayCacheTest, AReplayFromTheCacheIsByteIdenticalToOneFromTheFile
   const BeginOutcome mismatch = BeginFromCache(*cached, scope_, CacheOtherFp());
   EXPECT_EQ(mismatch, *uncached->Begin(scope_, CacheOtherFp(), seconds(30)));
   EXPECT_TRUE(std::holds_alternative<Mismatch>(mismatch));
+}
+
+TEST_F(SqliteReplayCacheTest, BeginAtOnceAnswersOnlyWhatTheCacheHolds) {
+  auto store = Open();
+  auto uncached = Open("?replay_cache_entries=0");
+  // A key never seen, then one in flight: Begin must read or write the file.
+  EXPECT_FALSE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
+  auto begun = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(begun.ok());
+  ASSERT_TRUE(OwnedToken(*begun).has_value());
+  EXPECT_FALSE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
+  ASSERT_EQ(*store->Complete(scope_, *OwnedToken(*begun), response_, hours(1)),
+            CompleteOutcome::kOk);
+  // Completed but not yet replayed: not cached, so not at once.
+  EXPECT_FALSE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
+  EXPECT_FALSE(internal::WriteQueueOf(*uncached)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*store->Begin(scope_, Fp(), seconds(30))));
+  EXPECT_EQ(AtOnce(*store), 0u);
+
+  // Now a replay and a mismatch are answered at once, as the file answers them.
+  auto replay = internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(replay.has_value());
+  ASSERT_TRUE(replay->ok());
+  EXPECT_EQ(**replay, *uncached->Begin(scope_, Fp(), seconds(30)));
+  EXPECT_EQ(std::get<Replay>(**replay).response, response_);
+  auto mismatch = internal::WriteQueueOf(*store)->BeginAtOnce(scope_, CacheOtherFp(), seconds(30));
+  ASSERT_TRUE(mismatch.has_value());
+  ASSERT_TRUE(mismatch->ok());
+  EXPECT_TRUE(std::holds_alternative<Mismatch>(**mismatch));
+  EXPECT_EQ(AtOnce(*store), 2u);
+  EXPECT_EQ(CacheHits(*store), 2u);
+  // A bad lease is the error Begin gives.
+  auto bad = internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(0));
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->status().code(), store->Begin(scope_, Fp(), seconds(0)).status().code());
+
+  // Expired: nothing at once; Begin acquires afresh.
+  clock_->Advance(hours(1));
+  EXPECT_FALSE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
+  auto after = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+// While the store's connection is held (here by a write batch waiting for another
+// connection's write lock, up to the busy timeout), BeginAtOnce answers nothing at once
+// instead of waiting, and Begin still replays from a reader.
+TEST_F(SqliteReplayCacheTest, BeginAtOnceNeverWaitsForTheStoresConnection) {
+  auto store = Open("?busy_timeout_ms=60000");
+  CompleteAndReplayOnce(*store, scope_, response_);
+  ASSERT_TRUE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::thread writer([&] {
+    auto begun = store->Begin(Scope{"tenant", "client", "blocked"}, Fp(), seconds(30));
+    EXPECT_TRUE(begun.ok()) << begun.status().ToString();
+  });
+  // Once the batch holds the connection, every call answers nothing, at once.
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return !internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value(); }, seconds(30)));
+  EXPECT_GE(internal::GetSqliteStats(*store)->replay_cache_busy, 1u);
+  auto from_file = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(from_file.ok());
+  EXPECT_TRUE(std::holds_alternative<Replay>(*from_file));
+
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  writer.join();
+  // The other connection wrote nothing: the cache still answers.
+  EXPECT_TRUE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)).has_value());
 }
 
 TEST_F(SqliteReplayCacheTest, ExpiryIsCheckedAgainstTheStoresClockOnEveryHit) {
@@ -173,6 +249,9 @@ TEST_F(SqliteReplayCacheTest, AnotherProcesssPurgeIsNeverMasked) {
   auto store = Open();
   CompleteAndReplayOnce(*store, scope, response_);
   EXPECT_TRUE(std::holds_alternative<Replay>(BeginFromCache(*store, scope, Fp())));
+  auto at_once = internal::WriteQueueOf(*store)->BeginAtOnce(scope, Fp(), seconds(30));
+  ASSERT_TRUE(at_once.has_value());
+  EXPECT_TRUE(std::holds_alternative<Replay>(**at_once));
 
   testing::Process child({build_tree::kStoreChild, "sqlite:" + path_, scope.tenant, scope.key,
                           "purge"},
@@ -181,6 +260,7 @@ TEST_F(SqliteReplayCacheTest, AnotherProcesssPurgeIsNeverMasked) {
   ASSERT_TRUE(said.has_value()) << child.Output();
   EXPECT_EQ(*said, "purged 1");
 
+  EXPECT_FALSE(internal::WriteQueueOf(*store)->BeginAtOnce(scope, Fp(), seconds(30)).has_value());
   auto after = store->Begin(scope, Fp(), seconds(30));
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
@@ -247,7 +327,10 @@ TEST_F(SqliteReplayCacheTest, ConcurrentReplaysNeverSeeAResponseOlderThanTheLast
       for (int i = 0; !stop.load(); ++i) {
         const int k = (i + r) % kKeys;
         const int at_least = completed[k].load();
-        auto outcome = store->Begin(scope(k), Fp(), seconds(30));
+        // Half the readers ask for an answer at once first, as the gateway's event loop does.
+        std::optional<Result<BeginOutcome>> at_once;
+        if (r % 2 == 0) at_once = internal::WriteQueueOf(*store)->BeginAtOnce(scope(k), Fp(), seconds(30));
+        auto outcome = at_once ? std::move(*at_once) : store->Begin(scope(k), Fp(), seconds(30));
         ASSERT_TRUE(outcome.ok());
         if (const auto* replay = std::get_if<Replay>(&*outcome)) {
           replays.fetch_add(1);
@@ -269,6 +352,7 @@ TEST_F(SqliteReplayCacheTest, ConcurrentReplaysNeverSeeAResponseOlderThanTheLast
   EXPECT_EQ(stale.load(), 0);
   EXPECT_GT(replays.load(), 0);
   EXPECT_GT(CacheHits(*store), 0u);
+  EXPECT_GT(AtOnce(*store), 0u);
   EXPECT_EQ(internal::GetSqliteStats(*store)->busy_connection_found, 0u);
 }
 

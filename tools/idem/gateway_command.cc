@@ -39,7 +39,8 @@ void AddGatewayRouteAndStoreFlags(CLI::App& cmd, GatewayFlags& flags) {
   cmd.add_option("--upstream", o.upstream, "The service to protect: http://HOST:PORT");
   cmd.add_option("--store", o.store,
                  "Where records live: memory | sqlite:PATH[?durability=off|normal|full\n"
-                 "&busy_timeout_ms=N&sweep_batch=N] | redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
+                 "&busy_timeout_ms=N&sweep_batch=N&replay_cache_entries=N&replay_cache_mb=N]\n"
+                 "| redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\n"
                  "[?prefix=P&pool_size=N&timeout_ms=N&connect_timeout_ms=N] | a Redis Cluster:\n"
                  "redis://HOST:PORT,HOST:PORT...?cluster=true[&...] (see docs/redis.md) |\n"
                  "postgresql://USER[:PASS]@HOST:PORT/DB[?pool_size=N&timeout_ms=N&schema=NAME\n"

@@ -24,7 +24,8 @@ Task<Result<BeginOutcome>> Claim(Services& services, const Scope& scope,
                                  const Fingerprint& fingerprint, Duration lease);
 
 // Claim's answer when it needs no wait (a completion held here, the pending limit reached, or a
-// store that NeverBlocks), without a coroutine; nullopt: co_await Claim.
+// store that answers the Begin at once: WriteQueue::BeginAtOnce), without a coroutine; nullopt:
+// co_await Claim.
 std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& services, const Scope& scope,
                                                 const Fingerprint& fingerprint, Duration lease);
 

@@ -57,10 +57,8 @@ std::optional<BeginOutcome> ReplayCache::Lookup(const Scope& scope,
     const auto decision = DecideBegin(&found->second->head, fingerprint, now);
     switch (decision.action) {
       case BeginAction::kMismatch:
-        ++hits_;
         return BeginOutcome(Mismatch{});
       case BeginAction::kReplay:
-        ++hits_;
         lru_.splice(lru_.begin(), lru_, found->second);
         response = found->second->response;
         break;
@@ -99,7 +97,7 @@ void ReplayCache::Clear() {
 
 ReplayCache::Counters ReplayCache::counters() const {
   MutexLock lock(mu_);
-  return Counters{hits_, lru_.size(), bytes_};
+  return Counters{lru_.size(), bytes_};
 }
 
 void ReplayCache::DropLocked(Lru::iterator it) {

@@ -9,10 +9,12 @@
 //  - this process's Purge, Sweep and Begin writes: the store calls Erase or EraseExpired once
 //    they are committed;
 //  - another connection's write (another process, or another store object on the same file):
-//    the store calls Clear when it sees one (SqliteStore::ObserveOtherWriters).
+//    the store calls Clear when it sees one (SqliteStore::NoOtherWriterSinceLastLook).
 // A read that was already under way when one of those ran must not put back what was just
 // dropped: Insert takes the generation the caller read before it began its read, and refuses
-// the entry if anything was erased or cleared since.
+// the entry if anything was erased or cleared since. Likewise a caller that looks an entry up
+// before it checks for other writers compares the generation taken before the Lookup with the
+// one after the check, so that an entry dropped in between is never answered.
 //
 // Bounded by entries and by bytes (a record's key, headers and body, plus a fixed overhead);
 // the least recently used entries go first, and a record larger than the byte bound is never
@@ -42,9 +44,8 @@ class ReplayCache {
     size_t max_bytes = 0;
   };
 
-  // What Begin answers from an entry, and what the entry cost.
+  // What the entries cost.
   struct Counters {
-    uint64_t hits = 0;     // Begin calls answered from the cache
     uint64_t entries = 0;  // entries now
     uint64_t bytes = 0;    // their size now
   };
@@ -58,7 +59,8 @@ class ReplayCache {
   // True if the cache holds nothing; a cheap check before the work a lookup needs.
   bool empty() const IDEM_EXCLUDES(mu_);
 
-  // Take before reading a record that may then be Inserted.
+  // Take before reading a record that may then be Inserted, and before a Lookup whose answer
+  // is kept only if nothing was dropped since.
   uint64_t generation() const IDEM_EXCLUDES(mu_);
 
   // Keeps the completed record `head` of `scope` with its `response`, read from the file after
@@ -98,7 +100,6 @@ class ReplayCache {
   std::unordered_map<std::string, Lru::iterator> by_key_ IDEM_GUARDED_BY(mu_);
   size_t bytes_ IDEM_GUARDED_BY(mu_) = 0;
   uint64_t generation_ IDEM_GUARDED_BY(mu_) = 0;
-  uint64_t hits_ IDEM_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace idem::internal::sqlite

@@ -136,11 +136,12 @@ internal::SqliteStats SqliteStore::Stats() const {
   static_cast<internal::SqliteCheckpointStats&>(stats) = checkpointer_.counters();
   stats.busy_connection_found = busy_connection_found_.load();
   const ReplayCache::Counters cache = replay_cache_.counters();
-  stats.replay_cache_hits = cache.hits;
+  stats.replay_cache_hits = replay_cache_hits_.load();
+  stats.begins_at_once = begins_at_once_.load();
   stats.replay_cache_entries = cache.entries;
   stats.replay_cache_bytes = cache.bytes;
   stats.other_writers_seen = other_writers_seen_.load();
-  stats.replay_cache_writer_busy = replay_cache_writer_busy_.load();
+  stats.replay_cache_busy = replay_cache_busy_.load();
   const GroupCommit::Counters w = writes_.counters();
   stats.write_batches = w.batches;
   stats.batched_writes = w.writes;

@@ -75,22 +75,50 @@ void SqliteStore::SubmitBegin(const Scope& scope, const Fingerprint& fingerprint
       });
 }
 
+std::optional<Result<BeginOutcome>> SqliteStore::BeginAtOnce(const Scope& scope,
+                                                             const Fingerprint& fingerprint,
+                                                             Duration lease) {
+  if (Status s = internal::CheckLease(lease); !s.ok()) return Result<BeginOutcome>(s);
+  std::optional<BeginOutcome> cached = FromReplayCache(scope, fingerprint);
+  if (!cached) return std::nullopt;
+  begins_at_once_.fetch_add(1, std::memory_order_relaxed);
+  return Result<BeginOutcome>(std::move(*cached));
+}
+
 std::optional<BeginOutcome> SqliteStore::FromReplayCache(const Scope& scope,
                                                          const Fingerprint& fingerprint) {
   if (!replay_cache_.enabled() || replay_cache_.empty()) return std::nullopt;
-  if (!ObserveOtherWriters()) return std::nullopt;
-  return replay_cache_.Lookup(scope, fingerprint, options_.clock->Now());
+  // The entry first, so that a key the cache does not hold (a first execution) costs no look
+  // at the file.
+  const uint64_t generation = replay_cache_.generation();
+  std::optional<BeginOutcome> hit =
+      replay_cache_.Lookup(scope, fingerprint, options_.clock->Now());
+  if (!hit) return std::nullopt;
+  // Then whether another connection wrote since the last look. If one did, this look or
+  // another thread's cleared the cache, perhaps after the Lookup, and the hit may be what
+  // the write replaced: the generation tells, and the file answers instead.
+  if (!NoOtherWriterSinceLastLook() || replay_cache_.generation() != generation) {
+    return std::nullopt;
+  }
+  replay_cache_hits_.fetch_add(1, std::memory_order_relaxed);
+  return hit;
 }
 
-bool SqliteStore::ObserveOtherWriters() {
+bool SqliteStore::NoOtherWriterSinceLastLook() {
   // Not ConnectionLock: a replay never waits for a batch's commit (it reads the file instead),
   // and PRAGMA data_version runs through a Use, so it leaves the connection idle.
   if (!mu_.TryLock()) {
-    replay_cache_writer_busy_.fetch_add(1, std::memory_order_relaxed);
+    replay_cache_busy_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  // The pragma opens a read transaction, which SQLite may find locked for a moment (another
+  // process recovering the WAL index, say): then it answers SQLITE_BUSY at once, without the
+  // busy handler's wait, and the file answers this Begin.
+  sqlite3_busy_handler(db_, nullptr, nullptr);
   auto version = QueryInt(data_version_, db_, "data version");
-  if (version.ok() && *version != data_version_seen_) {
+  sqlite3_busy_timeout(db_, static_cast<int>(sqlite_.busy_timeout.count()));
+  const bool unchanged = version.ok() && *version == data_version_seen_;
+  if (version.ok() && !unchanged) {
     // Cleared while the connection is held, so that no later look can see the new version
     // before the entries read before it are gone.
     replay_cache_.Clear();
@@ -98,7 +126,8 @@ bool SqliteStore::ObserveOtherWriters() {
     other_writers_seen_.fetch_add(1, std::memory_order_relaxed);
   }
   mu_.Unlock();
-  return version.ok();
+  if (!version.ok()) replay_cache_busy_.fetch_add(1, std::memory_order_relaxed);
+  return unchanged;
 }
 
 namespace {

@@ -57,6 +57,13 @@ class SqliteStore final : public Store, public WriteQueue {
   void SubmitComplete(const Scope& scope, FencingToken token, const StoredResponse& response,
                       Duration ttl, Done<CompleteOutcome> done) override;
   void SubmitRelease(const Scope& scope, FencingToken token, Done<ReleaseOutcome> done) override;
+
+  // A replay (or mismatch) of a completed record in the replay cache, answered on the calling
+  // thread; nullopt for anything else (Begin reads the file), and whenever answering would
+  // mean waiting: the store's connection is in use, or the file is locked.
+  std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
+                                                  const Fingerprint& fingerprint,
+                                                  Duration lease) override;
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
                                  const StoredResponse& accepted, Duration lease) override;
   Result<std::optional<Record>> Get(const Scope& scope) override;
@@ -113,20 +120,21 @@ class SqliteStore final : public Store, public WriteQueue {
                                    Duration lease, TimePoint now, bool* replaced)
       IDEM_REQUIRES(mu_);
 
-  // Begin's answer from the replay cache, or nullopt to read the file. A cached entry is only
-  // used once no other connection can have changed the file since it was read; see
-  // ObserveOtherWriters.
+  // Begin's answer from the replay cache, or nullopt to read the file. Never waits. A cached
+  // entry is only used once no other connection can have changed the file since it was read;
+  // see NoOtherWriterSinceLastLook.
   std::optional<BeginOutcome> FromReplayCache(const Scope& scope, const Fingerprint& fingerprint)
       IDEM_EXCLUDES(mu_);
 
-  // Whether another connection (another process, or another store object on this file) has
+  // True if no other connection (another process, or another store object on this file) has
   // committed since the last look, asked of the store's own connection: its PRAGMA
   // data_version changes exactly when a connection other than itself commits to the file.
   // The store's readers never write and its checkpointer only copies pages, so any change
-  // means someone else wrote, and the replay cache is cleared. False (the cache is not to be
-  // used for this call) if the connection is busy with a write batch: a replay does not wait
-  // for a commit, it reads the file instead.
-  bool ObserveOtherWriters() IDEM_EXCLUDES(mu_);
+  // means someone else wrote: the replay cache is cleared, and the answer is false. Never
+  // waits: false as well (the cache is not to be used for this call, the file answers
+  // instead) if the connection is in use (a write batch, a checkpoint) or SQLite reports the
+  // file busy, in which case the busy handler is not run.
+  bool NoOtherWriterSinceLastLook() IDEM_EXCLUDES(mu_);
 
   Result<int> Exec(const Statement& statement, std::string_view op) IDEM_REQUIRES(mu_);
 
@@ -151,7 +159,8 @@ class SqliteStore final : public Store, public WriteQueue {
       leaked_for_testing_ IDEM_GUARDED_BY(mu_), data_version_ IDEM_GUARDED_BY(mu_);
   int64_t data_version_seen_ IDEM_GUARDED_BY(mu_) = 0;  // set by Open
   ReplayCache replay_cache_;
-  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_writer_busy_{0};
+  std::atomic<uint64_t> replay_cache_hits_{0}, begins_at_once_{0};
+  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_busy_{0};
   std::atomic<uint64_t> busy_connection_found_{0};
   WalCheckpointer checkpointer_;
   ReaderPool readers_;
