@@ -20,6 +20,7 @@
 #include "idem/store.h"
 #include "util/fake_upstream.h"
 #include "util/fault_store.h"
+#include "util/run_io_until.h"
 
 namespace idem::gateway {
 namespace {
@@ -124,16 +125,10 @@ class Flow {
     return response;
   }
 
-  // Runs the event loop until `done` holds (at most 5 s, so a broken test fails, never hangs).
+  // Runs the event loop until `done` holds (util/run_io_until.h).
   template <typename Pred>
   bool RunUntil(Pred done) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      io.run_one_for(10ms);
-      if (io.stopped()) io.restart();
-    }
-    return true;
+    return testing::RunIoUntil(io, done);
   }
 
   uint64_t count(Outcome outcome) const { return metrics.count(outcome); }

@@ -19,6 +19,7 @@
 #include "idem/store.h"
 #include "store/store_execution.h"
 #include "util/fake_upstream.h"
+#include "util/run_io_until.h"
 
 namespace idem::gateway {
 namespace {
@@ -107,16 +108,10 @@ class UserStoreFlowTest : public ::testing::Test {
     return asio::co_spawn(io, Handle(services, std::move(request)), asio::use_future);
   }
 
-  // Runs the event loop until `done` holds (at most 5 s, so a broken test fails, never hangs).
+  // Runs the event loop until `done` holds (util/run_io_until.h).
   template <typename Pred>
   bool RunUntil(Pred done) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      io.run_one_for(10ms);
-      if (io.stopped()) io.restart();
-    }
-    return true;
+    return testing::RunIoUntil(io, done);
   }
 
   static bool Ready(const std::future<Response>& f) {

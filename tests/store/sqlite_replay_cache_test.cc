@@ -18,6 +18,7 @@
 #include "store/store_execution.h"
 #include "util/build_tree.h"
 #include "util/process.h"
+#include "util/sqlite_test_db.h"
 #include "util/temp_dir.h"
 #include "util/wait_for.h"
 #include "util/test_fingerprint.h"
@@ -29,18 +30,12 @@ using std::chrono::hours;
 using std::chrono::seconds;
 using testing::Fp;
 
-Fingerprint CacheOtherFp() { return *ComputeFingerprint({}, {"POST", "/", "", "other", {}}); }
-
 // Runs raw SQL on the database file through a connection of its own.
-void SqlOnItsOwnConnection(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
-  sqlite3_free(error);
-  sqlite3_close(db);
+void RunOnItsOwnConnection(const std::string& path, const std::string& sql) {
+  EXPECT_EQ(testing::SqliteTestDb(path).Exec(sql), "") << sql;
 }
+
+Fingerprint CacheOtherFp() { return *ComputeFingerprint({}, {"POST", "/", "", "other", {}}); }
 
 uint64_t CacheHits(Store& store) { return internal::GetSqliteStats(store)->replay_cache_hits; }
 uint64_t AtOnce(Store& store) { return internal::GetSqliteStats(store)->begins_at_once; }
@@ -216,7 +211,7 @@ TEST_F(SqliteReplayCacheTest, AnotherConnectionsWriteIsNeverMasked) {
   EXPECT_TRUE(std::holds_alternative<Replay>(BeginFromCache(*store, scope_, Fp())));
 
   // Another connection rewrites the stored body: the next replay says what the file says.
-  SqlOnItsOwnConnection(path_, "UPDATE idem_records SET body = CAST('changed' AS BLOB)");
+  RunOnItsOwnConnection(path_, "UPDATE idem_records SET body = CAST('changed' AS BLOB)");
   auto changed = store->Begin(scope_, Fp(), seconds(30));
   ASSERT_TRUE(changed.ok());
   ASSERT_TRUE(std::holds_alternative<Replay>(*changed));
@@ -224,7 +219,7 @@ TEST_F(SqliteReplayCacheTest, AnotherConnectionsWriteIsNeverMasked) {
   EXPECT_GE(internal::GetSqliteStats(*store)->other_writers_seen, 1u);
 
   // ... and deletes it: the key runs again.
-  SqlOnItsOwnConnection(path_, "DELETE FROM idem_records");
+  RunOnItsOwnConnection(path_, "DELETE FROM idem_records");
   auto deleted = store->Begin(scope_, Fp(), seconds(30));
   ASSERT_TRUE(deleted.ok());
   EXPECT_TRUE(std::holds_alternative<Acquired>(*deleted));
