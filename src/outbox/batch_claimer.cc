@@ -106,7 +106,7 @@ void BatchClaimer::GiveBack(HeldBatch& held) {
   connections_.Return(std::move(held.db));
 }
 
-void BatchClaimer::GiveBackAhead(const std::string& why) {
+size_t BatchClaimer::GiveBackAhead() {
   size_t rows = 0;
   while (!ahead_.empty()) {
     Result<HeldBatch> held = TakeAhead();
@@ -114,6 +114,7 @@ void BatchClaimer::GiveBackAhead(const std::string& why) {
     rows += held->rows.size();
     GiveBack(*held);
   }
+  return rows;
 }
 
 }  // namespace idem::outbox

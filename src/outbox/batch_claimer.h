@@ -55,8 +55,9 @@ class BatchClaimer {
   Result<HeldBatch> TakeAhead();
   // Ends a batch's transaction without a change and returns its connection to the pool.
   void GiveBack(HeldBatch& held);
-  // Waits for the batches locked ahead and gives their rows back at once; `why` is logged.
-  void GiveBackAhead(const std::string& why);
+  // Waits for the batches locked ahead and gives their rows back at once. Returns how many rows
+  // were given back.
+  size_t GiveBackAhead();
 
  private:
   const int batch_rows_;

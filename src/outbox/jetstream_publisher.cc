@@ -34,6 +34,9 @@ struct JetStreamPublisher::State {
   natsConnection* conn = nullptr;
   jsCtx* js = nullptr;
   std::chrono::milliseconds ack_timeout{5000};
+  // Whether Send ever published: until then nats.c has no table of pending messages, and its
+  // js_PublishAsyncGetPendingList must not be called.
+  bool published = false;
 
   Mutex mu;
   CondVar cv;
@@ -66,6 +69,18 @@ struct JetStreamPublisher::State {
   }
 
   ~State() {
+    if (js != nullptr && published) {
+      // OnAck runs on nats.c's thread and uses this State until it returns, also after the
+      // answer it records woke Wait. Take the unanswered messages back (their handler is then
+      // never called) and wait for a handler still running: nats.c counts a message as pending
+      // until its handler has returned.
+      natsMsgList pending{};
+      if (js_PublishAsyncGetPendingList(&pending, js) == NATS_OK) natsMsgList_Destroy(&pending);
+      jsPubOptions po;
+      jsPubOptions_Init(&po);
+      po.MaxWait = 5000;
+      js_PublishAsyncComplete(js, &po);
+    }
     if (js != nullptr) jsCtx_Destroy(js);
     if (conn != nullptr) {
       natsConnection_Close(conn);
@@ -238,6 +253,7 @@ JetStreamPublisher::BatchId JetStreamPublisher::Send(const std::vector<OutMessag
     }
     natsMsg* sent = msg;
     if (s == NATS_OK) s = js_PublishMsgAsync(st.js, &msg, &po);
+    if (s == NATS_OK) st.published = true;
     if (s != NATS_OK) {
       PublishResult r;
       r.kind = IsPermanent(s, static_cast<jsErrCode>(0)) ? PublishResult::Kind::kRejected
@@ -269,7 +285,9 @@ std::vector<PublishResult> JetStreamPublisher::Wait(BatchId id) {
     // then dropped) and fail it.
     lock.Unlock();
     natsMsgList pending{};
-    if (js_PublishAsyncGetPendingList(&pending, st.js) == NATS_OK) natsMsgList_Destroy(&pending);
+    if (st.published && js_PublishAsyncGetPendingList(&pending, st.js) == NATS_OK) {
+      natsMsgList_Destroy(&pending);
+    }
     lock.Lock();
     while (!st.in_flight.empty()) {
       PublishResult r;

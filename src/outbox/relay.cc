@@ -59,7 +59,7 @@ Status Relay::Run() {
     WaitForEnqueue();
   }
   if (conn_.has_nats()) SettleInFlight();
-  claimer_.GiveBackAhead("relay stopped");
+  GiveBackAhead("relay stopped");
   settler_.Finish();
   log_.Info("relay",
             fmt::format("{}: stopped (published {}, duplicates {}, beyond window {}, "
@@ -74,7 +74,7 @@ bool Relay::NatsUp() {
   metrics_.nats_up.store(nats_up);
   if (!nats_up) {
     SettleInFlight();
-    claimer_.GiveBackAhead("not published: nats disconnected");
+    GiveBackAhead("not published: nats disconnected");
     if (!nats_down_logged_) {
       log_.Warn("relay",
                 fmt::format("nats {} disconnected; waiting for the reconnect (the outbox keeps "
@@ -184,12 +184,20 @@ bool Relay::Publish(HeldBatch& held, BatchToPublish prepared, bool full) {
 
 bool Relay::PostgresFailed(const std::string& why, const std::string& what,
                            const Status& status) {
-  claimer_.GiveBackAhead(why);
+  GiveBackAhead(why);
   metrics_.postgres_errors.fetch_add(1);
   metrics_.postgres_up.store(conn_.db().healthy());
   SettleInFlight();
   backoff_.Failed(what, status);
   return false;
+}
+
+void Relay::GiveBackAhead(std::string_view why) {
+  const size_t rows = claimer_.GiveBackAhead();
+  if (rows > 0) {
+    log_.Info("relay", fmt::format("{}: {} rows locked ahead given back ({})", options_.relay_id,
+                                   rows, why));
+  }
 }
 
 bool Relay::SettleInFlight() {
@@ -205,7 +213,7 @@ bool Relay::Settle(InFlightBatch& batch, const std::vector<PublishResult>& resul
   // A failed batch stops the pipeline: the batch still in flight is settled too (its rows are
   // marked or given back) and rows locked ahead are given back, before the backoff.
   if (in_flight_) SettleInFlight();
-  claimer_.GiveBackAhead("not published: an earlier batch failed");
+  GiveBackAhead("not published: an earlier batch failed");
   metrics_.publish_errors.fetch_add(outcome.failed);
   backoff_.Failed("publishing " + std::to_string(outcome.failed) + " of " +
                       std::to_string(batch.messages) + " events",

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "idem/status.h"
@@ -68,6 +69,8 @@ class Relay {
   // Collects the PubAcks of the batch in flight, if any, and settles it. False if a publish
   // failed (after giving back claims and backing off).
   bool SettleInFlight();
+  // Gives back the rows locked ahead (BatchClaimer::GiveBackAhead) and logs why, if there were any.
+  void GiveBackAhead(std::string_view why);
   // Settles `batch` (BatchSettler::Settle); a failed publish stops the pipeline: the batch
   // still in flight is settled too, rows locked ahead are given back, and the relay backs
   // off. False if a publish failed.

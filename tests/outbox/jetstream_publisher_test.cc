@@ -81,5 +81,26 @@ TEST(JetStreamPublisherTest, ConnectsThroughAListWhoseFirstNodeIsDown) {
   EXPECT_EQ(results[0].kind, outbox::PublishResult::Kind::kAcked) << results[0].error;
 }
 
+// nats.c calls the ack handler on its own thread, and the handler still runs after the answer
+// it records wakes the publisher's Wait: destroying the publisher right then must wait for it
+// (TSan saw the handler signal a condition variable being destroyed). Many rounds, to hit the
+// window.
+TEST(JetStreamPublisherTest, APublisherDestroyedRightAfterItsLastAnswerOutlivesItsAckHandler) {
+  testing::NatsServer nats;
+  ASSERT_EQ(nats.Start(), "");
+  testing::JsClient js;
+  ASSERT_EQ(js.Connect(nats.Url()), "");
+  ASSERT_EQ(testing::AddStream(js.js(), "GONE", {"gone.>"}, std::chrono::seconds(60)), "");
+  for (int round = 0; round < 100; ++round) {
+    auto publisher = outbox::JetStreamPublisher::Connect(nats.Url(), std::chrono::seconds(5));
+    ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+    const auto results = (*publisher)->PublishBatch(
+        {{"gone-" + std::to_string(round), "gone.a", "payload", {}}}, 16);
+    ASSERT_EQ(results.size(), 1u);
+    ASSERT_EQ(results[0].kind, outbox::PublishResult::Kind::kAcked) << results[0].error;
+  }
+  EXPECT_EQ(js.StreamMessages("GONE"), 100u);
+}
+
 }  // namespace
 }  // namespace idem
