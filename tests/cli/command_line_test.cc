@@ -59,9 +59,24 @@ TEST_F(CommandLineTest, AnUnknownSubcommandIsExitCode2AndNamed) {
   EXPECT_EQ(none.exit_code, 2) << none.output;
 }
 
+// A misspelt flag is named, even when a required flag is missing too (CLI11 reports the missing
+// one first, and the user would chase the wrong mistake).
+TEST_F(CommandLineTest, AnUnknownFlagIsNamedBeforeAMissingRequiredOne) {
+  for (const std::string sub : {"relay", "consume", "sweep"}) {
+    auto run = RunIdem(dir_, {sub, "--bogus=x"});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("not expected: --bogus=x"), std::string::npos)
+        << sub << ": " << run.output;
+    EXPECT_EQ(run.output.find("is required"), std::string::npos) << sub << ": " << run.output;
+  }
+  auto missing = RunIdem(dir_, {"relay"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--store is required"), std::string::npos) << missing.output;
+}
+
 TEST_F(CommandLineTest, RenamedFlagsKeepWorkingWithAWarning) {
-  auto relay = RunIdem(dir_, {"relay", "--db", "postgresql://idem@127.0.0.1:5432/idem",
-                              "--stream", "S", "--retention-days=7", "--check-config"});
+  auto relay = RunIdem(dir_, {"relay", "--db", "postgresql://idem@127.0.0.1:5432/idem", "--stream",
+                              "S", "--retention-days=7", "--check-config"});
   EXPECT_EQ(relay.exit_code, 0) << relay.output;
   EXPECT_NE(relay.output.find("--db is deprecated; use --store"), std::string::npos)
       << relay.output;
@@ -69,8 +84,8 @@ TEST_F(CommandLineTest, RenamedFlagsKeepWorkingWithAWarning) {
             std::string::npos)
       << relay.output;
 
-  auto sweep = RunIdem(dir_, {"sweep", "--db", "postgresql://idem@127.0.0.1:5432/idem",
-                              "--check-config"});
+  auto sweep =
+      RunIdem(dir_, {"sweep", "--db", "postgresql://idem@127.0.0.1:5432/idem", "--check-config"});
   EXPECT_EQ(sweep.exit_code, 0) << sweep.output;
   EXPECT_NE(sweep.output.find("--db is deprecated"), std::string::npos) << sweep.output;
 
@@ -89,8 +104,8 @@ TEST_F(CommandLineTest, TheDaemonsShareTheirNamesAndDefaults) {
   }
   for (const std::string daemon : {"relay", "consume"}) {
     auto help = RunIdem(dir_, {daemon, "--help"});
-    EXPECT_NE(help.output.find("=nats://127.0.0.1:4222"), std::string::npos)
-        << daemon << ":\n" << help.output;
+    EXPECT_NE(help.output.find("=nats://127.0.0.1:4222"), std::string::npos) << daemon << ":\n"
+                                                                             << help.output;
   }
   auto relay = RunIdem(dir_, {"relay", "--help"});
   EXPECT_NE(relay.output.find("--duplicate-window TEXT=10m"), std::string::npos) << relay.output;

@@ -1,7 +1,6 @@
 // idem: the command-line entry point. Each subcommand lives in its own file; this one only
 // parses arguments and dispatches.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -66,6 +65,17 @@ int main(int argc, char** argv) {
   // on standard error; --help and --version are not errors.
   try {
     app.parse(args);
+  } catch (const CLI::RequiredError& e) {
+    // CLI11 checks for missing flags before unknown ones; a misspelt flag is the likelier
+    // mistake (`--stor=...`), and its name is what the user needs to see.
+    for (const CLI::App* sub : app.get_subcommands()) {
+      if (std::vector<std::string> extra = sub->remaining(); !extra.empty()) {
+        app.exit(CLI::ExtrasError(sub->get_name(), extra));
+        return 2;
+      }
+    }
+    app.exit(e);
+    return 2;
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
