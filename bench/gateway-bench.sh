@@ -413,8 +413,8 @@ start_nginx() {
 echo "gateway-bench: $(nproc) cores, shared by wrk, the proxy and the upstream;" \
   "$DURATION per run after a 1 s warm-up; $CONNECTIONS connections for throughput," \
   "$LATENCY_CONNECTIONS for latency; wrk $WRK_THREADS thread(s), nginx $NGINX_WORKERS" \
-  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s)" \
-  "${PROXY_CPUS:+, proxies pinned to CPU(s) $PROXY_CPUS}" >&2
+  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s)${PROXY_CPUS:+;\
+ proxies pinned to CPU(s) $PROXY_CPUS}" >&2
 
 "$work/bin/example_service" 127.0.0.1:0 >"$work/service.log" 2>&1 &
 service_pid=$!
