@@ -33,7 +33,9 @@
 # SQLite) store threads (the memory store answers inline on the event loop; the SQLite store's
 # calls run on the store threads, work nginx does not do at all: one reads and queues writes
 # while the other commits a batch of them). One event loop against one worker keeps the
-# comparison fair on a small machine. wrk runs WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
+# comparison fair on a small machine. IDEM_THREADS=default passes no --threads, so the gateway
+# picks its default (one event loop per CPU it may run on). PROXY_CPUS (e.g. "0" or "0,1") pins
+# nginx and the gateway to those CPUs with taskset; wrk and the upstream stay unpinned. wrk runs WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
 # proxy and the upstream share this machine's cores, so a proxy that burns more CPU also leaves
 # less to the others. The gateway logs one line per request (to a file in the temp dir); nginx's
 # access log is off unless NGINX_ACCESS_LOG=1.
@@ -86,6 +88,11 @@ NGINX_WORKERS=${NGINX_WORKERS:-1}
 NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
 IDEM_THREADS=${IDEM_THREADS:-1}
 IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-2}
+PROXY_CPUS=${PROXY_CPUS:-}
+proxy_pin=()
+[[ -z $PROXY_CPUS ]] || proxy_pin=(taskset -c "$PROXY_CPUS")
+idem_threads=(--threads "$IDEM_THREADS")
+[[ $IDEM_THREADS != default ]] || idem_threads=()
 IDEM_NET_STORE_THREADS=${IDEM_NET_STORE_THREADS:-8}
 STORES=${STORES:-memory sqlite sqlite-full redis postgresql}
 SYSCALLS=${SYSCALLS:-1}
@@ -353,9 +360,9 @@ start_gateway() {
   fi
   log="$work/gateway-$gateways.log"
   LD_PRELOAD=${GATEWAY_PRELOAD:-} IDEM_ALLOC_COUNT_FILE="$work/allocs-count" \
-    "$work/bin/idem" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    "${proxy_pin[@]}" "$work/bin/idem" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --upstream "http://$service" --store "$store" \
-    --threads "$IDEM_THREADS" --store-threads "$store_threads" >"$log" 2>&1 &
+    "${idem_threads[@]}" --store-threads "$store_threads" >"$log" 2>&1 &
   gateway_pid=$!
   pids+=("$gateway_pid")
   gateway=$(address_after "$log" "gateway on" "$gateway_pid")
@@ -386,7 +393,7 @@ start_nginx() {
       -e "s|@WORKERS@|$NGINX_WORKERS|" -e "s|@ACCESS_LOG@|$access_log|" \
       -e "s|@LISTEN@|127.0.0.1:$port|" -e "s|@UPSTREAM@|$service|" \
       bench/gateway/nginx.conf.in >"$dir/nginx.conf"
-    "$NGINX" -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >"$dir/nginx.out" 2>&1 &
+    "${proxy_pin[@]}" "$NGINX" -c "$dir/nginx.conf" -p "$dir" -e "$dir/nginx-error.log" >"$dir/nginx.out" 2>&1 &
     nginx_pid=$!
     pids+=("$nginx_pid")
     for _ in $(seq 1 250); do
@@ -406,7 +413,8 @@ start_nginx() {
 echo "gateway-bench: $(nproc) cores, shared by wrk, the proxy and the upstream;" \
   "$DURATION per run after a 1 s warm-up; $CONNECTIONS connections for throughput," \
   "$LATENCY_CONNECTIONS for latency; wrk $WRK_THREADS thread(s), nginx $NGINX_WORKERS" \
-  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s)" >&2
+  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s)${PROXY_CPUS:+;\
+ proxies pinned to CPU(s) $PROXY_CPUS}" >&2
 
 "$work/bin/example_service" 127.0.0.1:0 >"$work/service.log" 2>&1 &
 service_pid=$!
@@ -493,16 +501,18 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" '
     if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
   END {
     nginx_rps = rps["nginx throughput"]; direct_p99 = p99["direct latency"]
-    printf "%-23s %9s %7s %7s %8s %12s %11s %8s %8s\n", "case", "req/s", "p50 ms", "p99 ms",
-      "x nginx", "p99 +ms over", "p99 loaded", "non-2xx", "socket"
-    printf "%-23s %9s %7s %7s %8s %12s %11s %8s %8s\n", "", "", "", "", "req/s", "direct",
-      "ms", "(>=400)", "errors"
+    direct_p50 = p50["direct latency"]
+    printf "%-23s %9s %7s %7s %8s %12s %12s %11s %8s %8s\n", "case", "req/s", "p50 ms",
+      "p99 ms", "x nginx", "p50 +ms over", "p99 +ms over", "p99 loaded", "non-2xx", "socket"
+    printf "%-23s %9s %7s %7s %8s %12s %12s %11s %8s %8s\n", "", "", "", "", "req/s", "direct",
+      "direct", "ms", "(>=400)", "errors"
     for (i = 1; i <= n; i++) {
       c = order[i]
+      added50 = c == "direct" ? "-" : sprintf("%+.3f", p50[c " latency"] - direct_p50)
       added = c == "direct" ? "-" : sprintf("%+.3f", p99[c " latency"] - direct_p99)
-      printf "%-23s %9.0f %7.3f %7.3f %8.2f %12s %11.3f %8d %8d%s\n", c, rps[c " throughput"],
-        p50[c " latency"], p99[c " latency"], rps[c " throughput"] / nginx_rps, added,
-        p99[c " throughput"], non2xx[c], sock[c], (c in problems) ? "  FAILED" : ""
+      printf "%-23s %9.0f %7.3f %7.3f %8.2f %12s %12s %11.3f %8d %8d%s\n", c,
+        rps[c " throughput"], p50[c " latency"], p99[c " latency"], rps[c " throughput"] / nginx_rps,
+        added50, added, p99[c " throughput"], non2xx[c], sock[c], (c in problems) ? "  FAILED" : ""
     }
     print ""
     print "req/s: " conns " connections; p50/p99: " latency_conns " connection(s), one request at" \

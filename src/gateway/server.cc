@@ -13,7 +13,6 @@
 #include <iostream>
 #include <memory_resource>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "core/text.h"
@@ -21,6 +20,7 @@
 #include "gateway/admin.h"
 #include "gateway/client_connections.h"
 #include "gateway/clock_offset_file.h"
+#include "gateway/event_loops.h"
 #include "gateway/maintenance.h"
 #include "gateway/problem.h"
 #include "gateway/proxy.h"
@@ -39,12 +39,12 @@ using namespace idem::gateway;
 
 class Server {
  public:
-  Server(const GatewayOptions& options, asio::io_context& io, Services& services)
+  Server(const GatewayOptions& options, EventLoops& loops, Services& services)
       : options_(options),
         max_connections_(options.max_connections > 0 ? options.max_connections
                                                      : DefaultMaxConnections()),
         client_connections_(PerClientLimit(options, max_connections_)),
-        io_(io),
+        loops_(loops),
         services_(services),
         admin_routes_(AdminRoutesFor(services)) {
     client_limits_.max_header_bytes = options.max_header_bytes;
@@ -68,7 +68,7 @@ class Server {
     if (!endpoint.ok()) return endpoint.status();
     // Each acceptor lives on a strand of its own: the accept loop and BeginShutdown's close
     // (which runs on whichever thread took the signal) must never touch it at once.
-    auto acceptor = std::make_unique<tcp::acceptor>(asio::make_strand(io_));
+    auto acceptor = std::make_unique<tcp::acceptor>(asio::make_strand(loops_.first()));
     boost::system::error_code ec;
     acceptor->open(endpoint->protocol(), ec);
     if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
@@ -96,7 +96,7 @@ class Server {
         a->close(ignored);
       });
     }
-    asio::co_spawn(io_, Drain(), asio::detached);
+    asio::co_spawn(loops_.first(), Drain(), asio::detached);
   }
 
  private:
@@ -115,7 +115,8 @@ class Server {
     asio::steady_timer pause(acceptor.get_executor());
     for (;;) {
       boost::system::error_code ec;
-      auto strand = asio::make_strand(io_);  // named: see the g++ 12 note in docs
+      // The connection's loop, for good (event_loops.h).
+      auto strand = asio::make_strand(loops_.Next());  // named: see the g++ 12 note in docs
       tcp::socket socket =
           co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
@@ -289,7 +290,7 @@ class Server {
 
  private:
   Task<void> Drain() {
-    asio::steady_timer timer(io_);
+    asio::steady_timer timer(loops_.first());
     const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_grace;
     // Completions and releases still retried after their responses count as in progress.
     auto busy = [this] { return active_.load() + services_.metrics.store_writes_retrying(); };
@@ -304,7 +305,7 @@ class Server {
                                          " request(s) still in progress after the grace period");
     }
     LogLostCompletions(services_);
-    io_.stop();
+    loops_.Stop();
   }
 
   const GatewayOptions& options_;
@@ -315,7 +316,7 @@ class Server {
   static constexpr int kMaxRefusing = 64;  // refusals being answered at once
   std::atomic<int> refusing_{0};
   DescriptorReserve reserve_;
-  asio::io_context& io_;
+  EventLoops& loops_;
   Services& services_;
   const admin::AdminRoutes admin_routes_;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;
@@ -326,20 +327,6 @@ class Server {
  public:
   int abandoned() const { return abandoned_.load(); }
   const std::atomic<bool>& draining() const { return draining_; }
-};
-
-// The gateway's io_context. When the grace period ends with requests still running, their
-// coroutine frames are left queued on it; asio destroys such handlers in the io_context's
-// destructor, and a frame's locals (a pooled upstream connection, a store timer, a request
-// counter) then refer to the server, the upstream pool and the metrics. DestroyAbandonedWork
-// destroys them earlier, while all of those still exist.
-class GatewayIoContext : public asio::io_context {
- public:
-  using asio::io_context::io_context;
-  // Destroys every handler still queued or waiting on an I/O object. Only after run() has
-  // returned on every thread and no other thread can post to it any more; the io_context's
-  // destructor later finds nothing left to destroy.
-  void DestroyAbandonedWork() { shutdown(); }
 };
 
 std::string EndpointText(const tcp::endpoint& endpoint) {
@@ -353,7 +340,7 @@ struct Parts {
   Store& store;
   UpstreamPool& upstream;
   KeyWaiters& waiters;
-  GatewayIoContext& io;
+  EventLoops& loops;
   ClockOffsetFile* clock_offset;  // may be null
   Metrics& metrics;
   PendingCompletions& pending;
@@ -374,7 +361,7 @@ std::optional<int> Serve(const Parts& p) {
   std::optional<StoreExecutor> executor(std::in_place, p.store,
                                         StoreExecutor::Options{store_threads, 4096});
   Services services{options, *executor, p.upstream, p.metrics, p.log, p.waiters, p.pending};
-  Server server(options, p.io, services);
+  Server server(options, p.loops, services);
   tcp::endpoint bound, admin_bound;
   if (Status s = server.Listen(options.listen, false, &bound); !s.ok()) {
     p.log.Error("listen", s.ToString());
@@ -388,13 +375,14 @@ std::optional<int> Serve(const Parts& p) {
     }
     admin_text = "admin on " + EndpointText(admin_bound);
   }
-  asio::co_spawn(p.io, SweepExpiredRecords(services, server.draining()), asio::detached);
-  asio::co_spawn(p.io, FlushRequestLog(p.log), asio::detached);
-  asio::co_spawn(p.io, WatchStoreDegradation(services, server.draining()), asio::detached);
+  asio::io_context& first = p.loops.first();
+  asio::co_spawn(first, SweepExpiredRecords(services, server.draining()), asio::detached);
+  asio::co_spawn(first, FlushRequestLog(p.log), asio::detached);
+  asio::co_spawn(first, WatchStoreDegradation(services, server.draining()), asio::detached);
   if (p.clock_offset) {
-    asio::co_spawn(p.io, FollowClockOffsetFile(*p.clock_offset, p.log), asio::detached);
+    asio::co_spawn(first, FollowClockOffsetFile(*p.clock_offset, p.log), asio::detached);
   }
-  asio::signal_set signals(p.io, SIGINT, SIGTERM);
+  asio::signal_set signals(first, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     p.log.Info("signal", std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") + " received");
@@ -410,16 +398,13 @@ std::optional<int> Serve(const Parts& p) {
                                    ? " (" + std::to_string(server.max_connections_per_client()) +
                                          " per client address)"
                                    : " (no per-address limit)"));
-  std::vector<std::thread> threads;
-  for (int i = 1; i < options.threads; ++i) threads.emplace_back([&] { p.io.run(); });
-  p.io.run();
-  for (auto& t : threads) t.join();
+  p.loops.Run();
   const int abandoned = server.abandoned();
   // Store calls still running finish (a completion is never cut off halfway) and post their
   // results; then the requests the grace period cut off are destroyed, before the server, the
   // upstream pool and the metrics their frames refer to.
   executor.reset();
-  p.io.DestroyAbandonedWork();
+  p.loops.DestroyAbandonedWork();
   return abandoned;
 }
 
@@ -443,7 +428,10 @@ int RunGateway(const GatewayOptions& given) {
   if (!store) return 2;
   // Before the io_context: a request frame it still holds when it goes leaves its wait slot.
   KeyWaiters waiters(options.max_waiters);
-  GatewayIoContext io(options.threads);
+  // When the grace period ends with requests still running, their coroutine frames are left
+  // queued on the loops; Serve destroys them (DestroyAbandonedWork) while the server, the
+  // upstream pool and the metrics their locals refer to still exist.
+  EventLoops loops(options.threads);
   // Settles by other gateways sharing the store (Redis pub/sub, PostgreSQL LISTEN) wake this
   // gateway's waiters: with the response, when the notice carried it (they replay it without a
   // store call), else one of them reads the record for all. After the io_context (a wake-up is
@@ -455,7 +443,7 @@ int RunGateway(const GatewayOptions& given) {
                           "): a request waiting for a key another gateway runs looks again "
                           "every second instead of waking at once");
   }
-  auto upstream = UpstreamPool::Create(io.get_executor(), options.upstream,
+  auto upstream = UpstreamPool::Create(loops.first().get_executor(), options.upstream,
                                        UpstreamOptionsOf(options));
   if (!upstream.ok()) {
     log.Error("upstream", upstream.status().ToString());
@@ -466,7 +454,7 @@ int RunGateway(const GatewayOptions& given) {
   // outlives the abandoned work that Serve destroys.
   PendingCompletions pending(options.max_pending_completions);
   const std::optional<int> abandoned = Serve(
-      {options, log, *store, **upstream, waiters, io, clock_offset.get(), metrics, pending});
+      {options, log, *store, **upstream, waiters, loops, clock_offset.get(), metrics, pending});
   if (!abandoned) return 2;
   log.Flush();
   if (*abandoned == 0) {

@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <tuple>
 
@@ -19,26 +20,29 @@ Result<std::unique_ptr<UpstreamPool>> UpstreamPool::Create(asio::any_io_executor
                                                           UpstreamOptions options) {
   auto service = admin::ResolveHttpService(executor, url);
   if (!service.ok()) return service.status().WithContext("upstream");
-  return std::unique_ptr<UpstreamPool>(new UpstreamPool(
-      executor, std::move(service->endpoints), std::move(service->authority), options));
+  return std::unique_ptr<UpstreamPool>(
+      new UpstreamPool(std::move(service->endpoints), std::move(service->authority), options));
 }
 
-UpstreamPool::UpstreamPool(asio::any_io_executor executor, tcp::resolver::results_type endpoints,
-                           std::string authority, UpstreamOptions options)
-    : executor_(std::move(executor)),
-      endpoints_(std::move(endpoints)),
+UpstreamPool::UpstreamPool(tcp::resolver::results_type endpoints, std::string authority,
+                           UpstreamOptions options)
+    : endpoints_(std::move(endpoints)),
       authority_(std::move(authority)),
       options_(options) {}
 
-std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle() {
+std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle(
+    const asio::execution_context* loop) {
   const auto now = std::chrono::steady_clock::now();
   for (;;) {
     std::unique_ptr<Connection> c;
     {
       MutexLock lock(mu_);
-      if (idle_.empty()) return nullptr;
-      c = std::move(idle_.back());
-      idle_.pop_back();
+      // The most recently used connection of this loop.
+      auto found = std::find_if(idle_.rbegin(), idle_.rend(),
+                                [loop](const auto& idle) { return idle->loop == loop; });
+      if (found == idle_.rend()) return nullptr;
+      c = std::move(*found);
+      idle_.erase(std::next(found).base());
     }
     if (now - c->idle_since > options_.idle_timeout) continue;  // the upstream may close it
     // A closed or misbehaving connection is readable: EOF, a reset, or bytes nobody asked for.
@@ -64,10 +68,13 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
   request.keep_alive(true);
   request.prepare_payload();
 
-  std::unique_ptr<Connection> c = TakeIdle();
+  // The coroutine's event loop: the connection's socket belongs to it.
+  asio::any_io_executor executor = co_await asio::this_coro::executor;
+  const asio::execution_context* loop = &asio::query(executor, asio::execution::context);
+  std::unique_ptr<Connection> c = TakeIdle(loop);
   boost::system::error_code ec;
   if (!c) {
-    c = std::make_unique<Connection>(executor_);
+    c = std::make_unique<Connection>(std::move(executor), loop);
     c->stream.expires_after(options_.connect_timeout);
     co_await c->stream.async_connect(endpoints_, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {

@@ -1,7 +1,9 @@
 // UpstreamPool: HTTP/1.1 exchanges with the one upstream service, over a pool of keep-alive
 // connections, with a timeout on connect and on the whole exchange.
 //
-// Thread safety: Exchange may be called from many coroutines on many threads at once.
+// Thread safety: Exchange may be called from many coroutines on many threads at once. A
+// connection serves only exchanges on the event loop (io_context) it was opened on: the
+// coroutine's, so its reads and writes complete on the thread that runs that coroutine.
 #pragma once
 
 #include <chrono>
@@ -26,7 +28,7 @@ struct UpstreamOptions {
 
 class UpstreamPool final : public Upstream {
  public:
-  // `url` is http://HOST:PORT; HOST is resolved once, here.
+  // `url` is http://HOST:PORT; HOST is resolved once, here, on `executor`.
   static Result<std::unique_ptr<UpstreamPool>> Create(asio::any_io_executor executor,
                                                       std::string_view url,
                                                       UpstreamOptions options);
@@ -42,21 +44,22 @@ class UpstreamPool final : public Upstream {
 
  private:
   struct Connection {
-    explicit Connection(asio::any_io_executor ex) : stream(ex) {}
+    Connection(asio::any_io_executor ex, const asio::execution_context* loop)
+        : stream(std::move(ex)), loop(loop) {}
     beast::tcp_stream stream;
+    const asio::execution_context* loop;  // the event loop its socket belongs to
     beast::flat_buffer buffer;
     std::string write_scratch;  // WriteMessage's header buffer, reused by every request
     std::chrono::steady_clock::time_point idle_since;
   };
 
-  UpstreamPool(asio::any_io_executor executor, tcp::resolver::results_type endpoints,
-               std::string authority, UpstreamOptions options);
+  UpstreamPool(tcp::resolver::results_type endpoints, std::string authority,
+               UpstreamOptions options);
 
-  // An idle connection that still looks alive, or null.
-  std::unique_ptr<Connection> TakeIdle() IDEM_EXCLUDES(mu_);
+  // An idle connection on `loop` that still looks alive, or null.
+  std::unique_ptr<Connection> TakeIdle(const asio::execution_context* loop) IDEM_EXCLUDES(mu_);
   void PutIdle(std::unique_ptr<Connection> connection) IDEM_EXCLUDES(mu_);
 
-  asio::any_io_executor executor_;
   tcp::resolver::results_type endpoints_;
   std::string authority_;
   UpstreamOptions options_;

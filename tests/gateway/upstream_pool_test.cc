@@ -1,0 +1,81 @@
+// UpstreamPool against a real upstream socket (RawUpstream): which pooled connection an exchange
+// uses, and messages too large for one send.
+#include "gateway/upstream_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "util/raw_upstream.h"
+#include "util/run_io_until.h"
+
+namespace idem::gateway {
+namespace {
+
+using idem::testing::RawUpstream;
+using idem::testing::RunIoUntil;
+
+// One POST with `body` through `pool`, run on `io` (on a strand, as the gateway's sessions are).
+UpstreamResult ExchangeOn(asio::io_context& io, UpstreamPool& pool, std::string body,
+                          std::chrono::seconds limit = std::chrono::seconds(5)) {
+  std::optional<UpstreamResult> result;
+  auto exchange = [&]() -> Task<void> {
+    Request request{http::verb::post, "/v1/orders", 11};
+    request.body() = std::move(body);
+    result = co_await pool.Exchange(request, std::chrono::seconds(5));
+  };
+  asio::co_spawn(asio::make_strand(io), exchange(), asio::detached);
+  EXPECT_TRUE(RunIoUntil(io, [&] { return result.has_value(); }, limit));
+  return result ? std::move(*result) : UpstreamResult{};
+}
+
+TEST(UpstreamPoolTest, ReusesAConnectionOnlyOnTheEventLoopItWasOpenedOn) {
+  RawUpstream upstream;
+  asio::io_context first, second;
+  auto pool = UpstreamPool::Create(first.get_executor(), "http://" + upstream.address(), {});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+
+  for (asio::io_context* loop : {&first, &first, &second, &second, &first}) {
+    UpstreamResult r = ExchangeOn(*loop, **pool, "x");
+    ASSERT_EQ(r.failure, UpstreamResult::Failure::kNone) << r.detail;
+    EXPECT_EQ(r.response.result_int(), 201u);
+  }
+  const auto requests = upstream.requests();
+  ASSERT_EQ(requests.size(), 5u);
+  // A connection's socket completes on the loop it was opened on: an exchange on another loop
+  // opens one of its own rather than have its completions run on a thread not its own.
+  EXPECT_EQ(requests[0].connection, requests[1].connection);
+  EXPECT_NE(requests[2].connection, requests[0].connection);
+  EXPECT_EQ(requests[3].connection, requests[2].connection);
+  EXPECT_EQ(requests[4].connection, requests[0].connection);
+}
+
+TEST(UpstreamPoolTest, SendsABodyLargerThanTheSocketTakesAtOnce) {
+  RawUpstream upstream;
+  asio::io_context io;
+  auto pool = UpstreamPool::Create(io.get_executor(), "http://" + upstream.address(), {});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  // Beyond what one send to loopback takes: the first sendmsg takes part, async_write the rest.
+  // RawUpstream parses slowly (it parses what it holds again on each read): a long limit.
+  const std::string body(8 << 20, 'b');
+  for (int i = 0; i < 2; ++i) {
+    UpstreamResult r = ExchangeOn(io, **pool, body, std::chrono::seconds(30));
+    ASSERT_EQ(r.failure, UpstreamResult::Failure::kNone) << r.detail;
+    EXPECT_EQ(r.response.body(), "got " + std::to_string(body.size()) + " bytes");
+  }
+  const auto requests = upstream.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].body, body);
+  EXPECT_EQ(requests[1].body, body);
+  EXPECT_EQ(upstream.parse_errors(), 0);
+}
+
+}  // namespace
+}  // namespace idem::gateway
