@@ -153,7 +153,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
     co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough, res);
     co_return std::move(res);
   }
-  if (!admission.scope.key.empty()) trace.key_digest = admission.scope.Digest();
+  if (!admission.scope.key.empty()) trace.key_digest = internal::ScopeDigest(admission.scope);
   if (admission.kind == flow::Admission::Kind::kRefused) {
     res = AnswerRefusal(s, request, trace, admission.refusal);
     co_return std::move(res);
