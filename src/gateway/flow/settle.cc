@@ -28,15 +28,8 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
     // Keep trying after the response, while the lease lasts (completion_retry.h).
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
-                       {StoreWrite::kRelease,
-                        scope,
-                        token,
-                        {},
-                        Duration(0),
-                        trace.key_digest.str(),
-                        Fingerprint{},
-                        trace.arrival(),
-                        route.lease,
+                       {StoreWrite::kRelease, scope, token, {}, Duration(0),
+                        trace.key_digest.str(), Fingerprint{}, trace.arrival(), route.lease,
                         released.status()});
   }
 }
