@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/scope_digest.h"
 #include "core/text.h"
 
 namespace idem {
@@ -135,14 +136,22 @@ Result<std::string> Sha256Hex(std::string_view data) { return Sha256HexOf({data}
 
 Result<std::string> Sha256HexOf(std::initializer_list<std::string_view> parts,
                                 size_t hex_chars) {
-  Hasher hasher;
-  for (std::string_view part : parts) hasher.Update(part);
-  auto bytes = hasher.Finish();
+  auto bytes = internal::Sha256Of(parts);
   if (!bytes.ok()) return bytes.status();
   const size_t n = std::min<size_t>(hex_chars, 2 * bytes->size());
   std::string hex = internal::ToHex(bytes->data(), (n + 1) / 2);
   hex.resize(n);
   return hex;
 }
+
+namespace internal {
+
+Result<Fingerprint::Bytes> Sha256Of(std::initializer_list<std::string_view> parts) {
+  Hasher hasher;
+  for (std::string_view part : parts) hasher.Update(part);
+  return hasher.Finish();
+}
+
+}  // namespace internal
 
 }  // namespace idem

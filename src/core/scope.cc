@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "core/scope_digest.h"
+#include "core/text.h"
 #include "idem/fingerprint.h"
 
 namespace idem {
@@ -55,11 +57,26 @@ std::string Scope::Encoded() const {
   return encoded;
 }
 
-std::string Scope::Digest() const {
+std::string Scope::Digest() const { return internal::ScopeDigest(*this).str(); }
+
+namespace internal {
+
+ScopeDigest::ScopeDigest(const Scope& scope) {
   using namespace std::string_view_literals;
-  // The digest of Encoded(), without building it.
-  auto hex = Sha256HexOf({tenant, "\0"sv, client, "\0"sv, key}, 16);
-  return hex.ok() ? std::move(*hex) : std::string("digest-unavailable");
+  // The digest of Encoded(), without building it: the first 8 bytes, in hex.
+  auto bytes = Sha256Of({scope.tenant, "\0"sv, scope.client, "\0"sv, scope.key});
+  if (!bytes.ok()) {
+    constexpr std::string_view kUnavailable = "digest-unavailable";
+    static_assert(kUnavailable.size() <= sizeof text_);
+    kUnavailable.copy(text_.data(), kUnavailable.size());
+    size_ = static_cast<uint8_t>(kUnavailable.size());
+    return;
+  }
+  constexpr size_t kChars = 16;
+  ToHexInto(bytes->data(), kChars / 2, text_.data());
+  size_ = kChars;
 }
+
+}  // namespace internal
 
 }  // namespace idem

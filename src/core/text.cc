@@ -62,13 +62,17 @@ std::optional<std::string> PercentDecode(std::string_view text, PercentForm form
 }
 
 std::string ToHex(const uint8_t* data, size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out(2 * n, '0');
+  ToHexInto(data, n, out.data());
+  return out;
+}
+
+void ToHexInto(const uint8_t* data, size_t n, char* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
   for (size_t i = 0; i < n; ++i) {
     out[2 * i] = kHex[data[i] >> 4];
     out[2 * i + 1] = kHex[data[i] & 0x0f];
   }
-  return out;
 }
 
 Result<int64_t> ParseIntInRange(std::string_view what, std::string_view text, int64_t min,

@@ -42,6 +42,8 @@ std::optional<std::string> PercentDecode(std::string_view text, PercentForm form
 
 // Lower-case hex of `n` bytes.
 std::string ToHex(const uint8_t* data, size_t n);
+// The same into `out`, which must have room for 2 * n characters.
+void ToHexInto(const uint8_t* data, size_t n, char* out);
 
 // Standard base64 (RFC 4648 section 4, with padding) decoded; kInvalidArgument saying what is
 // wrong when `text` is not that ("base64 text has 5 characters, not a multiple of 4").

@@ -41,13 +41,13 @@ void KeyWaiters::Wake(const std::shared_ptr<State>& state,
   });
 }
 
-void KeyWaiters::Notify(const std::string& scope_digest) {
+void KeyWaiters::Notify(std::string_view scope_digest) {
   MutexLock lock(mu_);
   auto [begin, end] = waiting_.equal_range(scope_digest);
   for (auto it = begin; it != end; ++it) Wake(it->second, nullptr);
 }
 
-void KeyWaiters::NotifyOne(const std::string& scope_digest) {
+void KeyWaiters::NotifyOne(std::string_view scope_digest) {
   MutexLock lock(mu_);
   auto it = waiting_.find(scope_digest);
   if (it != waiting_.end()) Wake(it->second, nullptr, /*lead=*/true);
@@ -61,7 +61,7 @@ void KeyWaiters::NotifyOthers(const Slot& slot) {
   }
 }
 
-void KeyWaiters::NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
+void KeyWaiters::NotifyCompleted(std::string_view scope_digest, const StoredResponse& response,
                                  const Fingerprint& fingerprint) {
   MutexLock lock(mu_);
   auto [begin, end] = waiting_.equal_range(scope_digest);
@@ -71,11 +71,10 @@ void KeyWaiters::NotifyCompleted(const std::string& scope_digest, const StoredRe
 }
 
 void KeyWaiters::NotifySettled(const internal::SettleNotice& notice) {
-  const std::string digest(notice.scope_digest);
   if (notice.response != nullptr && notice.fingerprint != nullptr) {
-    NotifyCompleted(digest, *notice.response, *notice.fingerprint);
+    NotifyCompleted(notice.scope_digest, *notice.response, *notice.fingerprint);
   } else {
-    NotifyOne(digest);
+    NotifyOne(notice.scope_digest);
   }
 }
 

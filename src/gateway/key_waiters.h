@@ -21,18 +21,18 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/steady_timer.hpp>
-
+#include "core/mutex.h"
 #include "gateway/http.h"
 #include "idem/fingerprint.h"
-#include "core/mutex.h"
 #include "idem/record.h"
 #include "store/store_execution.h"
 
@@ -60,19 +60,19 @@ class KeyWaiters {
   };
 
   // Wakes every request waiting for `scope_digest`: its attempt was released.
-  void Notify(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
+  void Notify(std::string_view scope_digest) IDEM_EXCLUDES(mu_);
   // Wakes one request waiting for `scope_digest` (if any) as the key's reader
   // (Slot::TakeLead): another gateway settled the key. The reader reads the record for all of
   // them and then wakes the others itself, with NotifyCompleted (it found the response: the
   // others replay it without a store call of their own) or NotifyOthers (anything else: each
   // asks the store). So a settle notice costs one read per key, not one per waiter.
-  void NotifyOne(const std::string& scope_digest) IDEM_EXCLUDES(mu_);
+  void NotifyOne(std::string_view scope_digest) IDEM_EXCLUDES(mu_);
   // Notify, except for `slot` itself.
   void NotifyOthers(const Slot& slot) IDEM_EXCLUDES(mu_);
   // Wakes them because the key was completed with `response` for a request with `fingerprint`:
   // by this gateway (its Complete answered kOk), or by another whose settle notice carried the
   // response. The response is copied once, and only if someone waits.
-  void NotifyCompleted(const std::string& scope_digest, const StoredResponse& response,
+  void NotifyCompleted(std::string_view scope_digest, const StoredResponse& response,
                        const Fingerprint& fingerprint) IDEM_EXCLUDES(mu_);
   // Wakes them for a settle notice from the store (its SubscribeSettled hook: the key was
   // settled, maybe by another gateway): NotifyCompleted when the notice carried the response,
@@ -87,6 +87,13 @@ class KeyWaiters {
 
  private:
   struct State;
+  // Looks digests up as std::string_view, without building a std::string.
+  struct DigestHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view digest) const {
+      return std::hash<std::string_view>{}(digest);
+    }
+  };
   void Leave(const std::string& scope_digest, const State* state) IDEM_EXCLUDES(mu_);
   static void Wake(const std::shared_ptr<State>& state,
                    std::shared_ptr<const Completed> completed, bool lead = false);
@@ -94,7 +101,8 @@ class KeyWaiters {
   const size_t max_waiters_;
   std::atomic<bool> shutting_down_{false};
   mutable Mutex mu_;
-  std::unordered_multimap<std::string, std::shared_ptr<State>> waiting_ IDEM_GUARDED_BY(mu_);
+  std::unordered_multimap<std::string, std::shared_ptr<State>, DigestHash, std::equal_to<>> waiting_
+      IDEM_GUARDED_BY(mu_);
 };
 
 class KeyWaiters::Slot {

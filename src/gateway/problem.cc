@@ -2,6 +2,8 @@
 
 #include <array>
 #include <nlohmann/json.hpp>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "gateway/services.h"
@@ -218,10 +220,14 @@ const Answer& ProblemFor(const Status& status) {
   return kStoreUnavailable;
 }
 
+const Answer& ProblemForReplay(const StoredResponse& response) {
+  constexpr size_t kReplayRow = 2;  // kBegins has a row per BeginOutcome alternative, in order
+  static_assert(std::is_same_v<std::variant_alternative_t<kReplayRow, BeginOutcome>, Replay>);
+  return kBegins[IsNotStored(response) ? std::variant_size_v<BeginOutcome> : kReplayRow].answer;
+}
+
 const Answer& ProblemFor(const BeginOutcome& outcome) {
-  if (const auto* replay = std::get_if<Replay>(&outcome); replay && IsNotStored(replay->response)) {
-    return kBegins[std::variant_size_v<BeginOutcome>].answer;
-  }
+  if (const auto* replay = std::get_if<Replay>(&outcome)) return ProblemForReplay(replay->response);
   if (const auto* in_flight = std::get_if<InFlight>(&outcome); in_flight && in_flight->accepted) {
     return kBegins[std::variant_size_v<BeginOutcome> + 1].answer;
   }

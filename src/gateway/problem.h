@@ -101,6 +101,8 @@ const Answer& ProblemFor(const Status& status);
 // of an accepted long-running operation (its 202 is replayed) are not problems (their `problem`
 // is nullopt).
 const Answer& ProblemFor(const BeginOutcome& outcome);
+// The same for a Replay of `response`.
+const Answer& ProblemForReplay(const StoredResponse& response);
 
 // Every other cause of an answer the gateway makes itself.
 enum class Cause {

@@ -110,6 +110,20 @@ Task<void> ExecuteClaimed(Services& s, Request& request, const flow::Admission& 
   res = std::move(forwarded.response);
 }
 
+// Answers an admitted request whose key the store replays without a copy (flow::ReplayAtOnce)
+// into `res`, as HandleAdmitted would answer it, and returns true; false: nothing done.
+bool AnswerReplayAtOnce(Services& s, const Request& request, const flow::Admission& admission,
+                        flow::Trace& trace, Response& res) {
+  const std::shared_ptr<const StoredResponse> replayed =
+      flow::ReplayAtOnce(s, admission.scope, admission.fingerprint);
+  if (!replayed) return false;
+  flow::ClaimVerdict verdict = flow::ReplayVerdict(*replayed, request);
+  trace.detail = verdict.detail;
+  trace.Finish(*verdict.answer, verdict.response);
+  res = std::move(verdict.response);
+  return true;
+}
+
 // An admitted request: claim (and wait), then answer at once, forward without a claim
 // (fail_open), or execute.
 Task<void> HandleAdmitted(Services& s, Request& request, const flow::Admission& admission,
@@ -153,11 +167,12 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
     co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough, res);
     co_return std::move(res);
   }
-  if (!admission.scope.key.empty()) trace.key_digest = admission.scope.Digest();
+  if (!admission.scope.key.empty()) trace.key_digest = internal::ScopeDigest(admission.scope);
   if (admission.kind == flow::Admission::Kind::kRefused) {
     res = AnswerRefusal(s, request, trace, admission.refusal);
     co_return std::move(res);
   }
+  if (AnswerReplayAtOnce(s, request, admission, trace, res)) co_return std::move(res);
   co_await HandleAdmitted(s, request, admission, trace, client, res);
   co_return std::move(res);
 }

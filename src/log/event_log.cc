@@ -78,8 +78,9 @@ void Log::Request(const RequestLogLine& l) {
     return;
   }
   logger_->info("request {} {} status={} outcome={} key={} token={} latency_ms={:.3f}{}{}",
-                l.method, l.path, l.status, l.outcome, l.key_digest.empty() ? "-" : l.key_digest,
-                l.token, l.latency_ms, l.detail.empty() ? "" : " detail=", l.detail);
+                l.method, l.path, l.status, l.outcome,
+                l.key_digest.empty() ? std::string_view("-") : l.key_digest, l.token, l.latency_ms,
+                l.detail.empty() ? "" : " detail=", l.detail);
 }
 
 void Log::Event(spdlog::level::level_enum level, std::string_view event,

@@ -18,7 +18,7 @@ struct RequestLogLine {
   std::string_view path;
   int status = 0;
   std::string_view outcome;
-  std::string key_digest;  // empty when the request had no key
+  std::string_view key_digest;  // empty when the request had no key
   unsigned long long token = 0;
   double latency_ms = 0;
   std::string_view detail;  // why, for errors

@@ -146,6 +146,24 @@ class WriteQueue {
   }
 };
 
+// ---- Shared replays: for stores that keep completed responses in this process -------------
+//
+// A replay without a copy of the stored response: the memory store decodes a completed
+// record's response once, at its first replay, and hands every replay after it the same
+// immutable object, which the gateway turns into its answer.
+class SharedReplays {
+ public:
+  virtual ~SharedReplays() = default;
+
+  // When Begin(scope, fingerprint, lease) would answer Replay at this moment, the response it
+  // would replay, shared with the record rather than copied: it stays valid and unchanged for
+  // as long as the caller holds it, whatever happens to the record. Null when Begin would
+  // answer anything else, or fail; the caller then calls Begin. Changes nothing (neither does a
+  // replay), and never waits longer than a short in-process lock.
+  virtual std::shared_ptr<const StoredResponse> ReplayShared(const Scope& scope,
+                                                             const Fingerprint& fingerprint) = 0;
+};
+
 // ---- Finding a store's hooks ----------------------------------------------------------------
 
 // The hooks of `store`: its own when it implements ExecutionHooks; through a StoreWrapper that
@@ -164,5 +182,9 @@ inline WriteQueue* WriteQueueOf(Store& store) {
   auto* queue = dynamic_cast<WriteQueue*>(&store);
   return queue != nullptr && queue->QueuesWrites() ? queue : nullptr;
 }
+
+// The shared replays of `store` itself, or null when it has none (never those of a store a
+// StoreWrapper wraps: its own Begin must run).
+inline SharedReplays* SharedReplaysOf(Store& store) { return dynamic_cast<SharedReplays*>(&store); }
 
 }  // namespace idem::internal

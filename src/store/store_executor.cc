@@ -10,6 +10,7 @@ StoreExecutor::StoreExecutor(Store& store, Options options)
     : store_(store),
       hooks_(internal::HooksOf(store)),
       write_queue_(internal::WriteQueueOf(store)),
+      shared_replays_(internal::SharedReplaysOf(store)),
       max_pending_(std::max(1, options.max_pending)),
       pool_(static_cast<size_t>(std::max(1, options.threads))) {}
 

@@ -63,6 +63,8 @@ class StoreExecutor {
   internal::ExecutionHooks& hooks() const { return hooks_; }
   // The store's own write queue (WriteQueueOf), or null.
   internal::WriteQueue* write_queue() const { return write_queue_; }
+  // The store's own shared replays (SharedReplaysOf), or null.
+  internal::SharedReplays* shared_replays() const { return shared_replays_; }
   // Calls queued or running now.
   int pending() const { return pending_.load(std::memory_order_relaxed); }
 
@@ -271,6 +273,7 @@ class StoreExecutor {
   Store& store_;
   internal::ExecutionHooks& hooks_;
   internal::WriteQueue* const write_queue_;  // null: writes block a pool thread each
+  internal::SharedReplays* const shared_replays_;  // null: replays are copied
   const int max_pending_;
   std::atomic<int> pending_{0};
   boost::asio::thread_pool pool_;

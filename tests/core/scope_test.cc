@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/scope_digest.h"
+
 namespace idem {
 namespace {
 
@@ -43,6 +45,19 @@ TEST(ScopeTest, MakeValidatesEveryPart) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Scope::Make("t", std::string(256, 'c'), "k").status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(ScopeTest, TheInlineDigestHasTheDigestsCharacters) {
+  // Settle notices and log lines from gateways of either kind must name a key alike.
+  for (const Scope& scope : {Scope{"", "", "k"}, Scope{"tenant", "client", "key"},
+                             Scope{std::string(64, 'a'), "", std::string(255, 'k')}}) {
+    const internal::ScopeDigest inline_digest(scope);
+    EXPECT_EQ(inline_digest.view(), scope.Digest());
+    EXPECT_FALSE(inline_digest.empty());
+  }
+  EXPECT_TRUE(internal::ScopeDigest().empty());
+  // The known value: the first 16 hex digits of SHA-256("tenant\0client\0key").
+  EXPECT_EQ((Scope{"tenant", "client", "key"}).Digest(), "79e4b68cda28794a");
 }
 
 TEST(ScopeTest, DigestIsShortStableAndDistinguishesEveryPart) {

@@ -89,6 +89,16 @@ std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& s, const Scope& scope,
   return answered;
 }
 
+std::shared_ptr<const StoredResponse> ReplayAtOnce(Services& s, const Scope& scope,
+                                                   const Fingerprint& fingerprint) {
+  internal::SharedReplays* const replays = s.store.shared_replays();
+  if (replays == nullptr || s.pending.size() != 0) return nullptr;
+  const SteadyClock::time_point started = SteadyClock::now();
+  std::shared_ptr<const StoredResponse> replayed = replays->ReplayShared(scope, fingerprint);
+  if (replayed) s.metrics.store_seconds().Observe(MillisSince(started) / 1000.0);
+  return replayed;
+}
+
 Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerprint& fingerprint,
                                  Duration lease) {
   if (std::optional<Result<BeginOutcome>> at_once = ClaimAtOnce(s, scope, fingerprint, lease)) {
@@ -108,15 +118,20 @@ Task<Result<BeginOutcome>> Claim(Services& s, const Scope& scope, const Fingerpr
   co_return begun;
 }
 
+ClaimVerdict ReplayVerdict(const StoredResponse& stored, const Request& request) {
+  const Answer& claimed = ProblemForReplay(stored);
+  if (claimed.problem) return Respond(claimed, NotStoredProblem(claimed, stored, request));
+  return Respond(claimed, ReplayResponse(stored, request));
+}
+
 ClaimVerdict VerdictFor(const Result<BeginOutcome>& begun, const RoutePolicy& route,
                         const Request& request, std::string_view key_digest) {
   if (!begun.ok()) return StoreFailed(begun.status(), route, request, key_digest);
 
-  const Answer& claimed = ProblemFor(*begun);
   if (const auto* replay = std::get_if<Replay>(&*begun)) {
-    if (claimed.problem) return Respond(claimed, NotStoredProblem(claimed, replay->response, request));
-    return Respond(claimed, ReplayResponse(replay->response, request));
+    return ReplayVerdict(replay->response, request);
   }
+  const Answer& claimed = ProblemFor(*begun);
   if (const auto* in_flight = std::get_if<InFlight>(&*begun)) {
     // A long-running operation the upstream accepted: its 202 again, never 409 and never a
     // second execution.

@@ -4,6 +4,7 @@
 // failure) or the request executes upstream with a fencing token.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,6 +30,13 @@ Task<Result<BeginOutcome>> Claim(Services& services, const Scope& scope,
 std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& services, const Scope& scope,
                                                 const Fingerprint& fingerprint, Duration lease);
 
+// The response a store that shares its replays (internal::SharedReplays, the memory store)
+// holds for the key when Begin would now replay it, without a copy; null otherwise, and while
+// this gateway holds completions not stored yet (ClaimAtOnce answers those first): then claim
+// as usual. Timed into the store histogram only when it answered.
+std::shared_ptr<const StoredResponse> ReplayAtOnce(Services& services, const Scope& scope,
+                                                   const Fingerprint& fingerprint);
+
 struct ClaimVerdict {
   enum class Action {
     kRespond,             // send `response`, counted and logged under `answer`
@@ -50,5 +58,8 @@ struct ClaimVerdict {
 // `request`'s HTTP version and keep-alive; `key_digest` names the key in log messages).
 ClaimVerdict VerdictFor(const Result<BeginOutcome>& begun, const RoutePolicy& route,
                         const Request& request, std::string_view key_digest);
+
+// VerdictFor a Replay of `stored`.
+ClaimVerdict ReplayVerdict(const StoredResponse& stored, const Request& request);
 
 }  // namespace idem::gateway::flow

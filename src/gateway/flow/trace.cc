@@ -21,7 +21,7 @@ void Trace::Finish(Outcome outcome, const Response& response) {
   const double ms = MillisSince(start_);
   s_.metrics.request_seconds().Observe(ms / 1000.0);
   s_.log.Request({method_, path_, static_cast<int>(response.result_int()), OutcomeLabel(outcome),
-                  std::move(key_digest), token, ms, detail});
+                  key_digest, token, ms, detail});
 }
 
 StoreTimer::~StoreTimer() { metrics_.store_seconds().Observe(MillisSince(started_) / 1000.0); }

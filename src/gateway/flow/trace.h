@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "core/scope_digest.h"
 #include "gateway/http.h"
 #include "gateway/problem.h"
 #include "gateway/services.h"
@@ -26,11 +27,11 @@ class Trace {
   TimePoint arrival() const { return arrival_; }
 
   // Filled in as the flow learns them, for the log line.
-  std::string key_digest;
+  internal::ScopeDigest key_digest;  // empty when the request has no key
   FencingToken token = 0;
   std::string detail;  // why, for errors
 
-  // Counts the request under its outcome and writes its log line (key_digest moves into it).
+  // Counts the request under its outcome and writes its log line.
   // Call it once, last, then co_return the response by name (g++ 12 mishandles temporaries
   // inside co_return and co_await).
   void Finish(const Answer& answer, const Response& response);

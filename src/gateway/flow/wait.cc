@@ -74,7 +74,7 @@ bool MayWait(const RoutePolicy& route, const Request& request, const Result<Begi
 
 Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
                           const Scope& scope, const Fingerprint& fingerprint,
-                          const std::string& scope_digest, Result<BeginOutcome> begun,
+                          std::string_view scope_digest, Result<BeginOutcome> begun,
                           ClientHangup* client) {
   Waited waited{std::move(begun), std::nullopt, false};
   if (!MayWait(route, request, waited.begun)) co_return waited;
@@ -82,7 +82,7 @@ Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& 
   const Duration allowed = std::min(*preferred, route.max_wait);
 
   auto executor = co_await asio::this_coro::executor;
-  std::unique_ptr<KeyWaiters::Slot> slot = s.waiters.Enter(scope_digest, executor);
+  std::unique_ptr<KeyWaiters::Slot> slot = s.waiters.Enter(std::string(scope_digest), executor);
   if (!slot) {
     if (!s.waiters.shutting_down()) s.metrics.CountWaitRefused();
     co_return waited;

@@ -49,7 +49,7 @@ struct Waited {
 // is watched while the request waits.
 Task<Waited> AwaitSettled(Services& s, const RoutePolicy& route, const Request& request,
                           const Scope& scope, const Fingerprint& fingerprint,
-                          const std::string& scope_digest, Result<BeginOutcome> begun,
+                          std::string_view scope_digest, Result<BeginOutcome> begun,
                           ClientHangup* client);
 
 // Whether AwaitSettled would wait at all: `begun` says the key is in flight, the route allows

@@ -1,17 +1,20 @@
 #include "store/memory/memory_store.h"
 
 #include <bit>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <queue>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "core/mutex.h"
 #include "core/record_machine.h"
 #include "core/response_codec.h"
 #include "core/store_checks.h"
 #include "core/text.h"
-#include "core/mutex.h"
 #include "store/store_execution.h"
 
 namespace idem {
@@ -27,6 +30,45 @@ struct Entry {
   TimePoint queued_at;
   // The response in one buffer (internal::EncodeResponse): one allocation per completion.
   std::string response;
+  // A completed record's response decoded, made by the first ReplayShared and handed to every
+  // later one; null until then, and whenever `response` changes (SetResponse).
+  std::shared_ptr<const StoredResponse> replay;
+
+  void SetResponse(std::string encoded) {
+    response = std::move(encoded);
+    replay.reset();
+  }
+};
+
+// A record's key, shared by its entry in the map and its representatives in the expiry heap:
+// one allocation per record however often it is queued. Copies share the bytes.
+class SharedKey {
+ public:
+  explicit SharedKey(std::string_view bytes)
+      : size_(bytes.size()), bytes_(std::make_shared<char[]>(bytes.size())) {
+    if (size_ != 0) std::memcpy(bytes_.get(), bytes.data(), size_);
+  }
+  std::string_view view() const { return {bytes_.get(), size_}; }
+
+ private:
+  size_t size_;
+  std::shared_ptr<char[]> bytes_;
+};
+
+// Hash and equality over a key's bytes, so a lookup by std::string_view builds no key.
+struct KeyHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view bytes) const { return std::hash<std::string_view>{}(bytes); }
+  size_t operator()(const SharedKey& key) const { return (*this)(key.view()); }
+};
+struct KeyEqual {
+  using is_transparent = void;
+  static std::string_view View(std::string_view bytes) { return bytes; }
+  static std::string_view View(const SharedKey& key) { return key.view(); }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    return View(a) == View(b);
+  }
 };
 
 // Scopes are stored under one string: tenant NUL client NUL key. Scope::Make forbids NUL in
@@ -46,15 +88,16 @@ const std::string& LookupKey(const Scope& scope) {
   return buffer;
 }
 
-Scope DecodeScope(const std::string& encoded) {
+Scope DecodeScope(std::string_view encoded) {
   const size_t a = encoded.find('\0');
   const size_t b = encoded.find('\0', a + 1);
-  return Scope{encoded.substr(0, a), encoded.substr(a + 1, b - a - 1), encoded.substr(b + 1)};
+  return Scope{std::string(encoded.substr(0, a)), std::string(encoded.substr(a + 1, b - a - 1)),
+               std::string(encoded.substr(b + 1))};
 }
 
 struct Expiry {
   TimePoint at;
-  std::string key;
+  SharedKey key;
   bool operator>(const Expiry& other) const { return at > other.at; }
 };
 
@@ -63,24 +106,27 @@ struct Expiry {
 // Expiry: every record has one representative entry in `expiries`, at `Entry::queued_at`, no
 // later than the moment the record may next need attention (its lease deadline while in flight,
 // its expiry once completed). Sweep pops due entries: an expired record is deleted; a live one
-// whose representative this is gets re-queued at its current time, moving the key string rather
-// than copying it. Entries that are no longer a representative are dropped. So each record costs
-// one key copy and O(1) heap operations over its life, and a sweep costs what came due.
+// whose representative this is gets re-queued at its current time. Entries that are no longer a
+// representative are dropped. Representatives share the record's key (SharedKey), so each record
+// costs one key allocation and O(1) heap operations over its life, and a sweep costs what came
+// due.
 //
 // Thread safety: every member is guarded by `mu`.
 struct Shard {
   Mutex mu;
-  std::unordered_map<std::string, Entry> records IDEM_GUARDED_BY(mu);
+  std::unordered_map<SharedKey, Entry, KeyHash, KeyEqual> records IDEM_GUARDED_BY(mu);
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries IDEM_GUARDED_BY(mu);
   FencingToken last_token IDEM_GUARDED_BY(mu) = 0;
 
-  void Queue(Entry& entry, TimePoint at, std::string key) IDEM_REQUIRES(mu) {
+  void Queue(Entry& entry, TimePoint at, SharedKey key) IDEM_REQUIRES(mu) {
     entry.queued_at = at;
     expiries.push({at, std::move(key)});
   }
 };
 
-class MemoryStore final : public Store, public internal::ExecutionHooks {
+class MemoryStore final : public Store,
+                          public internal::ExecutionHooks,
+                          public internal::SharedReplays {
  public:
   MemoryStore(const StoreOptions& options, const MemoryOptions& memory)
       : options_(options),
@@ -93,7 +139,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
+    auto it = shard.records.find(std::string_view(key));
     const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second.head;
     const auto decision = internal::DecideBegin(existing, fingerprint, now);
     switch (decision.action) {
@@ -116,7 +162,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
       case BeginAction::kTakeOver: {
         Entry& entry = it->second;
         const FencingToken previous = entry.head.token;
-        entry.response.clear();  // the new attempt has accepted nothing yet
+        entry.SetResponse({});  // the new attempt has accepted nothing yet
         entry.head.token = ++shard.last_token;
         entry.head.lease_deadline = now + lease;
         entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
@@ -125,7 +171,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
         return BeginOutcome(TakenOver{entry.head.token, previous});
       }
       case BeginAction::kAcquire: {
-        if (it == shard.records.end()) it = shard.records.emplace(key, Entry{}).first;
+        if (it == shard.records.end()) it = shard.records.emplace(SharedKey(key), Entry{}).first;
         Entry& entry = it->second;
         entry.head.fingerprint = fingerprint;
         entry.head.state = RecordState::kInFlight;
@@ -133,8 +179,8 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
         entry.head.lease_deadline = now + lease;
         entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
         entry.created_at = now;
-        entry.response.clear();
-        shard.Queue(entry, entry.head.lease_deadline, key);
+        entry.SetResponse({});
+        shard.Queue(entry, entry.head.lease_deadline, it->first);
         return BeginOutcome(Acquired{entry.head.token});
       }
     }
@@ -144,13 +190,14 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
-    return WriteResponse(scope, token, response, [&](Shard& shard, Entry& entry, TimePoint now,
-                                                     const std::string& key) {
-      shard.mu.AssertHeld();
-      entry.head.state = RecordState::kCompleted;
-      entry.head.expires_at = now + ttl;
-      if (entry.head.expires_at < entry.queued_at) shard.Queue(entry, entry.head.expires_at, key);
-    });
+    return WriteResponse(scope, token, response,
+                         [&](Shard& shard, Entry& entry, TimePoint now, const SharedKey& key) {
+                           shard.mu.AssertHeld();
+                           entry.head.state = RecordState::kCompleted;
+                           entry.head.expires_at = now + ttl;
+                           if (entry.head.expires_at < entry.queued_at)
+                             shard.Queue(entry, entry.head.expires_at, key);
+                         });
   }
 
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
@@ -158,7 +205,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     // The representative stays due at the old deadline; the sweep then re-queues it.
     return WriteResponse(scope, token, accepted,
-                         [&](Shard&, Entry& entry, TimePoint now, const std::string&) {
+                         [&](Shard&, Entry& entry, TimePoint now, const SharedKey&) {
                            entry.head.lease_deadline = now + lease;
                            entry.head.expires_at =
                                internal::InFlightExpiry(entry.head.lease_deadline, options_);
@@ -178,13 +225,13 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
+    auto it = shard.records.find(std::string_view(key));
     if (it == shard.records.end() || !internal::IsLive(it->second.head, now)) {
       return std::optional<Record>();
     }
     const Entry& entry = it->second;
     Record record;
-    record.scope = DecodeScope(it->first);
+    record.scope = DecodeScope(it->first.view());
     record.fingerprint = entry.head.fingerprint;
     record.state = entry.head.state;
     record.token = entry.head.token;
@@ -205,7 +252,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
+    auto it = shard.records.find(std::string_view(key));
     if (it == shard.records.end()) return false;
     const bool live = internal::IsLive(it->second.head, now);
     shard.records.erase(it);
@@ -225,7 +272,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
           Expiry due = std::move(const_cast<Expiry&>(shard.expiries.top()));
           shard.expiries.pop();
           ++n;
-          auto it = shard.records.find(due.key);
+          auto it = shard.records.find(due.key.view());
           if (it == shard.records.end()) continue;
           Entry& entry = it->second;
           if (!internal::IsLive(entry.head, now)) {
@@ -250,6 +297,26 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
 
   bool NeverBlocks() const override { return true; }
 
+  std::shared_ptr<const StoredResponse> ReplayShared(const Scope& scope,
+                                                     const Fingerprint& fingerprint) override {
+    const std::string& key = LookupKey(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    MutexLock lock(shard.mu);
+    auto it = shard.records.find(std::string_view(key));
+    if (it == shard.records.end()) return nullptr;
+    Entry& entry = it->second;
+    if (internal::DecideBegin(&entry.head, fingerprint, now).action != BeginAction::kReplay) {
+      return nullptr;
+    }
+    if (entry.replay == nullptr) {
+      auto response = internal::DecodeResponse(entry.response);
+      if (!response.ok()) return nullptr;  // Begin reports the damage
+      entry.replay = std::make_shared<const StoredResponse>(std::move(*response));
+    }
+    return entry.replay;
+  }
+
  private:
   // Runs `write(shard, it, now)` under the shard's lock when `token` owns the live in-flight
   // record of `scope` (`it` points at it in shard.records), and returns true; false, doing
@@ -260,7 +327,7 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
+    auto it = shard.records.find(std::string_view(key));
     if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
       return false;
     }
@@ -276,15 +343,13 @@ class MemoryStore final : public Store, public internal::ExecutionHooks {
                                 const StoredResponse& response, Update update) {
     std::string encoded = internal::EncodeResponse(response);
     const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
-      it->second.response = std::move(encoded);
+      it->second.SetResponse(std::move(encoded));
       update(shard, it->second, now, it->first);
     });
     return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
-  Shard& ShardFor(const std::string& key) {
-    return shards_[std::hash<std::string>{}(key) & (shards_.size() - 1)];
-  }
+  Shard& ShardFor(std::string_view key) { return shards_[KeyHash{}(key) & (shards_.size() - 1)]; }
 
   const StoreOptions options_;
   std::vector<Shard> shards_;
