@@ -159,7 +159,8 @@ class Sidecar {
   // as a message delivered alone (Finish), without waiting for the others' dead letters.
   Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch);
   // After a delivery attempt: an answer to ack goes to QueueAck; anything else meets the retry
-  // limits, the dead letter, the settle with NATS, then AfterSettled.
+  // limits, the dead letter, the settle with NATS, then AfterSettled (Dispatch does the same in
+  // place, without a coroutine for the ack).
   Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a);
   // A message the service accepted, acked with the others accepted in the same turn of the
   // loop (AckQueued, posted once): nats.c wakes its flusher thread once per group of acks
@@ -191,8 +192,8 @@ class Sidecar {
   // The Attempt of each message of a batch answered 2xx, from the body that answer carried.
   std::vector<Attempt> BatchAttempts(const ServiceAnswer& answer, const std::string& batch_of,
                                      const std::vector<std::string_view>& keys);
-  // One POST to the service (`request`: HttpRequestText's), timed.
-  Task<ServiceAnswer> Exchange(const std::string& request);
+  // The time one POST to the service took, into the delivery histogram.
+  void Observe(const ServiceAnswer& r);
   // The attempt of a POST that got no usable HTTP answer, counted once per POST.
   Attempt FailedExchange(const ServiceAnswer& r);
 
@@ -227,6 +228,7 @@ class Sidecar {
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
   std::deque<std::shared_ptr<JsMessage>> waiting_;  // fetched ahead, for a slot of the window
   int delivering_ = 0;                               // slots of the window taken
+  std::vector<std::string> spare_requests_;  // request buffers sent, to build the next ones in
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
   std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued
