@@ -105,7 +105,11 @@ void Sidecar::SendReady() {
 
 Task<void> Sidecar::Dispatch(std::shared_ptr<JsMessage> m) {
   working_.emplace(m.get(), m);
-  Attempt a = co_await Deliver(*m);
+  std::string request = RequestFor(*m);
+  const ServiceAnswer r = co_await service_->Exchange(request);
+  Observe(r);
+  Recycle(std::move(request));
+  Attempt a = AttemptOf(r);
   if (a.d == Disposition::kAck) {
     QueueAck(std::move(m));
     co_return;

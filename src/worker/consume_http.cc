@@ -41,8 +41,9 @@ std::optional<Duration> RetryAfter(std::string_view v) {
 
 }  // namespace
 
-Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
-  // The request as one string, written once: headers and body in one buffer.
+std::string Sidecar::RequestFor(const JsMessage& m) {
+  // The request as one string, written once: headers and body in one buffer, a spare one when
+  // there is one.
   std::string buffer;
   if (!spare_requests_.empty()) {
     buffer = std::move(spare_requests_.back());
@@ -65,14 +66,17 @@ Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
   if (const std::string* ordering_key = OrderedDelivery::OrderingKey(m)) {
     req.Field(kOrderingKeyHeader, *ordering_key);
   }
-  std::string request = std::move(req).Finish(m.data());
-  const ServiceAnswer r = co_await service_->Exchange(request);
-  Observe(r);
-  // The request's buffer serves the next one (HttpRequestText reuses it).
+  return std::move(req).Finish(m.data());
+}
+
+void Sidecar::Recycle(std::string request) {
   if (spare_requests_.size() < static_cast<size_t>(options_.max_in_flight)) {
     spare_requests_.push_back(std::move(request));
   }
-  if (r.failure != ServiceAnswer::Failure::kNone) co_return FailedExchange(r);
+}
+
+Sidecar::Attempt Sidecar::AttemptOf(const ServiceAnswer& r) {
+  if (r.failure != ServiceAnswer::Failure::kNone) return FailedExchange(r);
   Attempt a;
   a.give_up.status = r.status;
   a.give_up.failure = "http";
@@ -83,7 +87,7 @@ Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
     if (!r.body.empty()) a.why += ": " + r.body.substr(0, 200);
     a.give_up.error_body = r.body.substr(0, kDeadLetterBodyBytes);
   }
-  co_return a;
+  return a;
 }
 
 Task<std::vector<Sidecar::Attempt>> Sidecar::DeliverBatch(

@@ -105,7 +105,7 @@ class Sidecar {
   // process left messages of, at most.
   static constexpr uint64_t kMaxOutstandingScan = 20000;
   // Settled messages destroyed together, at most (Bury).
-  static constexpr size_t kBuryGroup = 32;
+  static constexpr size_t kBuryGroup = 128;
   static constexpr size_t kBuryBytes = 1 << 20;
 
   // Messages in the sidecar's hands, not held for order, at most: the --max-in-flight being
@@ -183,7 +183,12 @@ class Sidecar {
   void DestroyFinished();
 
   // --- consume_http.cc: the POSTs to the service (event loop) --------------------------------
-  Task<Attempt> Deliver(const JsMessage& m);
+  // One message's delivery, in Dispatch's own coroutine (a coroutine of its own would cost a
+  // frame per message): its request (RequestFor, in a spare buffer), the POST, the buffer kept
+  // for a later request (Recycle), the Attempt the answer makes (AttemptOf).
+  std::string RequestFor(const JsMessage& m);
+  void Recycle(std::string request);
+  Attempt AttemptOf(const ServiceAnswer& r);
   // One POST of `batch` as a JSON envelope (batch_envelope.h); an Attempt per message, in
   // order. docs/worker.md ("Batch delivery") lists the rules: a transport failure or a non-2xx
   // answer applies to every message (any non-2xx naks: the envelope itself may be what was
