@@ -218,11 +218,16 @@ Result<JsMessage> JsMessage::Read(natsMsg* msg) {
     }
     free(static_cast<void*>(keys));
   }
+  // Nats-Msg-Id's first value (what natsMsgHeader_Get gives), from the copy just made rather
+  // than another lookup in nats.c's table: a key's values are read together, in order.
   std::optional<std::string_view> msg_id;
-  const char* id = nullptr;
-  if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr && *id != '\0') {
-    msg_id = id;
-    m.has_msg_id_ = true;
+  for (const auto& [name, value] : m.headers_) {
+    if (name != "Nats-Msg-Id") continue;
+    if (!value.empty()) {
+      msg_id = value;
+      m.has_msg_id_ = true;
+    }
+    break;
   }
   m.key_ = MessageKey(msg_id, m.stream_, m.stream_sequence_);
   return m;
