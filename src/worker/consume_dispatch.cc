@@ -11,11 +11,8 @@ namespace idem::worker {
 
 void Sidecar::AdmitBatch(std::vector<JsMessage> batch) {
   std::vector<std::shared_ptr<JsMessage>> now;
-  for (JsMessage& m : batch) {
-    for (auto& d : ordered_.Admit(std::make_shared<JsMessage>(std::move(m)))) {
-      now.push_back(std::move(d));
-    }
-  }
+  now.reserve(batch.size());
+  for (JsMessage& m : batch) ordered_.Admit(std::make_shared<JsMessage>(std::move(m)), now);
   metrics_.set_held(static_cast<int64_t>(ordered_.held()));
   // The fetch loop counted the whole batch in flight; held messages are not.
   if (const int not_now = static_cast<int>(batch.size()) - static_cast<int>(now.size());
@@ -91,13 +88,10 @@ void Sidecar::SendReady() {
   flush_posted_ = false;
   std::vector<std::shared_ptr<JsMessage>> ready;
   ready.swap(ready_);
-  std::vector<std::optional<std::string>> ordering_keys;
-  ordering_keys.reserve(ready.size());
   std::vector<BatchCandidate> candidates;
   candidates.reserve(ready.size());
   for (const auto& m : ready) {
-    ordering_keys.push_back(OrderedDelivery::OrderingKey(*m));
-    const auto& ok = ordering_keys.back();
+    const std::string* ok = OrderedDelivery::OrderingKey(*m);
     candidates.push_back({m->key(), ok ? std::optional<std::string_view>(*ok) : std::nullopt,
                           m->stream_sequence()});
   }
@@ -111,8 +105,17 @@ void Sidecar::SendReady() {
 
 Task<void> Sidecar::Dispatch(std::shared_ptr<JsMessage> m) {
   working_.emplace(m.get(), m);
-  Attempt a = co_await Deliver(*m);
-  co_await Finish(std::move(m), std::move(a));
+  std::string request = RequestFor(*m);
+  const ServiceAnswer r = co_await service_->Exchange(request);
+  Observe(r);
+  Recycle(std::move(request));
+  Attempt a = AttemptOf(r);
+  if (a.d == Disposition::kAck) {
+    QueueAck(std::move(m));
+    co_return;
+  }
+  co_await Settle(*m, std::move(a));
+  AfterSettled(std::move(m));
 }
 
 Task<void> Sidecar::DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch) {

@@ -41,9 +41,16 @@ std::optional<Duration> RetryAfter(std::string_view v) {
 
 }  // namespace
 
-Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
-  // The request as one string, written once: headers and body in one buffer.
-  HttpRequestText req("POST", path_, service_->authority(), 384 + m.data().size());
+std::string Sidecar::RequestFor(const JsMessage& m) {
+  // The request as one string, written once: headers and body in one buffer, a spare one when
+  // there is one.
+  std::string buffer;
+  if (!spare_requests_.empty()) {
+    buffer = std::move(spare_requests_.back());
+    spare_requests_.pop_back();
+  }
+  HttpRequestText req("POST", path_, service_->authority(), 384 + m.data().size(),
+                      std::move(buffer));
   bool content_type = false;
   for (const auto& [name, value] : m.headers()) {
     if (!ForwardableHeader(name, value)) continue;
@@ -53,15 +60,23 @@ Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
   if (!content_type) req.Field("Content-Type", "application/octet-stream");
   req.Field("Idempotency-Key", m.key());
   req.Field("Idem-Subject", m.subject());
-  req.Field("Idem-Delivery-Count", std::to_string(m.delivery_count()));
+  req.Field("Idem-Delivery-Count", m.delivery_count());
   req.Field("Idem-Stream", m.stream());
-  req.Field("Idem-Stream-Sequence", std::to_string(m.stream_sequence()));
-  if (auto ordering_key = OrderedDelivery::OrderingKey(m)) {
+  req.Field("Idem-Stream-Sequence", m.stream_sequence());
+  if (const std::string* ordering_key = OrderedDelivery::OrderingKey(m)) {
     req.Field(kOrderingKeyHeader, *ordering_key);
   }
-  const std::string request = std::move(req).Finish(m.data());
-  const ServiceAnswer r = co_await Exchange(request);
-  if (r.failure != ServiceAnswer::Failure::kNone) co_return FailedExchange(r);
+  return std::move(req).Finish(m.data());
+}
+
+void Sidecar::Recycle(std::string request) {
+  if (spare_requests_.size() < static_cast<size_t>(options_.max_in_flight)) {
+    spare_requests_.push_back(std::move(request));
+  }
+}
+
+Sidecar::Attempt Sidecar::AttemptOf(const ServiceAnswer& r) {
+  if (r.failure != ServiceAnswer::Failure::kNone) return FailedExchange(r);
   Attempt a;
   a.give_up.status = r.status;
   a.give_up.failure = "http";
@@ -72,22 +87,19 @@ Task<Sidecar::Attempt> Sidecar::Deliver(const JsMessage& m) {
     if (!r.body.empty()) a.why += ": " + r.body.substr(0, 200);
     a.give_up.error_body = r.body.substr(0, kDeadLetterBodyBytes);
   }
-  co_return a;
+  return a;
 }
 
 Task<std::vector<Sidecar::Attempt>> Sidecar::DeliverBatch(
     const std::vector<std::shared_ptr<JsMessage>>& batch) {
-  std::vector<std::optional<std::string>> ordering_keys;
-  ordering_keys.reserve(batch.size());
   std::vector<BatchItem> items;
   items.reserve(batch.size());
   std::vector<std::string_view> keys;
   keys.reserve(batch.size());
   for (const auto& m : batch) {
-    ordering_keys.push_back(OrderedDelivery::OrderingKey(*m));
     BatchItem item{m->key(), m->subject(), m->stream(), m->stream_sequence(),
                    m->delivery_count(), std::nullopt, {}, m->data()};
-    if (ordering_keys.back()) item.ordering_key = *ordering_keys.back();
+    if (const std::string* ok = OrderedDelivery::OrderingKey(*m)) item.ordering_key = *ok;
     for (const auto& [name, value] : m->headers()) {
       if (ForwardableHeader(name, value)) item.headers.emplace_back(name, value);
     }
@@ -97,9 +109,10 @@ Task<std::vector<Sidecar::Attempt>> Sidecar::DeliverBatch(
   const std::string body_sent = EncodeBatch(items);
   HttpRequestText req("POST", path_, service_->authority(), 256 + body_sent.size());
   req.Field("Content-Type", "application/json");
-  req.Field(kBatchHeader, std::to_string(batch.size()));
+  req.Field(kBatchHeader, static_cast<uint64_t>(batch.size()));
   const std::string request = std::move(req).Finish(body_sent);
-  ServiceAnswer r = co_await Exchange(request);
+  ServiceAnswer r = co_await service_->Exchange(request);
+  Observe(r);
   if (r.failure != ServiceAnswer::Failure::kNone) {
     co_return std::vector<Attempt>(batch.size(), FailedExchange(r));
   }
@@ -174,12 +187,8 @@ std::vector<Sidecar::Attempt> Sidecar::BatchAttempts(const ServiceAnswer& answer
   return out;
 }
 
-Task<ServiceAnswer> Sidecar::Exchange(const std::string& request) {
-  const auto start = std::chrono::steady_clock::now();
-  ServiceAnswer r = co_await service_->Exchange(request);
-  metrics_.delivery_seconds().Observe(std::chrono::duration<double>(
-      std::chrono::steady_clock::now() - start).count());
-  co_return r;
+void Sidecar::Observe(const ServiceAnswer& r) {
+  metrics_.delivery_seconds().Observe(std::chrono::duration<double>(r.elapsed).count());
 }
 
 Sidecar::Attempt Sidecar::FailedExchange(const ServiceAnswer& r) {

@@ -105,7 +105,7 @@ class Sidecar {
   // process left messages of, at most.
   static constexpr uint64_t kMaxOutstandingScan = 20000;
   // Settled messages destroyed together, at most (Bury).
-  static constexpr size_t kBuryGroup = 32;
+  static constexpr size_t kBuryGroup = 128;
   static constexpr size_t kBuryBytes = 1 << 20;
 
   // Messages in the sidecar's hands, not held for order, at most: the --max-in-flight being
@@ -159,7 +159,8 @@ class Sidecar {
   // as a message delivered alone (Finish), without waiting for the others' dead letters.
   Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch);
   // After a delivery attempt: an answer to ack goes to QueueAck; anything else meets the retry
-  // limits, the dead letter, the settle with NATS, then AfterSettled.
+  // limits, the dead letter, the settle with NATS, then AfterSettled (Dispatch does the same in
+  // place, without a coroutine for the ack).
   Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a);
   // A message the service accepted, acked with the others accepted in the same turn of the
   // loop (AckQueued, posted once): nats.c wakes its flusher thread once per group of acks
@@ -182,7 +183,12 @@ class Sidecar {
   void DestroyFinished();
 
   // --- consume_http.cc: the POSTs to the service (event loop) --------------------------------
-  Task<Attempt> Deliver(const JsMessage& m);
+  // One message's delivery, in Dispatch's own coroutine (a coroutine of its own would cost a
+  // frame per message): its request (RequestFor, in a spare buffer), the POST, the buffer kept
+  // for a later request (Recycle), the Attempt the answer makes (AttemptOf).
+  std::string RequestFor(const JsMessage& m);
+  void Recycle(std::string request);
+  Attempt AttemptOf(const ServiceAnswer& r);
   // One POST of `batch` as a JSON envelope (batch_envelope.h); an Attempt per message, in
   // order. docs/worker.md ("Batch delivery") lists the rules: a transport failure or a non-2xx
   // answer applies to every message (any non-2xx naks: the envelope itself may be what was
@@ -191,8 +197,8 @@ class Sidecar {
   // The Attempt of each message of a batch answered 2xx, from the body that answer carried.
   std::vector<Attempt> BatchAttempts(const ServiceAnswer& answer, const std::string& batch_of,
                                      const std::vector<std::string_view>& keys);
-  // One POST to the service (`request`: HttpRequestText's), timed.
-  Task<ServiceAnswer> Exchange(const std::string& request);
+  // The time one POST to the service took, into the delivery histogram.
+  void Observe(const ServiceAnswer& r);
   // The attempt of a POST that got no usable HTTP answer, counted once per POST.
   Attempt FailedExchange(const ServiceAnswer& r);
 
@@ -227,6 +233,7 @@ class Sidecar {
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
   std::deque<std::shared_ptr<JsMessage>> waiting_;  // fetched ahead, for a slot of the window
   int delivering_ = 0;                               // slots of the window taken
+  std::vector<std::string> spare_requests_;  // request buffers sent, to build the next ones in
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
   std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued

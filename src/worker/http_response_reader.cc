@@ -3,6 +3,9 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/error.hpp>
 
+#include <array>
+#include <optional>
+
 namespace idem::worker {
 
 namespace http = boost::beast::http;
@@ -68,8 +71,116 @@ HttpResponseReader::State HttpResponseReader::Fail(std::string why) {
   return state_ = State::kBad;
 }
 
+namespace {
+
+// RFC 9110 tchar, by byte.
+constexpr std::array<bool, 256> kTokenChars = [] {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
+bool TokenChar(char c) { return kTokenChars[static_cast<unsigned char>(c)]; }
+
+bool Printable(std::string_view s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+bool SameLetters(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const char c = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
+    if (c != b[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool HttpResponseReader::ReadPlain(std::string_view bytes, size_t* used) {
+  const size_t head_end = bytes.find("\r\n\r\n");
+  if (head_end == std::string_view::npos || head_end + 4 > kMaxHead) return false;
+  std::string_view head = bytes.substr(0, head_end + 2);  // each line ends with CRLF
+  // The status line: "HTTP/1.1 200 OK".
+  if (head.size() < 14 || head.substr(0, 7) != "HTTP/1." || (head[7] != '0' && head[7] != '1') ||
+      head[8] != ' ' || head[12] != ' ') {
+    return false;
+  }
+  const bool http11 = head[7] == '1';
+  int status = 0;
+  for (size_t i = 9; i < 12; ++i) {
+    if (head[i] < '0' || head[i] > '9') return false;
+    status = status * 10 + (head[i] - '0');
+  }
+  if (status < 200 || status > 599 || status == 204 || status == 304) return false;
+  size_t eol = head.find("\r\n");
+  if (!Printable(head.substr(13, eol - 13))) return false;
+  // The fields.
+  std::optional<size_t> content_length;
+  std::string_view retry_after;
+  bool has_retry_after = false;
+  bool close = !http11;
+  bool connection_seen = false;
+  for (size_t at = eol + 2; at < head.size(); at = eol + 2) {
+    eol = head.find("\r\n", at);
+    const std::string_view line = head.substr(at, eol - at);
+    const size_t colon = line.find(':');
+    if (colon == 0 || colon == std::string_view::npos) return false;
+    const std::string_view name = line.substr(0, colon);
+    for (char c : name) {
+      if (!TokenChar(c)) return false;
+    }
+    std::string_view value = line.substr(colon + 1);
+    if (!Printable(value)) return false;
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && value.back() == ' ') value.remove_suffix(1);
+    if (SameLetters(name, "content-length")) {
+      if (content_length || value.empty() || value.size() > 15) return false;
+      size_t n = 0;
+      for (char c : value) {
+        if (c < '0' || c > '9') return false;
+        n = n * 10 + static_cast<size_t>(c - '0');
+      }
+      content_length = n;
+    } else if (SameLetters(name, "transfer-encoding")) {
+      return false;
+    } else if (SameLetters(name, "connection")) {
+      if (connection_seen) return false;
+      connection_seen = true;
+      if (SameLetters(value, "close")) {
+        close = true;
+      } else if (SameLetters(value, "keep-alive")) {
+        close = false;
+      } else {
+        return false;
+      }
+    } else if (SameLetters(name, "retry-after")) {
+      retry_after = value;  // the last one, as on_field_impl keeps
+      has_retry_after = true;
+    }
+  }
+  if (!content_length || *content_length > max_body_ ||
+      *content_length > bytes.size() - (head_end + 4)) {
+    return false;
+  }
+  status_ = status;
+  if (has_retry_after) retry_after_.assign(retry_after);
+  body_.assign(bytes.substr(head_end + 4, *content_length));
+  keep_alive_ = !close;
+  *used = head_end + 4 + *content_length;
+  state_ = State::kDone;
+  return true;
+}
+
 HttpResponseReader::State HttpResponseReader::Read(std::string_view bytes, size_t* used) {
   *used = 0;
+  // A response that begins here and is all here, in the plain form, skips Beast.
+  if (head_used_ == 0 && !parser_->got_some() && ReadPlain(bytes, used)) return state_;
   while (state_ == State::kMore && *used < bytes.size()) {
     const bool in_head = !parser_->is_header_done();
     boost::beast::error_code ec;

@@ -83,6 +83,13 @@ class HttpResponseReader {
     HttpResponseReader& reader_;
   };
 
+  // A whole final response in `bytes` (it starts there), read without Beast when it has the
+  // plain form nearly every service answers with: HTTP/1.x, a status from 200 to 599 (not 204,
+  // 304), fields of token names and printable values, a Content-Length, no Transfer-Encoding,
+  // at most a plain Connection: close or keep-alive, and the whole body there. It reads what
+  // Beast reads from such a response. Returns false, having changed nothing, for anything else
+  // (an incomplete response among them), which Beast then reads.
+  bool ReadPlain(std::string_view bytes, size_t* used);
   State Fail(std::string why);
   // Whether `*parser_` is reading an interim (1xx) response.
   bool Interim() const { return status_ < 200; }

@@ -1,6 +1,8 @@
 #include "worker/jetstream.h"
 
+#include <charconv>
 #include <cstdlib>
+#include <iterator>
 #include <cstring>
 
 #include "worker/delivery_policy.h"
@@ -141,19 +143,63 @@ void NatsConnection::OnClosed(natsConnection* nc, void* closure) {
   self->closed_cv_.NotifyAll();
 }
 
+// --- JsAckSubject ------------------------------------------------------------------------------
+
+std::optional<JsAckSubject> ParseJsAckSubject(std::string_view reply) {
+  constexpr std::string_view kPrefix = "$JS.ACK.";
+  if (reply.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  std::string_view tokens[11];  // the first ones; n counts them all
+  size_t n = 0;
+  for (size_t start = 0;; ++n) {
+    const size_t dot = reply.find('.', start);
+    if (n < std::size(tokens)) {
+      tokens[n] = reply.substr(start, dot == std::string_view::npos ? dot : dot - start);
+    }
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  ++n;
+  size_t at;  // the stream's token
+  if (n == 9) {
+    at = 2;
+  } else if (n >= 11) {
+    at = 4;
+  } else {
+    return std::nullopt;
+  }
+  auto number = [](std::string_view t, uint64_t* v) {
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), *v);
+    return !t.empty() && ec == std::errc() && end == t.data() + t.size();
+  };
+  JsAckSubject m;
+  m.stream = tokens[at];
+  if (m.stream.empty() || !number(tokens[at + 2], &m.delivered) ||
+      !number(tokens[at + 3], &m.stream_sequence)) {
+    return std::nullopt;
+  }
+  return m;
+}
+
 // --- JsMessage ---------------------------------------------------------------------------------
 
 Result<JsMessage> JsMessage::Read(natsMsg* msg) {
   JsMessage m;
   m.msg_.reset(msg);
-  jsMsgMetaData* meta = nullptr;
-  if (natsStatus s = natsMsg_GetMetaData(&meta, msg); s != NATS_OK) {
-    return FromNats(s, "message metadata").WithContext("not a JetStream message");
+  const char* reply = natsMsg_GetReply(msg);
+  if (auto parsed = ParseJsAckSubject(reply != nullptr ? reply : "")) {
+    m.stream_ = parsed->stream;
+    m.stream_sequence_ = parsed->stream_sequence;
+    m.delivery_count_ = parsed->delivered;
+  } else {
+    jsMsgMetaData* meta = nullptr;
+    if (natsStatus s = natsMsg_GetMetaData(&meta, msg); s != NATS_OK) {
+      return FromNats(s, "message metadata").WithContext("not a JetStream message");
+    }
+    m.stream_ = meta->Stream != nullptr ? meta->Stream : "";
+    m.stream_sequence_ = meta->Sequence.Stream;
+    m.delivery_count_ = meta->NumDelivered;
+    jsMsgMetaData_Destroy(meta);
   }
-  m.stream_ = meta->Stream != nullptr ? meta->Stream : "";
-  m.stream_sequence_ = meta->Sequence.Stream;
-  m.delivery_count_ = meta->NumDelivered;
-  jsMsgMetaData_Destroy(meta);
   const char* subject = natsMsg_GetSubject(msg);
   m.subject_ = subject != nullptr ? subject : "";
 
@@ -172,11 +218,16 @@ Result<JsMessage> JsMessage::Read(natsMsg* msg) {
     }
     free(static_cast<void*>(keys));
   }
+  // Nats-Msg-Id's first value (what natsMsgHeader_Get gives), from the copy just made rather
+  // than another lookup in nats.c's table: a key's values are read together, in order.
   std::optional<std::string_view> msg_id;
-  const char* id = nullptr;
-  if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id != nullptr && *id != '\0') {
-    msg_id = id;
-    m.has_msg_id_ = true;
+  for (const auto& [name, value] : m.headers_) {
+    if (name != "Nats-Msg-Id") continue;
+    if (!value.empty()) {
+      msg_id = value;
+      m.has_msg_id_ = true;
+    }
+    break;
   }
   m.key_ = MessageKey(msg_id, m.stream_, m.stream_sequence_);
   return m;

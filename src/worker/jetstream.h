@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -81,6 +82,19 @@ struct PullConsumerConfig {
   // it stops deliveries silently, where idem's dead-letters and logs them.
   uint64_t max_deliver = 0;
 };
+
+// What JsMessage keeps of the JetStream metadata a message's reply subject carries.
+struct JsAckSubject {
+  std::string_view stream;  // a view into the subject parsed
+  uint64_t stream_sequence = 0;
+  uint64_t delivered = 0;  // the delivery count
+};
+// The metadata of a JetStream ack subject, read in place: "$JS.ACK.<stream>.<consumer>.
+// <delivered>.<stream seq>.<consumer seq>.<time>.<pending>" (9 tokens), or the form with a
+// domain and an account hash after "$JS.ACK." (11 tokens or more), read as nats.c reads them
+// (natsMsg_GetMetaData, which allocates all of it, then is freed, for each message). nullopt
+// for anything else: JsMessage::Read then asks nats.c, whose error says what is wrong.
+std::optional<JsAckSubject> ParseJsAckSubject(std::string_view reply);
 
 // One message as the consume loop needs it. Owns the natsMsg until acked or destroyed.
 class JsMessage {

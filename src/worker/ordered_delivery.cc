@@ -11,29 +11,36 @@ std::string Where(const JsMessage& m) {
 
 }  // namespace
 
-std::optional<std::string> OrderedDelivery::OrderingKey(const JsMessage& m) {
+const std::string* OrderedDelivery::OrderingKey(const JsMessage& m) {
   for (const auto& [name, value] : m.headers()) {
-    if (internal::EqualsIgnoreCase(name, kOrderingKeyHeader) && !value.empty()) return value;
+    if (name.size() == kOrderingKeyHeader.size() && !value.empty() &&
+        internal::EqualsIgnoreCase(name, kOrderingKeyHeader)) {
+      return &value;
+    }
   }
-  return std::nullopt;
+  return nullptr;
 }
 
-std::vector<OrderedDelivery::Message> OrderedDelivery::Admit(Message m) {
-  const std::optional<std::string> key = OrderingKey(*m);
-  if (!key) return {std::move(m)};
+void OrderedDelivery::Admit(Message m, std::vector<Message>& now) {
+  const std::string* const key = OrderingKey(*m);
+  if (key == nullptr) {
+    now.push_back(std::move(m));
+    return;
+  }
   const uint64_t seq = m->stream_sequence();
   switch (order_.Add(*key, seq)) {
     case KeyOrder::Admit::kDeliverNow:
-      return {std::move(m)};
+      now.push_back(std::move(m));
+      return;
     case KeyOrder::Admit::kAlreadyHeld:
       held_[seq] = std::move(m);  // the newer copy: its acks reach the server for sure
-      return {};
+      return;
     case KeyOrder::Admit::kAlreadyInFlight:
       // JetStream redelivered a message still being delivered (its in-progress acks did not
       // get through in time); the copy in flight settles it.
       log_.Warn("order", "ordering key " + *key + ": " + Where(*m) +
                              " came again while in flight; the copy is dropped");
-      return {};
+      return;
     case KeyOrder::Admit::kHold:
       break;
   }
@@ -44,7 +51,7 @@ std::vector<OrderedDelivery::Message> OrderedDelivery::Admit(Message m) {
       over_limit_ = false;
     }
     held_[seq] = std::move(m);
-    return {};
+    return;
   }
   if (!over_limit_) {
     log_.Warn("order", std::to_string(options_.max_held) +
@@ -53,17 +60,17 @@ std::vector<OrderedDelivery::Message> OrderedDelivery::Admit(Message m) {
                            std::to_string(options_.give_back_delay.count()) + " ms");
     over_limit_ = true;
   }
-  std::vector<Message> now = Take(*key, order_.Release(*key, seq));
+  // `key` points into m's headers: released before m is.
+  for (Message& next : Take(*key, order_.Release(*key, seq))) now.push_back(std::move(next));
   if (Status s = m->Nak(options_.give_back_delay); !s.ok()) {
     log_.Warn("order", "give back " + Where(*m) + ": " + s.ToString() +
                            "; it comes back after ack_wait");
   }
-  return now;
 }
 
 std::vector<OrderedDelivery::Message> OrderedDelivery::AfterSettle(const JsMessage& m) {
-  const std::optional<std::string> key = OrderingKey(m);
-  if (!key) return {};
+  const std::string* const key = OrderingKey(m);
+  if (key == nullptr) return {};
   const uint64_t seq = m.stream_sequence();
   switch (m.settled()) {
     case JsMessage::Settled::kAcked:
@@ -102,7 +109,7 @@ size_t OrderedDelivery::TouchHeld() {
 
 void OrderedDelivery::GiveBack(const Message& m) {
   (void)m->Nak(Duration(0));
-  if (const std::optional<std::string> key = OrderingKey(*m)) {
+  if (const std::string* key = OrderingKey(*m)) {
     for (const Message& next : Take(*key, order_.Release(*key, m->stream_sequence()))) {
       GiveBack(next);
     }

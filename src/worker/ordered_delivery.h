@@ -32,12 +32,14 @@ class OrderedDelivery {
 
   OrderedDelivery(logging::Log& log, Options options) : log_(log), options_(options) {}
 
-  // The value of the message's Idem-Ordering-Key header; nullopt when it has none (or empty).
-  static std::optional<std::string> OrderingKey(const JsMessage& m);
+  // The value of the message's Idem-Ordering-Key header, in `m`'s headers (no copy); null when
+  // it has none (or an empty one).
+  static const std::string* OrderingKey(const JsMessage& m);
 
-  // A fetched message: the messages to deliver now, the message itself or nothing (it waits
-  // for an earlier message of its key, or it is a second copy of a message already here).
-  std::vector<Message> Admit(Message m);
+  // A fetched message: appends to `now` the messages to deliver now, the message itself or
+  // nothing (it waits for an earlier message of its key, or it is a second copy of a message
+  // already here).
+  void Admit(Message m, std::vector<Message>& now);
 
   // After `m` was delivered and its settle tried (m.settled() says what succeeded): the next
   // message of its key to deliver now, if any. An ack or a term ends the message; anything else

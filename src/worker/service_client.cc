@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "admin/http_service_url.h"
@@ -32,18 +33,31 @@ ServiceAnswer Failed(ServiceAnswer::Failure failure, std::string detail) {
 // --- HttpRequestText ------------------------------------------------------------------------
 
 HttpRequestText::HttpRequestText(std::string_view method, std::string_view target,
-                                 std::string_view host, size_t reserve) {
+                                 std::string_view host, size_t reserve, std::string buffer)
+    : text_(std::move(buffer)) {
+  text_.clear();
   text_.reserve(reserve);
   text_.append(method).append(" ").append(target).append(" HTTP/1.1\r\nHost: ").append(host);
   text_.append("\r\n");
 }
 
 void HttpRequestText::Field(std::string_view name, std::string_view value) {
-  text_.append(name).append(": ").append(value).append("\r\n");
+  // One append per piece, each of a known length (no strlen of the separators).
+  text_.append(name.data(), name.size());
+  text_.append(": ", 2);
+  text_.append(value.data(), value.size());
+  text_.append("\r\n", 2);
+}
+
+void HttpRequestText::Field(std::string_view name, uint64_t value) {
+  char digits[20];
+  const char* end = std::to_chars(digits, digits + sizeof digits, value).ptr;
+  Field(name, std::string_view(digits, static_cast<size_t>(end - digits)));
 }
 
 std::string HttpRequestText::Finish(std::string_view body) && {
-  text_.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
+  Field("Content-Length", body.size());
+  text_.append("\r\n");
   text_.append(body);
   return std::move(text_);
 }
@@ -83,23 +97,43 @@ ServiceClient::~ServiceClient() = default;
 
 asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& request) {
   // One deadline for the whole exchange, a retry on a new connection included.
-  const Clock::time_point end = Clock::now() + options_.response_timeout;
+  const Clock::time_point begin = Clock::now();
+  const Clock::time_point end = begin + options_.response_timeout;
+  Clock::time_point now = begin;
+  ServiceAnswer answer;
   for (bool retried = false;;) {
-    const Clock::time_point now = Clock::now();
     Connection* c = TakeIdle(now);
     const bool reused = c != nullptr;
     if (!c) {
-      ServiceAnswer not_connected;
-      c = co_await Connect(std::min(end, now + options_.connect_timeout), not_connected);
-      if (!c) co_return not_connected;
+      c = co_await Connect(std::min(end, now + options_.connect_timeout), answer);
+      if (!c) break;
     }
     Watch(*c, end);
-    const Reading read = co_await SendAndRead(*c, request);
+    // Writes the request and reads until the reader is no longer waiting for bytes, or the
+    // connection fails (the sweep closing it at its deadline among the ways).
+    Reading read;
+    co_await asio::async_write(c->socket, asio::buffer(request),
+                               asio::redirect_error(asio::use_awaitable, read.ec));
+    c->reader.Reset(options_.max_response_body);
+    while (!read.ec && read.state == HttpResponseReader::State::kMore) {
+      MakeRoom(*c);
+      const size_t n = co_await c->socket.async_read_some(
+          asio::buffer(c->in.data() + c->in_end, c->in.size() - c->in_end),
+          asio::redirect_error(asio::use_awaitable, read.ec));
+      if (read.ec == asio::error::eof && read.answered) {
+        read.ec = {};
+        read.state = c->reader.End();
+        break;
+      }
+      if (!read.ec) Parse(*c, n, read);
+    }
     c->deadline = Clock::time_point::max();
+    now = Clock::now();
     if (c->expired) {
       Close(c);
-      co_return Failed(ServiceAnswer::Failure::kTimeout,
-                       authority_ + (read.answered ? " sent part of an answer" : " sent no answer"));
+      answer = Failed(ServiceAnswer::Failure::kTimeout,
+                      authority_ + (read.answered ? " sent part of an answer" : " sent no answer"));
+      break;
     }
     if (read.ec) {
       Close(c);
@@ -110,12 +144,16 @@ asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& reques
         retried = true;
         continue;
       }
-      co_return Failed(ServiceAnswer::Failure::kBroken,
-                       (read.answered ? "answer from " : "exchange with ") + authority_ + ": " +
-                           read.ec.message());
+      answer = Failed(ServiceAnswer::Failure::kBroken,
+                      (read.answered ? "answer from " : "exchange with ") + authority_ + ": " +
+                          read.ec.message());
+      break;
     }
-    co_return AnswerRead(c, read.state);
+    answer = AnswerRead(c, read.state, now);
+    break;
   }
+  answer.elapsed = (answer.failure == ServiceAnswer::Failure::kNone ? now : Clock::now()) - begin;
+  co_return answer;
 }
 
 asio::awaitable<ServiceClient::Connection*> ServiceClient::Connect(Clock::time_point deadline,
@@ -138,32 +176,14 @@ asio::awaitable<ServiceClient::Connection*> ServiceClient::Connect(Clock::time_p
   co_return c;
 }
 
-asio::awaitable<ServiceClient::Reading> ServiceClient::SendAndRead(Connection& c,
-                                                                   const std::string& request) {
-  Reading read;
-  co_await asio::async_write(c.socket, asio::buffer(request),
-                             asio::redirect_error(asio::use_awaitable, read.ec));
-  c.reader.Reset(options_.max_response_body);
-  while (!read.ec && read.state == HttpResponseReader::State::kMore) {
-    MakeRoom(c);
-    const size_t n = co_await c.socket.async_read_some(
-        asio::buffer(c.in.data() + c.in_end, c.in.size() - c.in_end),
-        asio::redirect_error(asio::use_awaitable, read.ec));
-    if (read.ec == asio::error::eof && read.answered) {
-      read.ec = {};
-      read.state = c.reader.End();
-      break;
-    }
-    if (read.ec) break;
-    read.answered = true;
-    c.in_end += n;
-    size_t used = 0;
-    read.state =
-        c.reader.Read(std::string_view(c.in.data() + c.in_begin, c.in_end - c.in_begin), &used);
-    c.in_begin += used;
-    if (c.in_begin == c.in_end) c.in_begin = c.in_end = 0;
-  }
-  co_return read;
+void ServiceClient::Parse(Connection& c, size_t n, Reading& read) {
+  read.answered = true;
+  c.in_end += n;
+  size_t used = 0;
+  read.state =
+      c.reader.Read(std::string_view(c.in.data() + c.in_begin, c.in_end - c.in_begin), &used);
+  c.in_begin += used;
+  if (c.in_begin == c.in_end) c.in_begin = c.in_end = 0;
 }
 
 void ServiceClient::MakeRoom(Connection& c) {
@@ -177,7 +197,8 @@ void ServiceClient::MakeRoom(Connection& c) {
   }
 }
 
-ServiceAnswer ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State state) {
+ServiceAnswer ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State state,
+                                        Clock::time_point now) {
   using State = HttpResponseReader::State;
   if (state == State::kDone) {
     ServiceAnswer answer;
@@ -185,7 +206,7 @@ ServiceAnswer ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State
     answer.body = std::move(c->reader.body());
     answer.retry_after = c->reader.retry_after();
     // Bytes after the answer were not asked for: such a connection is not reused.
-    Release(c, c->reader.keep_alive() && c->in_begin == c->in_end, Clock::now());
+    Release(c, c->reader.keep_alive() && c->in_begin == c->in_end, now);
     return answer;
   }
   ServiceAnswer answer =

@@ -20,6 +20,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,9 +37,11 @@ namespace idem::worker {
 // REQUIRES: names are tokens; values hold no CR, LF or NUL.
 class HttpRequestText {
  public:
+  // `buffer`: a string to write into (its capacity reused; its content dropped).
   HttpRequestText(std::string_view method, std::string_view target, std::string_view host,
-                  size_t reserve = 512);
+                  size_t reserve = 512, std::string buffer = {});
   void Field(std::string_view name, std::string_view value);
+  void Field(std::string_view name, uint64_t value);
   // The whole request; the object is spent.
   std::string Finish(std::string_view body) &&;
 
@@ -60,6 +63,8 @@ struct ServiceAnswer {
   int status = 0;
   std::string body;
   std::string retry_after;  // the Retry-After field as sent; empty when absent
+  // From the call of Exchange to its answer or failure (connects and a retry included).
+  std::chrono::steady_clock::duration elapsed{};
 };
 
 struct ServiceClientOptions {
@@ -96,25 +101,27 @@ class ServiceClient {
   ServiceClient(boost::asio::io_context& io, boost::asio::ip::tcp::resolver::results_type
                 endpoints, std::string authority, ServiceClientOptions options);
 
-  // What SendAndRead met: the reader's state, whether any byte of the answer arrived, and the
-  // connection's error (none when the reader came to an end of its own).
+  // What writing a request and reading its answer met: the reader's state, whether any byte
+  // of the answer arrived, and the connection's error (none when the reader came to an end of
+  // its own).
   struct Reading {
     HttpResponseReader::State state = HttpResponseReader::State::kMore;
     bool answered = false;
     boost::system::error_code ec;
   };
 
-  // The steps of Exchange.
+  // The steps of Exchange. (Writing the request and reading the answer are Exchange's own
+  // lines, not a coroutine of their own: one coroutine frame less per message.)
   // A new connection, connected by `deadline`; null, with `failed` saying why, when it could
   // not connect (the request was not sent).
   boost::asio::awaitable<Connection*> Connect(Clock::time_point deadline, ServiceAnswer& failed);
-  // Writes `request` on `c` and reads until its reader is no longer waiting for bytes, or the
-  // connection fails (the sweep closing it at its deadline among the ways).
-  boost::asio::awaitable<Reading> SendAndRead(Connection& c, const std::string& request);
+  // Offers the bytes `c` has read to its reader (Exchange's reading), updating `read`.
+  static void Parse(Connection& c, size_t n, Reading& read);
   // Frees space at the end of `c`'s read buffer when it is full: drops the bytes used, or grows.
   static void MakeRoom(Connection& c);
-  // The answer `c`'s reader came to (`state`, not kMore); `c` is released for reuse or closed.
-  ServiceAnswer AnswerRead(Connection* c, HttpResponseReader::State state);
+  // The answer `c`'s reader came to (`state`, not kMore); `c` is released for reuse (idle since
+  // `now`) or closed.
+  ServiceAnswer AnswerRead(Connection* c, HttpResponseReader::State state, Clock::time_point now);
 
   // The most recently used idle connection still young enough, or null.
   Connection* TakeIdle(Clock::time_point now);

@@ -128,5 +128,60 @@ TEST(HttpResponseReaderTest, NotHttp) {
             State::kBad);
 }
 
+// A response read whole (the plain form is read without Beast, anything else by Beast) reads
+// as the same response offered a byte at a time (Beast alone, from its first byte on).
+TEST(HttpResponseReaderTest, WholeReadsAsByteByByte) {
+  const std::string responses[] = {
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+      "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+      "HTTP/1.1 201 Created\r\nServer: x\r\nContent-Length:  3 \r\nX-Empty:\r\n\r\nabcNEXT",
+      "HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nRetry-After: 9\r\nContent-Length: 1\r\n\r\nb",
+      "HTTP/1.1 429 Too Many\r\nRetry-After:\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nConnection: upgrade, close\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxy",
+      "HTTP/1.1 200 OK\r\nContent-Length: 1, 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+      "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nX-Tab:\ta\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nX-Fold: a\r\n b\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nBad Name: a\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\n: a\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nNoColon\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 2000 OK\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.2 200 OK\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 600 Odd\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 \xe9t\xe9\r\nContent-Length: 1\r\n\r\nx",
+      "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nshort",
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\ntoo large",
+      "HTTP/1.1 200 OK\r\n\r\nuntil the end",
+  };
+  for (const std::string& wire : responses) {
+    for (bool eof : {false, true}) {
+      HttpResponseReader whole;
+      HttpResponseReader bytes;
+      std::string whole_left;
+      std::string bytes_left;
+      const State w = ReadAll(whole, wire, wire.size(), eof, &whole_left, /*max_body=*/4);
+      const State b = ReadAll(bytes, wire, 1, eof, &bytes_left, /*max_body=*/4);
+      ASSERT_EQ(w, b) << wire;
+      if (w != State::kDone) continue;
+      EXPECT_EQ(whole.status(), bytes.status()) << wire;
+      EXPECT_EQ(whole.body(), bytes.body()) << wire;
+      EXPECT_EQ(whole.retry_after(), bytes.retry_after()) << wire;
+      EXPECT_EQ(whole.keep_alive(), bytes.keep_alive()) << wire;
+      // Bytes after the response are left (a byte at a time, they are never offered).
+      EXPECT_EQ(whole_left, wire.ends_with("NEXT") ? "NEXT" : "") << wire;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace idem::worker
