@@ -31,11 +31,13 @@
 # Threads (environment variables): nginx runs NGINX_WORKERS (1) worker process; the gateway
 # IDEM_THREADS (1) event-loop thread and IDEM_STORE_THREADS (2, the gateway's default for
 # SQLite) store threads (the memory store answers inline on the event loop; the SQLite store's
-# calls run on the store threads, work nginx does not do at all: one reads and queues writes
-# while the other commits a batch of them). One event loop against one worker keeps the
+# claims and completions are queued by the event loop to the store's own writer thread, which
+# commits each batch of them, work nginx does not do at all; its store threads serve only the
+# other calls, such as the readiness probe). One event loop against one worker keeps the
 # comparison fair on a small machine. IDEM_THREADS=default passes no --threads, so the gateway
 # picks its default (one event loop per CPU it may run on). PROXY_CPUS (e.g. "0" or "0,1") pins
-# nginx and the gateway to those CPUs with taskset; wrk and the upstream stay unpinned. wrk runs WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
+# nginx and the gateway to those CPUs with taskset; wrk and the upstream stay unpinned. wrk runs
+# WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
 # proxy and the upstream share this machine's cores, so a proxy that burns more CPU also leaves
 # less to the others. The gateway logs one line per request (to a file in the temp dir); nginx's
 # access log is off unless NGINX_ACCESS_LOG=1.

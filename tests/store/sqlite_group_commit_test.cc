@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "idem/fingerprint.h"
+#include "core/wait_for_done.h"
 #include "idem/store.h"
+#include "store/store_execution.h"
 #include "store/store_executor.h"
 #include "store/sqlite/sqlite_store.h"
 #include "util/executor_pairs.h"
@@ -16,6 +19,7 @@
 namespace idem {
 namespace {
 
+using std::chrono::hours;
 using std::chrono::seconds;
 using testing::Fp;
 using testing::PairsTally;
@@ -59,6 +63,74 @@ TEST(SqliteGroupCommitTest, EveryCompletionHeardBackIsCommitted) {
     ASSERT_TRUE(std::holds_alternative<Replay>(*begun)) << key;
     EXPECT_EQ(std::get<Replay>(*begun).response.body, key);
   }
+}
+
+// SubmitBegin waited for, with the thread its `done` ran on.
+struct Submitted {
+  Result<BeginOutcome> outcome = InternalError("not submitted");
+  std::thread::id done_on;
+};
+Submitted SubmitBeginAndWait(Store& store, const Scope& scope, const Fingerprint& fp) {
+  Submitted submitted;
+  submitted.outcome = internal::WaitForDone<BeginOutcome>([&](auto done) {
+    internal::WriteQueueOf(store)->SubmitBegin(
+        scope, fp, seconds(30), [&submitted, done = std::move(done)](Result<BeginOutcome> r) {
+          submitted.done_on = std::this_thread::get_id();
+          done(std::move(r));
+        });
+  });
+  return submitted;
+}
+
+// The Submit calls only queue: the store's writer runs the batch and answers, never the
+// caller's thread (an event loop calls them), so the store executor may call them inline.
+TEST(SqliteGroupCommitTest, SubmitCallsOnlyQueueAndTheWriterAnswers) {
+  testing::TempDir dir;
+  auto store = OpenStore("sqlite:" + dir.File("idem.db"));
+  ASSERT_TRUE(store.ok());
+  internal::WriteQueue* queue = internal::WriteQueueOf(**store);
+  ASSERT_NE(queue, nullptr);
+  EXPECT_TRUE(queue->SubmitsWithoutBlocking());
+  const Submitted first = SubmitBeginAndWait(**store, Scope{"t", "", "k"}, Fp());
+  ASSERT_TRUE(first.outcome.ok());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(*first.outcome));
+  EXPECT_NE(first.done_on, std::this_thread::get_id());
+}
+
+// SubmitBegin reads nothing before its batch: the batch decides every outcome, as Begin does,
+// and a replay it reads fills the replay cache once committed.
+TEST(SqliteGroupCommitTest, ABatchDecidesEveryBeginOutcomeAsBeginDoes) {
+  testing::TempDir dir;
+  auto store = OpenStore("sqlite:" + dir.File("idem.db"));
+  ASSERT_TRUE(store.ok());
+  Store& s = **store;
+  const Scope scope{"t", "", "k"};
+  const Fingerprint other = *ComputeFingerprint({}, {"POST", "/", "", "other", {}});
+  const Submitted acquired = SubmitBeginAndWait(s, scope, Fp());
+  ASSERT_TRUE(acquired.outcome.ok());
+  ASSERT_TRUE(OwnedToken(*acquired.outcome).has_value());
+
+  const Submitted in_flight = SubmitBeginAndWait(s, scope, Fp());
+  ASSERT_TRUE(in_flight.outcome.ok());
+  EXPECT_TRUE(std::holds_alternative<InFlight>(*in_flight.outcome));
+  EXPECT_EQ(*in_flight.outcome, *s.Begin(scope, Fp(), seconds(30)));
+
+  const StoredResponse response{201, {{"Location", "/p/1"}}, "body"};
+  ASSERT_EQ(*s.Complete(scope, *OwnedToken(*acquired.outcome), response, hours(1)),
+            CompleteOutcome::kOk);
+  const Submitted mismatch = SubmitBeginAndWait(s, scope, other);
+  ASSERT_TRUE(mismatch.outcome.ok());
+  EXPECT_TRUE(std::holds_alternative<Mismatch>(*mismatch.outcome));
+  EXPECT_FALSE(internal::WriteQueueOf(s)->BeginAtOnce(scope, Fp(), seconds(30)).has_value());
+  const Submitted replay = SubmitBeginAndWait(s, scope, Fp());
+  ASSERT_TRUE(replay.outcome.ok());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*replay.outcome));
+  EXPECT_EQ(std::get<Replay>(*replay.outcome).response, response);
+
+  auto at_once = internal::WriteQueueOf(s)->BeginAtOnce(scope, Fp(), seconds(30));
+  ASSERT_TRUE(at_once.has_value()) << "the batch's replay did not fill the cache";
+  EXPECT_EQ(**at_once, *replay.outcome);
+  EXPECT_EQ(internal::GetSqliteStats(s)->busy_connection_found, 0u);
 }
 
 }  // namespace

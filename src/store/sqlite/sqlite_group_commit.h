@@ -1,27 +1,29 @@
 // GroupCommit: the SQLite store's writers share transactions under concurrency.
 //
-// Every write (Begin's write path, Complete, Release, Purge) is a `body` to run inside a write
-// transaction. A write is Submitted with a `done` callback and queued; batches are led as
-// core/leader_batches.h describes: the submitting thread that finds no batch under way hands
-// everything queued to `run_batch` (which runs them in ONE transaction, each body in its own
-// savepoint, with one commit), calls each write's `done` with its result, and goes on with
-// whatever queued meanwhile. So a batch holds every write that arrived while the previous
-// commit ran, however many callers there are, and `done` runs only after the commit that holds
-// the write. Alone, a caller pays what it did before (one transaction).
+// Every write (Begin's write path, Complete, Release, Accept, Purge) is a `body` to run inside a
+// write transaction. Submit queues it with a `done` callback and returns at once: it never
+// waits for the disk or a lock held across I/O, so an event loop may call it. A thread of the
+// group commit's own (the writer) takes everything queued, hands it to `run_batch` (which runs
+// the bodies in ONE transaction, each in its own savepoint, with one commit), calls each
+// write's `done` with its result, and goes back for whatever queued meanwhile. So a batch holds
+// every write that arrived while the previous commit ran, however many callers there are;
+// under load the writer never sleeps between batches, and a caller wakes it only when it does.
+// `done` runs only after the commit that holds the write.
 //
 // Write is the blocking form: Submit, then wait for `done`.
 //
-// Thread safety: Submit and Write from any thread; `run_batch` runs on one thread at a time.
-// `done` runs on the writer's thread, outside every lock of this class: it must not block on
-// another write (it may Submit one).
+// Thread safety: Submit, Write and counters from any thread but the writer's (a `done` may
+// Submit, never Write); `run_batch` and every `done` run on the writer, outside this class's
+// lock, and must not block on another write. Stop (or the destructor) runs every write still
+// queued, then joins the writer; a write submitted after Stop fails with kUnavailable.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <memory>
+#include <thread>
 #include <vector>
 
-#include "core/leader_batches.h"
+#include "core/mutex.h"
 #include "idem/status.h"
 
 namespace idem::internal::sqlite {
@@ -41,19 +43,34 @@ class GroupCommit {
   };
 
   explicit GroupCommit(RunBatch run_batch);
+  ~GroupCommit();
+  GroupCommit(const GroupCommit&) = delete;
+  GroupCommit& operator=(const GroupCommit&) = delete;
 
-  // Queues `body`; `done` gets its result (or the commit's failure) once the batch holding it
-  // is committed or rolled back. May run the batch, and `done`, on the calling thread before
-  // returning.
-  void Submit(std::function<Status()> body, std::function<void(Status)> done);
+  // Queues `body`; `done` gets its result (or the commit's failure) on the writer once the
+  // batch holding it is committed or rolled back. Never runs the batch on the calling thread.
+  void Submit(std::function<Status()> body, std::function<void(Status)> done) IDEM_EXCLUDES(mu_);
 
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
   Status Write(std::function<Status()> body);
 
-  Counters counters() const;
+  // Runs what is queued, then stops the writer. Idempotent. The owner calls it before
+  // anything `run_batch` uses goes away.
+  void Stop() IDEM_EXCLUDES(mu_);
+
+  Counters counters() const IDEM_EXCLUDES(mu_);
 
  private:
-  LeaderBatches<std::unique_ptr<PendingWrite>> batches_;
+  void Loop() IDEM_EXCLUDES(mu_);
+
+  const RunBatch run_batch_;
+  mutable Mutex mu_;
+  CondVar queued_;
+  std::vector<PendingWrite> queue_ IDEM_GUARDED_BY(mu_);
+  bool idle_ IDEM_GUARDED_BY(mu_) = false;  // the writer waits for work
+  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
+  Counters counters_ IDEM_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once the rest is constructed
 };
 
 }  // namespace idem::internal::sqlite

@@ -54,6 +54,7 @@ SqliteStore::SqliteStore(std::string path, const StoreOptions& options,
       writes_([this](const std::vector<GroupCommit::PendingWrite*>& batch) { RunBatch(batch); }) {}
 
 SqliteStore::~SqliteStore() {
+  writes_.Stop();  // runs what is queued while the connection is still open
   checkpointer_.Stop();
   sqlite3_close_v2(db_);
 }

@@ -18,11 +18,27 @@ namespace idem::internal::sqlite {
 
 Result<BeginOutcome> SqliteStore::Begin(const Scope& scope, const Fingerprint& fingerprint,
                                         Duration lease) {
+  IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+  if (auto cached = FromReplayCache(scope, fingerprint)) return std::move(*cached);
+  // A caller that may block reads on a reader first, without the write lock: replays,
+  // conflicts and mismatches only read, and a batch being committed does not hold them up.
+  // The reader goes back before the write is queued.
+  const uint64_t generation = replay_cache_.generation();  // before the read (Insert)
+  Result<Decided> read = [&] {
+    auto reader = readers_.Acquire();
+    return ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
+  }();
+  if (!read.ok()) return read.status().WithContext("begin scope " + scope.Digest());
+  if (read->outcome) {
+    if (const auto* replay = std::get_if<Replay>(&*read->outcome)) {
+      replay_cache_.Insert(generation, scope, *read->head, replay->response);
+    }
+    return std::move(*read->outcome);
+  }
   return internal::WaitForDone<BeginOutcome>([&](Done<BeginOutcome> done) {
-    SubmitBegin(scope, fingerprint, lease, std::move(done));
+    SubmitBeginWrite(scope, fingerprint, lease, std::move(done));
   });
 }
-
 Result<CompleteOutcome> SqliteStore::Complete(const Scope& scope, FencingToken token,
                                               const StoredResponse& response, Duration ttl) {
   return internal::WaitForDone<CompleteOutcome>([&](Done<CompleteOutcome> done) {
@@ -39,38 +55,38 @@ void SqliteStore::SubmitBegin(const Scope& scope, const Fingerprint& fingerprint
                               Duration lease, Done<BeginOutcome> done) {
   if (Status s = internal::CheckLease(lease); !s.ok()) return done(s);
   if (auto cached = FromReplayCache(scope, fingerprint)) return done(std::move(*cached));
-  // Fast path on a reader, without the write lock: replays, conflicts and mismatches only
-  // read, and a batch being committed does not hold them up. The reader goes back before
-  // `done` runs.
-  const uint64_t generation = replay_cache_.generation();  // before the read (Insert)
-  Result<Decided> read = [&] {
-    auto reader = readers_.Acquire();
-    return ReadAndDecide(reader->select, reader->db, scope, fingerprint, options_.clock->Now());
-  }();
-  if (!read.ok()) return done(read.status().WithContext("begin scope " + scope.Digest()));
-  if (read->outcome) {
-    if (const auto* replay = std::get_if<Replay>(&*read->outcome)) {
-      replay_cache_.Insert(generation, scope, *read->head, replay->response);
-    }
-    return done(std::move(*read->outcome));
-  }
-  // The scope needs a write. Inside the write transaction, decide again: another caller, or
-  // another process sharing the file, may have written in between.
+  SubmitBeginWrite(scope, fingerprint, lease, std::move(done));
+}
+
+void SqliteStore::SubmitBeginWrite(const Scope& scope, const Fingerprint& fingerprint,
+                                   Duration lease, Done<BeginOutcome> done) {
+  // Decided inside the write transaction: another caller, or another process sharing the
+  // file, may have written since any earlier look.
   struct Written {
     Result<BeginOutcome> outcome = InternalError("begin did not run");
-    bool replaced = false;  // a row was overwritten: the cache must not keep it
+    BeginRead read;
+    uint64_t generation = 0;  // the replay cache's, before the read (Insert)
   };
   auto written = std::make_shared<Written>();
   writes_.Submit(
       [this, scope, fingerprint, lease, written]() -> Status {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
+        written->generation = replay_cache_.generation();
         written->outcome =
-            BeginLocked(scope, fingerprint, lease, options_.clock->Now(), &written->replaced);
+            BeginLocked(scope, fingerprint, lease, options_.clock->Now(), &written->read);
         return written->outcome.ok() ? Status::Ok() : written->outcome.status();
       },
       [this, scope, written, done = std::move(done)](Status committed) {
-        if (written->replaced) replay_cache_.Erase(scope);
+        if (written->read.replaced) replay_cache_.Erase(scope);
         if (!committed.ok()) return done(committed.WithContext("begin scope " + scope.Digest()));
+        // A replay read in the batch is kept once committed: what it read is then in the file
+        // (an earlier write of the same batch may have been what it read).
+        if (written->read.replayed) {
+          if (const auto* replay = std::get_if<Replay>(&*written->outcome)) {
+            replay_cache_.Insert(written->generation, scope, *written->read.replayed,
+                                 replay->response);
+          }
+        }
         done(std::move(written->outcome));
       });
 }
@@ -290,12 +306,14 @@ Result<uint64_t> SqliteStore::SweepBatches(TimePoint now) {
 }
 
 Result<BeginOutcome> SqliteStore::BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
-                                              Duration lease, TimePoint now, bool* replaced) {
+                                              Duration lease, TimePoint now, BeginRead* read) {
   auto decided = ReadAndDecide(select_record_, db_, scope, fingerprint, now);
   if (!decided.ok()) return decided.status();
-  // Another process may have changed the record since the fast path looked.
-  if (decided->outcome) return std::move(*decided->outcome);
-  *replaced = decided->head.has_value();
+  if (decided->outcome) {
+    if (std::holds_alternative<Replay>(*decided->outcome)) read->replayed = decided->head;
+    return std::move(*decided->outcome);
+  }
+  read->replaced = decided->head.has_value();
 
   auto token = fence_.Next();
   if (!token.ok()) return token.status();

@@ -45,13 +45,19 @@ class SqliteStore final : public Store, public WriteQueue {
   // Runs once, before the store is shared; holds mu_ all the same, for the analysis.
   Status Open() IDEM_EXCLUDES(mu_);
 
-  // Begin, Complete and Release are their Submit forms waited for: one code path.
+  // Complete and Release are their Submit forms waited for: one code path. Begin, whose
+  // caller may block, first reads on a reader (a replay, conflict or mismatch then waits for
+  // no commit), then waits for SubmitBegin's write; SubmitBegin never reads the file on the
+  // calling thread.
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override;
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override;
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override;
 
+  // The Submit calls only queue (the group commit's writer decides and commits), so the
+  // store executor calls them on its caller's thread.
+  bool SubmitsWithoutBlocking() const override { return true; }
   void SubmitBegin(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
                    Done<BeginOutcome> done) override;
   void SubmitComplete(const Scope& scope, FencingToken token, const StoredResponse& response,
@@ -114,10 +120,19 @@ class SqliteStore final : public Store, public WriteQueue {
   // its own savepoint when there are several, so one failing write undoes only its own changes.
   void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_);
 
-  // REQUIRES: inside BEGIN IMMEDIATE. Sets *replaced if the scope had a row (expired, or in
-  // flight with its lease run out) that this Begin overwrites.
+  // What BeginLocked found in the scope's row, beyond its outcome.
+  struct BeginRead {
+    bool replaced = false;  // a row (expired, or in flight past its lease) was overwritten
+    std::optional<internal::RecordHead> replayed;  // the completed row a Replay answers from
+  };
+
+  // Begin's write: queued to the group commit, decided in its transaction (BeginLocked).
+  void SubmitBeginWrite(const Scope& scope, const Fingerprint& fingerprint, Duration lease,
+                        Done<BeginOutcome> done);
+
+  // REQUIRES: inside BEGIN IMMEDIATE. Fills *read (see BeginRead).
   Result<BeginOutcome> BeginLocked(const Scope& scope, const Fingerprint& fingerprint,
-                                   Duration lease, TimePoint now, bool* replaced)
+                                   Duration lease, TimePoint now, BeginRead* read)
       IDEM_REQUIRES(mu_);
 
   // Begin's answer from the replay cache, or nullopt to read the file. Never waits. A cached
