@@ -152,16 +152,22 @@ Result<worker::ConsumeOptions> ConsumeOptionsFromFlags(const ConsumeFlags& flags
   return options;
 }
 
-int RunConsumeCommand(const ConsumeFlags& flags) {
+// The options, and with --check-config also what RunConsume checks before it starts (a
+// normal start checks, and logs its warnings, once, in RunConsume).
+Result<worker::ConsumeOptions> ConfigureConsume(const ConsumeFlags& flags) {
   auto options = ConsumeOptionsFromFlags(flags);
-  if (!options.ok()) return RefuseConfiguration("consume", options.status().message());
-  if (flags.output.check_config) {
-    if (std::string e = worker::CheckConsumeOptions(*options); !e.empty()) {
-      return RefuseConfiguration("consume", e);
-    }
-    return ConfigurationOk("consume");
+  if (!options.ok() || !flags.output.check_config) return options;
+  if (std::string e = worker::CheckConsumeOptions(*options); !e.empty()) {
+    return InvalidArgumentError(e);
   }
-  return worker::RunConsume(*options);
+  return options;
+}
+
+int RunConsumeCommand(const ConsumeFlags& flags) {
+  return RunDaemonCommand("consume", flags, ConfigureConsume,
+                          [](const worker::ConsumeOptions& options, const ConsumeFlags&) {
+                            return worker::RunConsume(options);
+                          });
 }
 
 }  // namespace
