@@ -4,56 +4,29 @@
 
 namespace idem::internal {
 
-RedisPipeline::RedisPipeline(RedisPool& pool) : pool_(pool), thread_([this] { Loop(); }) {}
+RedisPipeline::RedisPipeline(RedisPool& pool)
+    : pool_(pool), thread_([this](std::vector<Pending>& batch) { Send(batch); }) {}
 
-RedisPipeline::~RedisPipeline() {
-  {
-    MutexLock lock(mu_);
-    stopping_ = true;
-  }
-  queued_.NotifyAll();
-  thread_.join();
-}
+RedisPipeline::~RedisPipeline() { thread_.Stop(); }
 
 void RedisPipeline::Submit(RedisPool::EvalCall call, OnReply on_reply) {
-  bool wake = false;
-  {
-    MutexLock lock(mu_);
-    queue_.push_back(Pending{std::move(call), std::move(on_reply)});
-    // A busy thread comes back for the queue by itself: wake it only when it sleeps, once.
-    wake = idle_;
-    idle_ = false;
+  Pending pending{std::move(call), std::move(on_reply)};
+  // Pushing fails only once the destructor runs, and nothing submits then.
+  if (!thread_.Push(pending)) {
+    pending.on_reply(UnavailableError("redis pipeline is closing; the call was not sent"));
   }
-  if (wake) queued_.NotifyOne();
 }
 
 RedisPipeline::Counters RedisPipeline::counters() const {
-  MutexLock lock(mu_);
-  return counters_;
+  const auto counted = thread_.counters();
+  return Counters{counted.batches, counted.items};
 }
 
-void RedisPipeline::Loop() {
-  std::vector<Pending> batch;
-  std::vector<const RedisPool::EvalCall*> calls;
-  MutexLock lock(mu_);
-  while (true) {
-    while (queue_.empty() && !stopping_) {
-      idle_ = true;
-      queued_.Wait(lock);
-    }
-    idle_ = false;
-    if (queue_.empty()) return;  // stopping, and every call answered
-    batch.swap(queue_);
-    ++counters_.batches;
-    counters_.calls += batch.size();
-    lock.Unlock();
-    calls.clear();
-    for (const Pending& p : batch) calls.push_back(&p.call);
-    std::vector<Result<RedisReply>> replies = pool_.EvalPipelined(calls);
-    for (size_t i = 0; i < batch.size(); ++i) batch[i].on_reply(std::move(replies[i]));
-    batch.clear();
-    lock.Lock();
-  }
+void RedisPipeline::Send(std::vector<Pending>& batch) {
+  calls_.clear();
+  for (const Pending& p : batch) calls_.push_back(&p.call);
+  std::vector<Result<RedisReply>> replies = pool_.EvalPipelined(calls_);
+  for (size_t i = 0; i < batch.size(); ++i) batch[i].on_reply(std::move(replies[i]));
 }
 
 }  // namespace idem::internal

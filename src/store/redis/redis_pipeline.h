@@ -16,10 +16,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <thread>
 #include <vector>
 
-#include "core/mutex.h"
+#include "core/batch_thread.h"
 #include "store/redis/redis_pool.h"
 
 namespace idem::internal {
@@ -39,9 +38,9 @@ class RedisPipeline {
   RedisPipeline(const RedisPipeline&) = delete;
   RedisPipeline& operator=(const RedisPipeline&) = delete;
 
-  void Submit(RedisPool::EvalCall call, OnReply on_reply) IDEM_EXCLUDES(mu_);
+  void Submit(RedisPool::EvalCall call, OnReply on_reply);
 
-  Counters counters() const IDEM_EXCLUDES(mu_);
+  Counters counters() const;
 
  private:
   struct Pending {
@@ -49,16 +48,12 @@ class RedisPipeline {
     OnReply on_reply;
   };
 
-  void Loop() IDEM_EXCLUDES(mu_);
+  // On the pipeline's thread: sends one batch taken from the queue and answers each call.
+  void Send(std::vector<Pending>& batch);
 
   RedisPool& pool_;
-  mutable Mutex mu_;
-  CondVar queued_;
-  std::vector<Pending> queue_ IDEM_GUARDED_BY(mu_);
-  bool idle_ IDEM_GUARDED_BY(mu_) = false;  // the thread waits for work
-  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
-  Counters counters_ IDEM_GUARDED_BY(mu_);
-  std::thread thread_;  // last: starts once the rest is constructed
+  std::vector<const RedisPool::EvalCall*> calls_;  // the pipeline thread's own
+  BatchThread<Pending> thread_;  // last: starts once the rest is constructed
 };
 
 }  // namespace idem::internal

@@ -7,33 +7,18 @@
 namespace idem::internal::sqlite {
 
 GroupCommit::GroupCommit(RunBatch run_batch)
-    : run_batch_(std::move(run_batch)), thread_([this] { Loop(); }) {}
+    : run_batch_(std::move(run_batch)),
+      writer_([this](std::vector<PendingWrite>& taken) { RunTaken(taken); }) {}
 
 GroupCommit::~GroupCommit() { Stop(); }
 
-void GroupCommit::Stop() {
-  {
-    MutexLock lock(mu_);
-    stopping_ = true;
-  }
-  queued_.NotifyAll();
-  if (thread_.joinable()) thread_.join();
-}
+void GroupCommit::Stop() { writer_.Stop(); }
 
 void GroupCommit::Submit(std::function<Status()> body, std::function<void(Status)> done) {
-  bool wake = false, refused = false;
-  {
-    MutexLock lock(mu_);
-    refused = stopping_;
-    if (!refused) {
-      queue_.push_back(PendingWrite{std::move(body), std::move(done), Status::Ok()});
-      // A busy writer comes back for the queue by itself: wake it only when it sleeps, once.
-      wake = idle_;
-      idle_ = false;
-    }
+  PendingWrite write{std::move(body), std::move(done), Status::Ok()};
+  if (!writer_.Push(write)) {
+    write.done(UnavailableError("sqlite store is closing; the write was not run"));
   }
-  if (refused) return done(UnavailableError("sqlite store is closing; the write was not run"));
-  if (wake) queued_.NotifyOne();
 }
 
 Status GroupCommit::Write(std::function<Status()> body) {
@@ -46,32 +31,15 @@ Status GroupCommit::Write(std::function<Status()> body) {
 }
 
 GroupCommit::Counters GroupCommit::counters() const {
-  MutexLock lock(mu_);
-  return counters_;
+  const auto counted = writer_.counters();
+  return Counters{counted.batches, counted.items};
 }
 
-void GroupCommit::Loop() {
-  std::vector<PendingWrite> taken;
-  std::vector<PendingWrite*> batch;
-  MutexLock lock(mu_);
-  while (true) {
-    while (queue_.empty() && !stopping_) {
-      idle_ = true;
-      queued_.Wait(lock);
-    }
-    idle_ = false;
-    if (queue_.empty()) return;  // stopping, and every write answered
-    taken.swap(queue_);
-    ++counters_.batches;
-    counters_.writes += taken.size();
-    lock.Unlock();
-    batch.clear();
-    for (PendingWrite& w : taken) batch.push_back(&w);
-    run_batch_(batch);
-    for (PendingWrite& w : taken) w.done(std::move(w.result));
-    taken.clear();
-    lock.Lock();
-  }
+void GroupCommit::RunTaken(std::vector<PendingWrite>& taken) {
+  batch_.clear();
+  for (PendingWrite& w : taken) batch_.push_back(&w);
+  run_batch_(batch_);
+  for (PendingWrite& w : taken) w.done(std::move(w.result));
 }
 
 }  // namespace idem::internal::sqlite

@@ -20,10 +20,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <thread>
 #include <vector>
 
-#include "core/mutex.h"
+#include "core/batch_thread.h"
 #include "idem/status.h"
 
 namespace idem::internal::sqlite {
@@ -49,28 +48,24 @@ class GroupCommit {
 
   // Queues `body`; `done` gets its result (or the commit's failure) on the writer once the
   // batch holding it is committed or rolled back. Never runs the batch on the calling thread.
-  void Submit(std::function<Status()> body, std::function<void(Status)> done) IDEM_EXCLUDES(mu_);
+  void Submit(std::function<Status()> body, std::function<void(Status)> done);
 
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
   Status Write(std::function<Status()> body);
 
   // Runs what is queued, then stops the writer. Idempotent. The owner calls it before
   // anything `run_batch` uses goes away.
-  void Stop() IDEM_EXCLUDES(mu_);
+  void Stop();
 
-  Counters counters() const IDEM_EXCLUDES(mu_);
+  Counters counters() const;
 
  private:
-  void Loop() IDEM_EXCLUDES(mu_);
+  // On the writer: runs one batch taken from the queue and answers each write.
+  void RunTaken(std::vector<PendingWrite>& taken);
 
   const RunBatch run_batch_;
-  mutable Mutex mu_;
-  CondVar queued_;
-  std::vector<PendingWrite> queue_ IDEM_GUARDED_BY(mu_);
-  bool idle_ IDEM_GUARDED_BY(mu_) = false;  // the writer waits for work
-  bool stopping_ IDEM_GUARDED_BY(mu_) = false;
-  Counters counters_ IDEM_GUARDED_BY(mu_);
-  std::thread thread_;  // last: starts once the rest is constructed
+  std::vector<PendingWrite*> batch_;  // the writer's own
+  BatchThread<PendingWrite> writer_;  // last: starts once the rest is constructed
 };
 
 }  // namespace idem::internal::sqlite
