@@ -53,7 +53,7 @@ class RedisPipeline {
 
   RedisPool& pool_;
   std::vector<const RedisPool::EvalCall*> calls_;  // the pipeline thread's own
-  BatchThread<Pending> thread_;  // last: starts once the rest is constructed
+  BatchThread<Pending> thread_;                    // last: starts once the rest is constructed
 };
 
 }  // namespace idem::internal
