@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <vector>
 
 namespace idem::testing {
 namespace {
@@ -132,12 +133,14 @@ void RawUpstream::AcceptLoop() {
 
 void RawUpstream::Serve(int fd, int connection) {
   std::string pending;  // received, not yet part of a complete request
-  char chunk[16384];
+  // Large reads: the bytes held are parsed again from their start after each read, so a
+  // request of many megabytes in small reads would cost quadratic time (minutes under TSan).
+  std::vector<char> chunk(1 << 20);
   bool open = true;
   while (open) {
-    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), 0);
     if (n <= 0) break;
-    pending.append(chunk, static_cast<size_t>(n));
+    pending.append(chunk.data(), static_cast<size_t>(n));
     // Split off every complete request the bytes hold.
     while (!pending.empty()) {
       http::request_parser<http::string_body> parser;
