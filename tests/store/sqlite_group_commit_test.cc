@@ -112,8 +112,17 @@ TEST(SqliteGroupCommitTest, ABatchDecidesEveryBeginOutcomeAsBeginDoes) {
 
   const Submitted in_flight = SubmitBeginAndWait(s, scope, Fp());
   ASSERT_TRUE(in_flight.outcome.ok());
-  EXPECT_TRUE(std::holds_alternative<InFlight>(*in_flight.outcome));
-  EXPECT_EQ(*in_flight.outcome, *s.Begin(scope, Fp(), seconds(30)));
+  ASSERT_TRUE(std::holds_alternative<InFlight>(*in_flight.outcome));
+  // As Begin answers, but for retry_after: the lease's time left, a millisecond later there.
+  const auto direct = s.Begin(scope, Fp(), seconds(30));
+  ASSERT_TRUE(direct.ok() && std::holds_alternative<InFlight>(*direct));
+  const InFlight& batched = std::get<InFlight>(*in_flight.outcome);
+  const InFlight& begun = std::get<InFlight>(*direct);
+  EXPECT_EQ(batched.accepted, begun.accepted);
+  EXPECT_GT(batched.retry_after, Duration::zero());
+  EXPECT_LE(batched.retry_after, seconds(30));
+  EXPECT_LE(batched.retry_after - begun.retry_after, seconds(1));
+  EXPECT_GE(batched.retry_after - begun.retry_after, Duration::zero());
 
   const StoredResponse response{201, {{"Location", "/p/1"}}, "body"};
   ASSERT_EQ(*s.Complete(scope, *OwnedToken(*acquired.outcome), response, hours(1)),
