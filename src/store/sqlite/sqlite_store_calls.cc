@@ -101,6 +101,21 @@ std::optional<Result<BeginOutcome>> SqliteStore::BeginAtOnce(const Scope& scope,
   return Result<BeginOutcome>(std::move(*cached));
 }
 
+std::shared_ptr<const StoredResponse> SqliteStore::ReplayShared(const Scope& scope,
+                                                                const Fingerprint& fingerprint) {
+  if (!replay_cache_.enabled()) return nullptr;
+  uint64_t generation = 0;
+  std::shared_ptr<const StoredResponse> hit =
+      replay_cache_.LookupReplay(scope, fingerprint, options_.clock->Now(), &generation);
+  // As in FromReplayCache: the entry first, then the look for other writers.
+  if (!hit || !NoOtherWriterSinceLastLook() || replay_cache_.generation() != generation) {
+    return nullptr;
+  }
+  replay_cache_hits_.fetch_add(1, std::memory_order_relaxed);
+  begins_at_once_.fetch_add(1, std::memory_order_relaxed);
+  return hit;
+}
+
 std::optional<BeginOutcome> SqliteStore::FromReplayCache(const Scope& scope,
                                                          const Fingerprint& fingerprint) {
   if (!replay_cache_.enabled() || replay_cache_.empty()) return std::nullopt;
@@ -127,10 +142,18 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
     replay_cache_busy_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  // Read before the pragma: if the header still reads the same at a later look, no commit
+  // landed after this moment, and the pragma below accounts for every commit before it.
+  const std::optional<WalIndexHeader::Snapshot> header = wal_index_.Read();
+  if (header && header == header_seen_) {
+    mu_.Unlock();
+    return true;
+  }
   // The pragma opens a read transaction, which SQLite may find locked for a moment (another
   // process recovering the WAL index, say): then it answers SQLITE_BUSY at once, without the
   // busy handler's wait, and the file answers this Begin.
   sqlite3_busy_handler(db_, nullptr, nullptr);
+  other_writer_looks_.fetch_add(1, std::memory_order_relaxed);
   auto version = QueryInt(data_version_, db_, "data version");
   sqlite3_busy_timeout(db_, static_cast<int>(sqlite_.busy_timeout.count()));
   const bool unchanged = version.ok() && *version == data_version_seen_;
@@ -141,6 +164,7 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
     data_version_seen_ = *version;
     other_writers_seen_.fetch_add(1, std::memory_order_relaxed);
   }
+  header_seen_ = version.ok() ? header : std::nullopt;
   mu_.Unlock();
   if (!version.ok()) replay_cache_busy_.fetch_add(1, std::memory_order_relaxed);
   return unchanged;

@@ -32,10 +32,11 @@
 #include "store/sqlite/sqlite_replay_cache.h"
 #include "store/sqlite/sqlite_statement.h"
 #include "store/sqlite/sqlite_store.h"
+#include "store/sqlite/sqlite_wal_index.h"
 
 namespace idem::internal::sqlite {
 
-class SqliteStore final : public Store, public WriteQueue {
+class SqliteStore final : public Store, public WriteQueue, public SharedReplays {
  public:
   SqliteStore(std::string path, const StoreOptions& options, const SqliteOptions& sqlite);
 
@@ -70,6 +71,11 @@ class SqliteStore final : public Store, public WriteQueue {
   std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
                                                   const Fingerprint& fingerprint,
                                                   Duration lease) override;
+  // A replay from the replay cache without a copy: the cached response itself, which is
+  // immutable. The same checks as BeginAtOnce (the entry, then no other writer since), and
+  // counted with it (begins_at_once, replay_cache_hits). Null for anything else.
+  std::shared_ptr<const StoredResponse> ReplayShared(const Scope& scope,
+                                                     const Fingerprint& fingerprint) override;
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
                                  const StoredResponse& accepted, Duration lease) override;
   Result<std::optional<Record>> Get(const Scope& scope) override;
@@ -149,6 +155,11 @@ class SqliteStore final : public Store, public WriteQueue {
   // waits: false as well (the cache is not to be used for this call, the file answers
   // instead) if the connection is in use (a write batch, a checkpoint) or SQLite reports the
   // file busy, in which case the busy handler is not run.
+  // The pragma opens a read transaction (two file locks, two system calls), so it runs only
+  // when the WAL-index header (sqlite_wal_index.h) changed since it was read before the last
+  // pragma that answered: an unchanged header means no connection at all committed since.
+  // So under replays alone it runs once; each commit, this store's own included, makes the
+  // next look run it once more.
   bool NoOtherWriterSinceLastLook() IDEM_EXCLUDES(mu_);
 
   Result<int> Exec(const Statement& statement, std::string_view op) IDEM_REQUIRES(mu_);
@@ -173,9 +184,12 @@ class SqliteStore final : public Store, public WriteQueue {
       release_savepoint_ IDEM_GUARDED_BY(mu_), rollback_to_savepoint_ IDEM_GUARDED_BY(mu_),
       leaked_for_testing_ IDEM_GUARDED_BY(mu_), data_version_ IDEM_GUARDED_BY(mu_);
   int64_t data_version_seen_ IDEM_GUARDED_BY(mu_) = 0;  // set by Open
+  WalIndexHeader wal_index_ IDEM_GUARDED_BY(mu_);        // attached by Open
+  // The header as read just before the last pragma that answered; nullopt: none to trust.
+  std::optional<WalIndexHeader::Snapshot> header_seen_ IDEM_GUARDED_BY(mu_);
   ReplayCache replay_cache_;
   std::atomic<uint64_t> replay_cache_hits_{0}, begins_at_once_{0};
-  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_busy_{0};
+  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_busy_{0}, other_writer_looks_{0};
   std::atomic<uint64_t> busy_connection_found_{0};
   WalCheckpointer checkpointer_;
   ReaderPool readers_;
