@@ -62,21 +62,24 @@ void SqliteStore::SubmitBeginWrite(const Scope& scope, const Fingerprint& finger
                                    Duration lease, Done<BeginOutcome> done) {
   // Decided inside the write transaction: another caller, or another process sharing the
   // file, may have written since any earlier look.
+  // The scope is copied once, shared by the write and its answer.
   struct Written {
+    Scope scope;
     Result<BeginOutcome> outcome = InternalError("begin did not run");
     BeginRead read;
     uint64_t generation = 0;  // the replay cache's, before the read (Insert)
   };
-  auto written = std::make_shared<Written>();
+  auto written = std::make_shared<Written>(Written{scope});
   writes_.Submit(
-      [this, scope, fingerprint, lease, written]() -> Status {
+      [this, fingerprint, lease, written]() -> Status {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         written->generation = replay_cache_.generation();
-        written->outcome =
-            BeginLocked(scope, fingerprint, lease, options_.clock->Now(), &written->read);
+        written->outcome = BeginLocked(written->scope, fingerprint, lease,
+                                       options_.clock->Now(), &written->read);
         return written->outcome.ok() ? Status::Ok() : written->outcome.status();
       },
-      [this, scope, written, done = std::move(done)](Status committed) {
+      [this, written, done = std::move(done)](Status committed) {
+        const Scope& scope = written->scope;
         if (written->read.replaced) replay_cache_.Erase(scope);
         if (!committed.ok()) return done(committed.WithContext("begin scope " + scope.Digest()));
         // A replay read in the batch is kept once committed: what it read is then in the file
@@ -173,22 +176,30 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
 namespace {
 
 // Queues a write whose statement changes the scope's row only while `token` still holds it
-// (`exec()` returns the rows changed): `done` gets `held` if it changed one, `fenced` if none.
-// `exec` is a template parameter, not a std::function, so that the write costs one closure.
+// (`exec(scope)` returns the rows changed): `done` gets `held` if it changed one, `fenced` if
+// none. `exec` is a template parameter, not a std::function, so that the write costs one
+// closure; the scope is copied once, shared by the write and its answer, and its digest is
+// made only for an error.
 template <typename Outcome, typename Exec>
 void SubmitFencedWrite(GroupCommit& writes, const Scope& scope, Exec exec, Outcome held,
                        Outcome fenced, WriteQueue::Done<Outcome> done) {
-  auto outcome = std::make_shared<Outcome>(fenced);
+  struct Fenced {
+    Scope scope;
+    Outcome outcome;
+  };
+  auto fenced_write = std::make_shared<Fenced>(Fenced{scope, fenced});
   writes.Submit(
-      [exec = std::move(exec), outcome, held]() -> Status {
-        auto changed = exec();
+      [exec = std::move(exec), fenced_write, held]() -> Status {
+        auto changed = exec(fenced_write->scope);
         if (!changed.ok()) return changed.status();
-        if (*changed == 1) *outcome = held;
+        if (*changed == 1) fenced_write->outcome = held;
         return Status::Ok();
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
-        done(*outcome);
+      [fenced_write, done = std::move(done)](Status written) {
+        if (!written.ok()) {
+          return done(written.WithContext("scope " + fenced_write->scope.Digest()));
+        }
+        done(fenced_write->outcome);
       });
 }
 
@@ -200,9 +211,9 @@ void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
   if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
   SubmitFencedWrite<CompleteOutcome>(
       writes_, scope,
-      [this, scope, token, status = response.status,
+      [this, token, status = response.status,
        headers = internal::EncodeHeaders(response.headers), body = response.body,
-       ttl]() -> Result<int> {
+       ttl](const Scope& scope) -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         const TimePoint now = options_.clock->Now();
         Use use(complete_, db_);
@@ -222,7 +233,7 @@ void SqliteStore::SubmitRelease(const Scope& scope, FencingToken token,
                                 Done<ReleaseOutcome> done) {
   SubmitFencedWrite<ReleaseOutcome>(
       writes_, scope,
-      [this, scope, token]() -> Result<int> {
+      [this, token](const Scope& scope) -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         Use use(release_, db_);
         BindScope(use, scope)
