@@ -33,6 +33,9 @@ class GroupCommit {
     std::function<Status()> body;
     std::function<void(Status)> done;
     Status result = Status::Ok();  // set by run_batch
+    // The body runs one statement at most that writes: SQLite undoes a failed statement by
+    // itself, so run_batch needs no savepoint around it.
+    bool one_statement = false;
   };
   using RunBatch = std::function<void(const std::vector<PendingWrite*>&)>;
 
@@ -48,7 +51,8 @@ class GroupCommit {
 
   // Queues `body`; `done` gets its result (or the commit's failure) on the writer once the
   // batch holding it is committed or rolled back. Never runs the batch on the calling thread.
-  void Submit(std::function<Status()> body, std::function<void(Status)> done);
+  void Submit(std::function<Status()> body, std::function<void(Status)> done,
+              bool one_statement = false);
 
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
   Status Write(std::function<Status()> body);

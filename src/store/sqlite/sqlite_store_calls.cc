@@ -175,7 +175,7 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
 
 namespace {
 
-// Queues a write whose statement changes the scope's row only while `token` still holds it
+// Queues a write whose one statement changes the scope's row only while `token` still holds it
 // (`exec(scope)` returns the rows changed): `done` gets `held` if it changed one, `fenced` if
 // none. `exec` is a template parameter, not a std::function, so that the write costs one
 // closure; the scope is copied once, shared by the write and its answer, and its digest is
@@ -200,7 +200,8 @@ void SubmitFencedWrite(GroupCommit& writes, const Scope& scope, Exec exec, Outco
           return done(written.WithContext("scope " + fenced_write->scope.Digest()));
         }
         done(fenced_write->outcome);
-      });
+      },
+      /*one_statement=*/true);
 }
 
 }  // namespace
