@@ -33,8 +33,8 @@ class GroupCommit {
     std::function<Status()> body;
     std::function<void(Status)> done;
     Status result = Status::Ok();  // set by run_batch
-    // The body runs one statement at most that writes: SQLite undoes a failed statement by
-    // itself, so run_batch needs no savepoint around it.
+    // The body makes one change that matters at most, in one statement: SQLite undoes a
+    // failed statement by itself, so run_batch needs no savepoint around it.
     bool one_statement = false;
   };
   using RunBatch = std::function<void(const std::vector<PendingWrite*>&)>;

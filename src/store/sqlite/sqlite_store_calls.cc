@@ -91,7 +91,11 @@ void SqliteStore::SubmitBeginWrite(const Scope& scope, const Fingerprint& finger
           }
         }
         done(std::move(written->outcome));
-      });
+      },
+      // Its one change is the insert or takeover: a fencing reservation written before an
+      // insert that fails may stay (tokens above it are still issued in increasing order),
+      // so no savepoint is needed.
+      /*one_statement=*/true);
 }
 
 std::optional<Result<BeginOutcome>> SqliteStore::BeginAtOnce(const Scope& scope,
