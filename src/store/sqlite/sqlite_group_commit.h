@@ -4,8 +4,9 @@
 // write transaction. Submit queues it with a `done` callback and returns at once: it never
 // waits for the disk or a lock held across I/O, so an event loop may call it. A thread of the
 // group commit's own (the writer) takes everything queued, hands it to `run_batch` (which runs
-// the bodies in ONE transaction, each in its own savepoint, with one commit), calls each
-// write's `done` with its result, and goes back for whatever queued meanwhile. So a batch holds
+// the bodies in ONE transaction, each in its own savepoint unless it is one statement, with one
+// commit), calls each write's `done` with its result, and goes back for whatever queued
+// meanwhile. So a batch holds
 // every write that arrived while the previous commit ran, however many callers there are;
 // under load the writer never sleeps between batches, and a caller wakes it only when it does.
 // `done` runs only after the commit that holds the write.

@@ -3,8 +3,9 @@
 //   sqlite_store.cc            opening the file (connection, pragmas, schema, statements), the
 //                              file identity check, stats and test hooks
 //   sqlite_store_calls.cc      the Store calls: Begin, Complete, Release, Accept, Get, Purge, Sweep
-//   sqlite_write_batches.cc    the group commit's batch body: one transaction, a savepoint each,
-//                              and the connection's idle check
+//   sqlite_write_batches.cc    the group commit's batch body: one transaction, a savepoint for
+//                              each write of more than one statement, and the connection's
+//                              idle check
 //   sqlite_record_statements.* the SQL of each call and how a row of idem_records is read
 //   sqlite_replay_cache.*      completed records kept in memory for replays
 // Internal to the SQLite store.
@@ -123,7 +124,9 @@ class SqliteStore final : public Store, public WriteQueue, public SharedReplays 
   void EnsureIdle() IDEM_REQUIRES(mu_);
 
   // The body of each GroupCommit batch (sqlite_group_commit.h): one transaction, each write in
-  // its own savepoint when there are several, so one failing write undoes only its own changes.
+  // its own savepoint when there are several, so one failing write undoes only its own changes;
+  // a write of one statement (PendingWrite::one_statement) goes without, since SQLite undoes
+  // a failed statement by itself.
   void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_);
 
   // What BeginLocked found in the scope's row, beyond its outcome.
