@@ -1,6 +1,8 @@
 #include "worker/service_client.h"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <tuple>
 
 #include "admin/http_service_url.h"
 
@@ -112,14 +115,17 @@ asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& reques
     // Writes the request and reads until the reader is no longer waiting for bytes, or the
     // connection fails (the sweep closing it at its deadline among the ways).
     Reading read;
-    co_await asio::async_write(c->socket, asio::buffer(request),
-                               asio::redirect_error(asio::use_awaitable, read.ec));
+    // (asio::deferred, not use_awaitable: awaited directly, an operation needs no coroutine
+    // frame of its own to start it.)
+    std::tie(read.ec, std::ignore) = co_await asio::async_write(
+        c->socket, asio::buffer(request), asio::as_tuple(asio::deferred));
     c->reader.Reset(options_.max_response_body);
     while (!read.ec && read.state == HttpResponseReader::State::kMore) {
       MakeRoom(*c);
-      const size_t n = co_await c->socket.async_read_some(
+      size_t n = 0;
+      std::tie(read.ec, n) = co_await c->socket.async_read_some(
           asio::buffer(c->in.data() + c->in_end, c->in.size() - c->in_end),
-          asio::redirect_error(asio::use_awaitable, read.ec));
+          asio::as_tuple(asio::deferred));
       if (read.ec == asio::error::eof && read.answered) {
         read.ec = {};
         read.state = c->reader.End();
