@@ -66,7 +66,8 @@ void Sidecar::Pump() {
       DeliverySlot* slot = idle_.back();
       idle_.pop_back();
       slot->message = std::move(m);
-      slot->parked.Wake(io_.get_executor());
+      // It runs here until its POST waits for the socket, touching nothing of this loop's.
+      slot->parked.Wake();
     }
     // Every deliverer is busy: one whose message has just freed its slot of the window (a
     // settle) takes the next one itself.
@@ -132,11 +133,10 @@ Task<void> Sidecar::Deliverer(DeliverySlot& slot) {
       continue;
     }
     JsMessage& m = *slot.message;
-    std::string request = RequestFor(m);
-    const ServiceAnswer r = co_await service_->Exchange(request);
-    Observe(r);
-    Recycle(std::move(request));
-    Attempt a = AttemptOf(r);
+    slot.request = RequestFor(m, std::move(slot.request));
+    co_await service_->Exchange(slot.request, slot.answer);
+    Observe(slot.answer);
+    Attempt a = AttemptOf(slot.answer);
     if (a.d == Disposition::kAck) {
       QueueAck(std::move(slot.message));
       continue;

@@ -1,6 +1,7 @@
 // ParkedCoroutine: where one long-lived coroutine of `idem consume`'s event loop waits for its
 // next piece of work, without an allocation per wait. The coroutine awaits Wait(); whoever hands
-// it work calls Wake(), which posts its resumption to the event loop (it never runs inside Wake).
+// it work calls Wake(), which resumes it there and then, on the caller's stack, until it next
+// waits: no post, no turn of the loop in between.
 //
 // The completion handler of the wait is kept in the object itself (a few pointers: asio's
 // handler for a coroutine waiting on an operation without a result), not on the heap; its type
@@ -13,8 +14,6 @@
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 
 #include <cstddef>
 #include <new>
@@ -41,13 +40,14 @@ class ParkedCoroutine {
         [this](auto handler) { Keep(std::move(handler)); }, boost::asio::deferred);
   }
 
-  // Resumes the waiting coroutine on `loop`, the event loop it runs on (posted: one operation
-  // of the loop, not the generic path of a handler's own executor). REQUIRES: parked().
-  void Wake(const boost::asio::io_context::executor_type& loop) {
-    void (*wake)(void*, const boost::asio::io_context::executor_type&) = wake_;
+  // Resumes the waiting coroutine inside this call; it returns once the coroutine waits again
+  // (or ends). REQUIRES: parked(); called on the thread running the coroutine's executor, where
+  // whatever the coroutine does until its next wait may run.
+  void Wake() {
+    void (*wake)(void*) = wake_;
     wake_ = nullptr;
     destroy_ = nullptr;
-    wake(storage_, loop);
+    wake(storage_);
   }
 
  private:
@@ -58,16 +58,17 @@ class ParkedCoroutine {
     static_assert(sizeof(Handler) <= kStorage && alignof(Handler) <= alignof(std::max_align_t),
                   "the waiting coroutine's handler does not fit ParkedCoroutine's storage");
     new (storage_) Handler(std::move(handler));
-    wake_ = [](void* p, const boost::asio::io_context::executor_type& loop) {
+    wake_ = [](void* p) {
       Handler* kept = std::launder(static_cast<Handler*>(p));
-      boost::asio::post(loop, [h = std::move(*kept)]() mutable { h(); });
+      Handler h(std::move(*kept));
       kept->~Handler();
+      std::move(h)();
     };
     destroy_ = [](void* p) { std::launder(static_cast<Handler*>(p))->~Handler(); };
   }
 
   alignas(std::max_align_t) unsigned char storage_[kStorage];
-  void (*wake_)(void*, const boost::asio::io_context::executor_type&) = nullptr;
+  void (*wake_)(void*) = nullptr;
   void (*destroy_)(void*) = nullptr;
 };
 

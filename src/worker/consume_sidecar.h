@@ -95,10 +95,13 @@ class Sidecar {
     GiveUp give_up;            // status, failure and error body, for a dead letter
     bool unreachable = false;  // the service could not be reached at all (never ends a message)
   };
-  // A deliverer's (Deliverer) state: the message it delivers (null while idle) and where it
-  // waits for the next one.
+  // A deliverer's (Deliverer) state: the message it delivers (null while idle), its request and
+  // answer (kept for the next message: their storage is reused) and where it waits for the next
+  // message.
   struct DeliverySlot {
     std::shared_ptr<JsMessage> message;
+    std::string request;
+    ServiceAnswer answer;
     ParkedCoroutine parked;
   };
   // The fetch loop's own state across its turns.
@@ -200,10 +203,9 @@ class Sidecar {
 
   // --- consume_http.cc: the POSTs to the service (event loop) --------------------------------
   // One message's delivery, in its deliverer's own coroutine (a coroutine of its own would
-  // cost a frame per message): its request (RequestFor, in a spare buffer), the POST, the buffer kept
-  // for a later request (Recycle), the Attempt the answer makes (AttemptOf).
-  std::string RequestFor(const JsMessage& m);
-  void Recycle(std::string request);
+  // cost a frame per message): its request (RequestFor, written in `buffer`, the deliverer's
+  // previous request), the POST, the Attempt the answer makes (AttemptOf).
+  std::string RequestFor(const JsMessage& m, std::string buffer);
   Attempt AttemptOf(const ServiceAnswer& r);
   // One POST of `batch` as a JSON envelope (batch_envelope.h); an Attempt per message, in
   // order. docs/worker.md ("Batch delivery") lists the rules: a transport failure or a non-2xx
@@ -251,7 +253,6 @@ class Sidecar {
   std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;  // in batches
   std::deque<std::shared_ptr<JsMessage>> waiting_;  // fetched ahead, for a slot of the window
   int delivering_ = 0;                               // slots of the window taken
-  std::vector<std::string> spare_requests_;  // request buffers sent, to build the next ones in
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
   std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued
