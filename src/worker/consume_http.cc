@@ -1,7 +1,5 @@
 // The POSTs to the service: one message as the request's body and headers, or a batch as a JSON
 // envelope (batch_envelope.h), and what each answer means for each message.
-#include <array>
-
 #include "core/text.h"
 #include "worker/batch_envelope.h"
 #include "worker/consume_sidecar.h"
@@ -10,21 +8,11 @@
 namespace idem::worker {
 namespace {
 
-// The characters of an HTTP token (RFC 9110 5.6.2), as a table: checked for every character of
-// every header name of every message.
-constexpr std::array<bool, 256> kTokenChar = [] {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
-
 // Headers a message may not set on the request: framing, hop-by-hop, and idem's own.
 bool ForwardableHeader(std::string_view name, std::string_view value) {
   if (name.empty() || name.size() > 256) return false;
   for (char c : name) {
-    if (!kTokenChar[static_cast<unsigned char>(c)]) return false;
+    if (!internal::IsHttpTokenChar(c)) return false;
   }
   for (char c : value) {
     if (c == '\r' || c == '\n' || c == '\0') return false;

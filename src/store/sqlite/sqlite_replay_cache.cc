@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/scope_key.h"
+
 namespace idem::internal::sqlite {
 namespace {
 
@@ -9,16 +11,8 @@ namespace {
 // bucket, the shared response and its headers' vector, roughly.
 constexpr size_t kEntryOverhead = 256;
 
-// Scope::Encoded() into a buffer of the calling thread's, so that a lookup allocates nothing
-// once the buffer has grown to the keys' size. Valid until the thread's next call.
-std::string_view ScopeKey(const Scope& scope) {
-  thread_local std::string buffer;
-  buffer.clear();
-  buffer.append(scope.tenant).push_back('\0');
-  buffer.append(scope.client).push_back('\0');
-  buffer.append(scope.key);
-  return buffer;
-}
+// Scope::Encoded() without allocating (internal::ScopeLookupKey).
+std::string_view ScopeKey(const Scope& scope) { return internal::ScopeLookupKey(scope); }
 
 size_t ResponseBytes(const StoredResponse& response) {
   size_t bytes = response.body.size();
