@@ -115,10 +115,12 @@ class Server {
     asio::steady_timer pause(acceptor.get_executor());
     for (;;) {
       boost::system::error_code ec;
-      // The connection's loop, for good (event_loops.h).
-      auto strand = asio::make_strand(loops_.Next());  // named: see the g++ 12 note in docs
+      // The connection's loop, for good (event_loops.h). No strand: one thread runs each loop,
+      // so the session's handlers never run at once, and the threads that answer it (store
+      // completions, key waiters' wake-ups) post to the loop's executor, which is thread-safe.
+      asio::io_context& loop = loops_.Next();
       tcp::socket socket =
-          co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
+          co_await acceptor.async_accept(loop, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (!acceptor.is_open() || draining_) co_return;
         if (IsResourceExhaustion(ec)) {
