@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/text.h"
+#include "gateway/deadline_stream.h"
 
 namespace idem::gateway {
 
@@ -98,7 +99,7 @@ std::array<asio::const_buffer, 2> RestAfter(const std::array<asio::const_buffer,
 }  // namespace
 
 template <bool kIsRequest>
-Task<void> WriteMessage(beast::tcp_stream& stream,
+Task<void> WriteMessage(DeadlineStream& stream,
                         http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec) {
   ec = {};
@@ -128,9 +129,9 @@ Task<void> WriteMessage(beast::tcp_stream& stream,
   co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));
 }
 
-template Task<void> WriteMessage<true>(beast::tcp_stream&, http::message<true, http::string_body, Fields>&,
+template Task<void> WriteMessage<true>(DeadlineStream&, http::message<true, http::string_body, Fields>&,
                                        std::string&, boost::system::error_code&);
-template Task<void> WriteMessage<false>(beast::tcp_stream&,
+template Task<void> WriteMessage<false>(DeadlineStream&,
                                         http::message<false, http::string_body, Fields>&, std::string&,
                                         boost::system::error_code&);
 

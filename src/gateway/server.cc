@@ -192,7 +192,7 @@ class Server {
   // then closed.
   Task<void> RefuseConnection(tcp::socket socket, Cause cause = Cause::kTooManyConnections) {
     ++refusing_;
-    beast::tcp_stream stream(std::move(socket));
+    DeadlineStream stream(std::move(socket));
     const std::string detail =
         cause == Cause::kTooManyClientConnections
             ? "this client address has " + std::to_string(client_connections_.limit()) +
@@ -212,7 +212,7 @@ class Server {
   // with unread bytes sends a reset, which can destroy the answer before the client reads it,
   // so the gateway stops sending, then reads and discards for a moment (at most 1 s and
   // 256 KiB) until the client closes its side.
-  static Task<void> LingeringClose(beast::tcp_stream& stream) {
+  static Task<void> LingeringClose(DeadlineStream& stream) {
     boost::system::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream.expires_after(std::chrono::seconds(1));
@@ -235,7 +235,7 @@ class Server {
     // The header fields of this connection's requests and responses (admin/http_message.h):
     // each request reuses the blocks the previous one freed. Declared first, so it goes last.
     std::pmr::unsynchronized_pool_resource fields_memory;
-    beast::tcp_stream stream(std::move(socket));
+    DeadlineStream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
     std::string write_scratch;  // WriteMessage's header buffer, reused by every response
