@@ -3,6 +3,7 @@
 #include <string>
 
 #include "core/scope_digest.h"
+#include "core/scope_key.h"
 #include "core/text.h"
 #include "idem/fingerprint.h"
 
@@ -50,10 +51,7 @@ Result<Scope> Scope::Make(std::string tenant, std::string client, std::string ke
 
 std::string Scope::Encoded() const {
   std::string encoded;
-  encoded.reserve(tenant.size() + client.size() + key.size() + 2);
-  encoded.append(tenant).push_back('\0');
-  encoded.append(client).push_back('\0');
-  encoded.append(key);
+  internal::EncodeScopeInto(*this, encoded);
   return encoded;
 }
 

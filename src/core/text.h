@@ -2,6 +2,7 @@
 // folding, hex, and the "name=value&name=value" option lists of store URLs.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,17 @@
 #include "idem/status.h"
 
 namespace idem::internal {
+
+// The characters of an HTTP token (RFC 9110 5.6.2 tchar: ASCII letters, digits and
+// "!#$%&'*+-.^_`|~"), by byte: checked for every character of every header name.
+inline constexpr std::array<bool, 256> kHttpTokenChars = [] {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+inline bool IsHttpTokenChar(char c) { return kHttpTokenChars[static_cast<unsigned char>(c)]; }
 
 // ASCII case-insensitive equality (HTTP header names, tokens).
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);

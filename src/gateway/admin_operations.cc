@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <charconv>
 #include <string>
 
@@ -20,11 +19,6 @@ constexpr int64_t kMaxTtlSeconds = int64_t{10} * 366 * 24 * 3600;  // ten years
 
 Status FieldError(std::string_view field, std::string_view what) {
   return InvalidArgumentError("field \"" + std::string(field) + "\" " + std::string(what));
-}
-
-bool IsTokenChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) ||
-         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
 // Headers a replay must not carry from the job: the gateway frames every response itself, and
@@ -59,7 +53,7 @@ Status ParseHeaders(const json& value, std::vector<Header>& out) {
     }
     const auto& name = pair[0].get_ref<const std::string&>();
     const auto& field_value = pair[1].get_ref<const std::string&>();
-    if (name.empty() || !std::all_of(name.begin(), name.end(), IsTokenChar)) {
+    if (name.empty() || !std::all_of(name.begin(), name.end(), internal::IsHttpTokenChar)) {
       return FieldError(where, "has a name that is not an HTTP field name");
     }
     if (field_value.find_first_of(std::string_view("\r\n\0", 3)) != std::string::npos) {

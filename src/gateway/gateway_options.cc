@@ -44,8 +44,7 @@ const RoutePolicy& DefaultPolicyFor(std::string_view method) {
 
 bool IsTokenChar(char c) {
   // RFC 9651 sf-token characters (tchar plus ":" and "/").
-  if (std::isalnum(static_cast<unsigned char>(c))) return true;
-  return std::string_view("!#$%&'*+-.^_`|~:/").find(c) != std::string_view::npos;
+  return internal::IsHttpTokenChar(c) || c == ':' || c == '/';
 }
 
 }  // namespace

@@ -14,15 +14,10 @@ using internal::TrimOws;
 
 constexpr std::string_view kKeyHeaderName = "Idempotency-Key";
 
-bool IsTchar(char c) {
-  if (std::isalnum(static_cast<unsigned char>(c))) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
 bool IsToken(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s) {
-    if (!IsTchar(c)) return false;
+    if (!internal::IsHttpTokenChar(c)) return false;
   }
   return true;
 }

@@ -114,7 +114,10 @@ int RunConsume(const ConsumeOptions& in) {
 
   // One event-loop thread runs every delivery and the admin listener: an exchange is a few
   // microseconds of work between waits, and the service client's connections need no strand.
-  asio::io_context io(1);
+  // Sockets and timers are used by that thread alone (set up before it starts, torn down after
+  // it ends), so the reactor takes no lock per socket operation (UNSAFE_IO); other threads
+  // only post to the loop, which stays locked.
+  asio::io_context io(BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO);
   auto work = asio::make_work_guard(io);
   Sidecar sidecar(options, log, io);
   if (Status s = sidecar.Init(); !s.ok()) return fail(s.ToString());

@@ -53,11 +53,24 @@ void Sidecar::Pump() {
     return;
   }
   if (options_.batch_size <= 1) {
-    while (delivering_ < options_.max_in_flight && !waiting_.empty()) {
-      ++delivering_;
-      asio::co_spawn(io_, Dispatch(std::move(waiting_.front())), asio::detached);
-      waiting_.pop_front();
+    while (!idle_.empty() ||
+           deliverers_.size() < static_cast<size_t>(options_.max_in_flight)) {
+      std::shared_ptr<JsMessage> m = NextToDeliver();
+      if (!m) return;
+      if (idle_.empty()) {
+        deliverers_.push_back(std::make_unique<DeliverySlot>());
+        deliverers_.back()->message = std::move(m);
+        asio::co_spawn(io_, Deliverer(*deliverers_.back()), asio::detached);
+        continue;
+      }
+      DeliverySlot* slot = idle_.back();
+      idle_.pop_back();
+      slot->message = std::move(m);
+      // It runs here until its POST waits for the socket, touching nothing of this loop's.
+      slot->parked.Wake();
     }
+    // Every deliverer is busy: one whose message has just freed its slot of the window (a
+    // settle) takes the next one itself.
     return;
   }
   bool more = false;
@@ -103,39 +116,59 @@ void Sidecar::SendReady() {
   }
 }
 
-Task<void> Sidecar::Dispatch(std::shared_ptr<JsMessage> m) {
-  working_.emplace(m.get(), m);
-  std::string request = RequestFor(*m);
-  const ServiceAnswer r = co_await service_->Exchange(request);
-  Observe(r);
-  Recycle(std::move(request));
-  Attempt a = AttemptOf(r);
-  if (a.d == Disposition::kAck) {
-    QueueAck(std::move(m));
-    co_return;
+std::shared_ptr<JsMessage> Sidecar::NextToDeliver() {
+  if (stopping_ || delivering_ >= options_.max_in_flight || waiting_.empty()) return nullptr;
+  ++delivering_;
+  std::shared_ptr<JsMessage> m = std::move(waiting_.front());
+  waiting_.pop_front();
+  return m;
+}
+
+Task<void> Sidecar::Deliverer(DeliverySlot& slot) {
+  for (;;) {
+    if (!slot.message) slot.message = NextToDeliver();
+    if (!slot.message) {
+      idle_.push_back(&slot);
+      co_await slot.parked.Wait();  // Pump hands it a message
+      continue;
+    }
+    JsMessage& m = *slot.message;
+    slot.request = RequestFor(m, std::move(slot.request));
+    co_await service_->Exchange(slot.request, slot.answer);
+    Observe(slot.answer);
+    Attempt a = AttemptOf(slot.answer);
+    if (a.d == Disposition::kAck) {
+      QueueAck(std::move(slot.message));
+      continue;
+    }
+    co_await Settle(m, std::move(a));
+    AfterSettled(std::move(slot.message));
   }
-  co_await Settle(*m, std::move(a));
-  AfterSettled(std::move(m));
 }
 
 Task<void> Sidecar::DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch) {
   for (const auto& m : batch) working_.emplace(m.get(), m);
   std::vector<Attempt> attempts = co_await DeliverBatch(batch);
+  bool acked = false;
   for (size_t i = 0; i < batch.size(); ++i) {
-    asio::co_spawn(io_, Finish(std::move(batch[i]), std::move(attempts[i])), asio::detached);
+    // An ack needs no coroutine of its own (nor a frame per message).
+    if (attempts[i].d == Disposition::kAck) {
+      QueueAck(std::move(batch[i]));
+      acked = true;
+    } else {
+      asio::co_spawn(io_, Finish(std::move(batch[i]), std::move(attempts[i])), asio::detached);
+    }
   }
+  if (acked) Pump();  // their slots of the window are free
 }
 
 Task<void> Sidecar::Finish(std::shared_ptr<JsMessage> m, Attempt a) {
-  if (a.d == Disposition::kAck) {
-    QueueAck(std::move(m));
-    co_return;
-  }
   co_await Settle(*m, std::move(a));
   AfterSettled(std::move(m));
 }
 
 void Sidecar::QueueAck(std::shared_ptr<JsMessage> m) {
+  --delivering_;
   acks_.push_back(std::move(m));
   if (acks_posted_) return;
   acks_posted_ = true;
@@ -150,12 +183,12 @@ void Sidecar::AckQueued() {
     failures_.Forget(m->stream_sequence());
     SettleWithNats(*m, Disposition::kAck, "", std::nullopt, "");
   }
-  FreeSlots(static_cast<int>(acks.size()));
+  FreeSlots(static_cast<int>(acks.size()), /*delivered=*/false);
   for (auto& m : acks) AfterSettled(std::move(m));
 }
 
 void Sidecar::AfterSettled(std::shared_ptr<JsMessage> m) {
-  working_.erase(m.get());
+  if (!working_.empty()) working_.erase(m.get());
   Launch(ordered_.AfterSettle(*m));
   Bury(std::move(m));
 }
@@ -178,7 +211,7 @@ void Sidecar::FreeSlots(int n, bool delivered) {
 void Sidecar::Bury(std::shared_ptr<JsMessage> m) {
   finished_bytes_ += m->data().size();
   finished_.push_back(std::move(m));
-  if (finished_.size() >= kBuryGroup || finished_bytes_ >= kBuryBytes || working_.empty()) {
+  if (finished_.size() >= kBuryGroup || finished_bytes_ >= kBuryBytes || delivering_ == 0) {
     DestroyFinished();
   }
 }

@@ -322,6 +322,9 @@ Task<void> Sidecar::KeepInProgress() {
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
     size_t failed = ordered_.TouchHeld();
+    for (const auto& slot : deliverers_) {
+      if (slot->message) failed += slot->message->InProgress().ok() ? 0 : 1;
+    }
     for (auto& [ptr, m] : working_) failed += m->InProgress().ok() ? 0 : 1;
     for (auto& m : waiting_) failed += m->InProgress().ok() ? 0 : 1;
     if (failed > 0 && last_failed == 0) {

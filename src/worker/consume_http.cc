@@ -12,9 +12,7 @@ namespace {
 bool ForwardableHeader(std::string_view name, std::string_view value) {
   if (name.empty() || name.size() > 256) return false;
   for (char c : name) {
-    const bool token = std::isalnum(static_cast<unsigned char>(c)) ||
-                       std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-    if (!token) return false;
+    if (!internal::IsHttpTokenChar(c)) return false;
   }
   for (char c : value) {
     if (c == '\r' || c == '\n' || c == '\0') return false;
@@ -23,7 +21,7 @@ bool ForwardableHeader(std::string_view name, std::string_view value) {
       "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te",
       "trailer", "upgrade", "proxy-connection", "expect", "idempotency-key"};
   for (std::string_view r : kReserved) {
-    if (internal::EqualsIgnoreCase(name, r)) return false;
+    if (name.size() == r.size() && internal::EqualsIgnoreCase(name, r)) return false;
   }
   return !(name.size() >= 5 && internal::EqualsIgnoreCase(name.substr(0, 5), "idem-"));
 }
@@ -41,20 +39,16 @@ std::optional<Duration> RetryAfter(std::string_view v) {
 
 }  // namespace
 
-std::string Sidecar::RequestFor(const JsMessage& m) {
-  // The request as one string, written once: headers and body in one buffer, a spare one when
-  // there is one.
-  std::string buffer;
-  if (!spare_requests_.empty()) {
-    buffer = std::move(spare_requests_.back());
-    spare_requests_.pop_back();
-  }
+std::string Sidecar::RequestFor(const JsMessage& m, std::string buffer) {
+  // The request as one string, written once: headers and body in one buffer.
   HttpRequestText req("POST", path_, service_->authority(), 384 + m.data().size(),
                       std::move(buffer));
   bool content_type = false;
   for (const auto& [name, value] : m.headers()) {
     if (!ForwardableHeader(name, value)) continue;
-    if (internal::EqualsIgnoreCase(name, "content-type")) content_type = true;
+    if (name.size() == 12 && internal::EqualsIgnoreCase(name, "content-type")) {
+      content_type = true;
+    }
     req.Field(name, value);
   }
   if (!content_type) req.Field("Content-Type", "application/octet-stream");
@@ -69,19 +63,14 @@ std::string Sidecar::RequestFor(const JsMessage& m) {
   return std::move(req).Finish(m.data());
 }
 
-void Sidecar::Recycle(std::string request) {
-  if (spare_requests_.size() < static_cast<size_t>(options_.max_in_flight)) {
-    spare_requests_.push_back(std::move(request));
-  }
-}
-
 Sidecar::Attempt Sidecar::AttemptOf(const ServiceAnswer& r) {
   if (r.failure != ServiceAnswer::Failure::kNone) return FailedExchange(r);
   Attempt a;
-  a.give_up.status = r.status;
-  a.give_up.failure = "http";
-  a.d = ClassifyHttpStatus(a.give_up.status);
-  if (a.d != Disposition::kAck) {  // the reason is logged only for a nak or a term
+  a.d = ClassifyHttpStatus(r.status);
+  // The reason and what a dead letter would say, only for a nak or a term (an ack needs none).
+  if (a.d != Disposition::kAck) {
+    a.give_up.status = r.status;
+    a.give_up.failure = "http";
     a.why = "HTTP " + std::to_string(a.give_up.status);
     if (a.d == Disposition::kNak) a.retry_after = RetryAfter(r.retry_after);
     if (!r.body.empty()) a.why += ": " + r.body.substr(0, 200);
@@ -111,7 +100,8 @@ Task<std::vector<Sidecar::Attempt>> Sidecar::DeliverBatch(
   req.Field("Content-Type", "application/json");
   req.Field(kBatchHeader, static_cast<uint64_t>(batch.size()));
   const std::string request = std::move(req).Finish(body_sent);
-  ServiceAnswer r = co_await service_->Exchange(request);
+  ServiceAnswer r;
+  co_await service_->Exchange(request, r);
   Observe(r);
   if (r.failure != ServiceAnswer::Failure::kNone) {
     co_return std::vector<Attempt>(batch.size(), FailedExchange(r));

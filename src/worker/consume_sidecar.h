@@ -38,6 +38,7 @@
 #include "worker/consume.h"
 #include "worker/consume_admin.h"
 #include "worker/consume_metrics.h"
+#include "worker/consume_park.h"
 #include "worker/dead_letter.h"
 #include "worker/delivery_policy.h"
 #include "worker/first_failures.h"
@@ -94,6 +95,15 @@ class Sidecar {
     GiveUp give_up;            // status, failure and error body, for a dead letter
     bool unreachable = false;  // the service could not be reached at all (never ends a message)
   };
+  // A deliverer's (Deliverer) state: the message it delivers (null while idle), its request and
+  // answer (kept for the next message: their storage is reused) and where it waits for the next
+  // message.
+  struct DeliverySlot {
+    std::shared_ptr<JsMessage> message;
+    std::string request;
+    ServiceAnswer answer;
+    ParkedCoroutine parked;
+  };
   // The fetch loop's own state across its turns.
   struct FetchState {
     bool dead_letter_checked = false;
@@ -145,35 +155,44 @@ class Sidecar {
   // Messages that may be delivered now: they wait (waiting_, in the order given) for a slot of
   // the --max-in-flight window, then Pump starts them.
   void Start(std::vector<std::shared_ptr<JsMessage>> messages);
-  // Fills the window from waiting_: one POST each; with --batch-size above 1, queued and sent
-  // in batches cut from everything that becomes ready before the loop's next turn (no waiting
-  // for more). While stopping, gives the waiting messages back instead (GiveBackWaiting).
+  // Fills the window from waiting_: one POST each, by an idle deliverer (a new one while fewer
+  // than --max-in-flight exist); with --batch-size above 1, queued and sent in batches cut from
+  // everything that becomes ready before the loop's next turn (no waiting for more). While
+  // stopping, gives the waiting messages back instead (GiveBackWaiting).
   void Pump();
   // Naks every waiting message back to NATS at once (stopping: they are not delivered).
   void GiveBackWaiting();
   void SendReady();
-  // One delivery, kept in progress with JetStream until settled, then whatever of its ordering
-  // key may go next.
-  Task<void> Dispatch(std::shared_ptr<JsMessage> m);
+  // The next waiting message, its slot of the window taken; null when none may go now (none
+  // waiting, the window full, or stopping).
+  std::shared_ptr<JsMessage> NextToDeliver();
+  // One deliverer: a coroutine that lives as long as the event loop and delivers one message
+  // at a time (slot.message, kept in progress with JetStream until settled, then whatever of
+  // its ordering key may go next), taking the next waiting one itself and parking when there
+  // is none, until Pump hands it one. At most --max-in-flight of them, started as the window
+  // first needs them: a coroutine per delivery would allocate its frames per message.
+  Task<void> Deliverer(DeliverySlot& slot);
   // One batch POST; then each message is settled on its own, as its item's answer says, exactly
   // as a message delivered alone (Finish), without waiting for the others' dead letters.
   Task<void> DispatchBatch(std::vector<std::shared_ptr<JsMessage>> batch);
-  // After a delivery attempt: an answer to ack goes to QueueAck; anything else meets the retry
-  // limits, the dead letter, the settle with NATS, then AfterSettled (Dispatch does the same in
-  // place, without a coroutine for the ack).
+  // After a delivery attempt of a batch's message that is not to be acked: the retry limits,
+  // the dead letter, the settle with NATS, then AfterSettled (a deliverer does the same in
+  // place).
   Task<void> Finish(std::shared_ptr<JsMessage> m, Attempt a);
   // A message the service accepted, acked with the others accepted in the same turn of the
   // loop (AckQueued, posted once): nats.c wakes its flusher thread once per group of acks
   // written together, and each ack written alone would wake it (and contend for the
-  // connection's lock) once per message.
+  // connection's lock) once per message. Its slot of the window is free at once (its POST is
+  // over), so its deliverer goes on with the next waiting message in the same turn; it stays
+  // in flight for the fetch loop and Drain until acked.
   void QueueAck(std::shared_ptr<JsMessage> m);
   void AckQueued();
   // Settled with NATS: the window is freed (FreeSlots, before), then whatever of its ordering
   // key may go next, then the message is buried.
   void AfterSettled(std::shared_ptr<JsMessage> m);
-  // `n` messages left the window (`delivered`: they had a slot in it, else they were
-  // waiting): starts waiting ones in their slots, wakes the fetch loop and Drain when they wait
-  // for that.
+  // `n` messages left the sidecar's hands (`delivered`: they had a slot of the window, else
+  // they were waiting or acked): starts waiting ones in the slots freed, wakes the fetch loop
+  // and Drain when they wait for that.
   void FreeSlots(int n, bool delivered = true);
   // A settled message, destroyed later with others: in groups of kBuryGroup, or of kBuryBytes,
   // and whenever no delivery is left to settle. DestroyFinished takes the group apart here and
@@ -183,11 +202,10 @@ class Sidecar {
   void DestroyFinished();
 
   // --- consume_http.cc: the POSTs to the service (event loop) --------------------------------
-  // One message's delivery, in Dispatch's own coroutine (a coroutine of its own would cost a
-  // frame per message): its request (RequestFor, in a spare buffer), the POST, the buffer kept
-  // for a later request (Recycle), the Attempt the answer makes (AttemptOf).
-  std::string RequestFor(const JsMessage& m);
-  void Recycle(std::string request);
+  // One message's delivery, in its deliverer's own coroutine (a coroutine of its own would
+  // cost a frame per message): its request (RequestFor, written in `buffer`, the deliverer's
+  // previous request), the POST, the Attempt the answer makes (AttemptOf).
+  std::string RequestFor(const JsMessage& m, std::string buffer);
   Attempt AttemptOf(const ServiceAnswer& r);
   // One POST of `batch` as a JSON envelope (batch_envelope.h); an Attempt per message, in
   // order. docs/worker.md ("Batch delivery") lists the rules: a transport failure or a non-2xx
@@ -230,10 +248,11 @@ class Sidecar {
   // The event loop's: per-key order, the messages being delivered, whether the in-progress and
   // ack-floor loops run.
   OrderedDelivery ordered_;
-  std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;
+  std::vector<std::unique_ptr<DeliverySlot>> deliverers_;  // one per Deliverer started
+  std::vector<DeliverySlot*> idle_;  // deliverers parked, waiting for Pump
+  std::unordered_map<JsMessage*, std::shared_ptr<JsMessage>> working_;  // in batches
   std::deque<std::shared_ptr<JsMessage>> waiting_;  // fetched ahead, for a slot of the window
   int delivering_ = 0;                               // slots of the window taken
-  std::vector<std::string> spare_requests_;  // request buffers sent, to build the next ones in
   std::vector<std::shared_ptr<JsMessage>> ready_;  // --batch-size: waiting for SendReady
   bool flush_posted_ = false;                       // SendReady is posted
   std::vector<std::shared_ptr<JsMessage>> acks_;      // waiting for AckQueued
@@ -252,7 +271,7 @@ class Sidecar {
   FirstFailures failures_;
   Mutex mu_;
   CondVar cv_;
-  // Messages fetched and not yet settled nor held: delivering_ plus waiting_.
+  // Messages fetched and not yet settled nor held: delivering_, waiting_ and acks_.
   int in_flight_ IDEM_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ IDEM_GUARDED_BY(mu_){std::random_device{}()};
 };

@@ -3,8 +3,9 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/http/error.hpp>
 
-#include <array>
 #include <optional>
+
+#include "core/text.h"
 
 namespace idem::worker {
 
@@ -73,17 +74,6 @@ HttpResponseReader::State HttpResponseReader::Fail(std::string why) {
 
 namespace {
 
-// RFC 9110 tchar, by byte.
-constexpr std::array<bool, 256> kTokenChars = [] {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}();
-
-bool TokenChar(char c) { return kTokenChars[static_cast<unsigned char>(c)]; }
-
 bool Printable(std::string_view s) {
   for (char c : s) {
     if (c < 0x20 || c > 0x7e) return false;
@@ -133,7 +123,7 @@ bool HttpResponseReader::ReadPlain(std::string_view bytes, size_t* used) {
     if (colon == 0 || colon == std::string_view::npos) return false;
     const std::string_view name = line.substr(0, colon);
     for (char c : name) {
-      if (!TokenChar(c)) return false;
+      if (!internal::IsHttpTokenChar(c)) return false;
     }
     std::string_view value = line.substr(colon + 1);
     if (!Printable(value)) return false;

@@ -1,6 +1,8 @@
 #include "worker/service_client.h"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <tuple>
 
 #include "admin/http_service_url.h"
 
@@ -35,18 +38,36 @@ ServiceAnswer Failed(ServiceAnswer::Failure failure, std::string detail) {
 HttpRequestText::HttpRequestText(std::string_view method, std::string_view target,
                                  std::string_view host, size_t reserve, std::string buffer)
     : text_(std::move(buffer)) {
-  text_.clear();
-  text_.reserve(reserve);
-  text_.append(method).append(" ").append(target).append(" HTTP/1.1\r\nHost: ").append(host);
-  text_.append("\r\n");
+  constexpr std::string_view kVersion = " HTTP/1.1\r\nHost: ";
+  // (A buffer reused keeps its size: only what it lacks is filled.)
+  text_.resize(std::max({reserve, text_.size(), method.size() + target.size() + host.size() + 32}));
+  Put(method);
+  Put(" ");
+  Put(target);
+  Put(kVersion);
+  Put(host);
+  Put("\r\n");
+}
+
+void HttpRequestText::Grow(size_t n) { text_.resize(std::max(2 * text_.size(), end_ + n)); }
+
+void HttpRequestText::Put(std::string_view s) {
+  std::memcpy(text_.data() + end_, s.data(), s.size());
+  end_ += s.size();
 }
 
 void HttpRequestText::Field(std::string_view name, std::string_view value) {
-  // One append per piece, each of a known length (no strlen of the separators).
-  text_.append(name.data(), name.size());
-  text_.append(": ", 2);
-  text_.append(value.data(), value.size());
-  text_.append("\r\n", 2);
+  Room(name.size() + value.size() + 4);
+  char* out = text_.data() + end_;
+  std::memcpy(out, name.data(), name.size());
+  out += name.size();
+  out[0] = ':';
+  out[1] = ' ';
+  std::memcpy(out + 2, value.data(), value.size());
+  out += 2 + value.size();
+  out[0] = '\r';
+  out[1] = '\n';
+  end_ += name.size() + value.size() + 4;
 }
 
 void HttpRequestText::Field(std::string_view name, uint64_t value) {
@@ -57,8 +78,10 @@ void HttpRequestText::Field(std::string_view name, uint64_t value) {
 
 std::string HttpRequestText::Finish(std::string_view body) && {
   Field("Content-Length", body.size());
-  text_.append("\r\n");
-  text_.append(body);
+  Room(2 + body.size());
+  Put("\r\n");
+  Put(body);
+  text_.resize(end_);
   return std::move(text_);
 }
 
@@ -95,12 +118,16 @@ ServiceClient::ServiceClient(asio::io_context& io, tcp::resolver::results_type e
 
 ServiceClient::~ServiceClient() = default;
 
-asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& request) {
+asio::awaitable<void> ServiceClient::Exchange(const std::string& request, ServiceAnswer& answer) {
   // One deadline for the whole exchange, a retry on a new connection included.
   const Clock::time_point begin = Clock::now();
   const Clock::time_point end = begin + options_.response_timeout;
   Clock::time_point now = begin;
-  ServiceAnswer answer;
+  answer.failure = ServiceAnswer::Failure::kNone;
+  answer.detail.clear();
+  answer.status = 0;
+  answer.body.clear();
+  answer.retry_after.clear();
   for (bool retried = false;;) {
     Connection* c = TakeIdle(now);
     const bool reused = c != nullptr;
@@ -112,14 +139,17 @@ asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& reques
     // Writes the request and reads until the reader is no longer waiting for bytes, or the
     // connection fails (the sweep closing it at its deadline among the ways).
     Reading read;
-    co_await asio::async_write(c->socket, asio::buffer(request),
-                               asio::redirect_error(asio::use_awaitable, read.ec));
+    // (asio::deferred, not use_awaitable: awaited directly, an operation needs no coroutine
+    // frame of its own to start it.)
+    std::tie(read.ec, std::ignore) = co_await asio::async_write(
+        c->socket, asio::buffer(request), asio::as_tuple(asio::deferred));
     c->reader.Reset(options_.max_response_body);
     while (!read.ec && read.state == HttpResponseReader::State::kMore) {
       MakeRoom(*c);
-      const size_t n = co_await c->socket.async_read_some(
+      size_t n = 0;
+      std::tie(read.ec, n) = co_await c->socket.async_read_some(
           asio::buffer(c->in.data() + c->in_end, c->in.size() - c->in_end),
-          asio::redirect_error(asio::use_awaitable, read.ec));
+          asio::as_tuple(asio::deferred));
       if (read.ec == asio::error::eof && read.answered) {
         read.ec = {};
         read.state = c->reader.End();
@@ -149,11 +179,10 @@ asio::awaitable<ServiceAnswer> ServiceClient::Exchange(const std::string& reques
                           read.ec.message());
       break;
     }
-    answer = AnswerRead(c, read.state, now);
+    AnswerRead(c, read.state, now, answer);
     break;
   }
   answer.elapsed = (answer.failure == ServiceAnswer::Failure::kNone ? now : Clock::now()) - begin;
-  co_return answer;
 }
 
 asio::awaitable<ServiceClient::Connection*> ServiceClient::Connect(Clock::time_point deadline,
@@ -197,19 +226,18 @@ void ServiceClient::MakeRoom(Connection& c) {
   }
 }
 
-ServiceAnswer ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State state,
-                                        Clock::time_point now) {
+void ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State state,
+                               Clock::time_point now, ServiceAnswer& answer) {
   using State = HttpResponseReader::State;
   if (state == State::kDone) {
-    ServiceAnswer answer;
     answer.status = c->reader.status();
-    answer.body = std::move(c->reader.body());
+    answer.body.swap(c->reader.body());  // (each keeps the other's storage for a later answer)
     answer.retry_after = c->reader.retry_after();
     // Bytes after the answer were not asked for: such a connection is not reused.
     Release(c, c->reader.keep_alive() && c->in_begin == c->in_end, now);
-    return answer;
+    return;
   }
-  ServiceAnswer answer =
+  answer =
       state == State::kTooLarge
           ? Failed(ServiceAnswer::Failure::kTooLarge,
                    "answer from " + authority_ + ": body larger than " +
@@ -217,7 +245,6 @@ ServiceAnswer ServiceClient::AnswerRead(Connection* c, HttpResponseReader::State
           : Failed(ServiceAnswer::Failure::kBroken,
                    "answer from " + authority_ + ": " + c->reader.error());
   Close(c);
-  return answer;
 }
 
 ServiceClient::Connection* ServiceClient::TakeIdle(Clock::time_point now) {

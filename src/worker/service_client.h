@@ -33,7 +33,9 @@
 namespace idem::worker {
 
 // One request as the bytes sent: the request line, Host, the fields added, Content-Length, the
-// body. Field names and values are written as given.
+// body. Field names and values are written as given. The text is sized ahead (`reserve`,
+// grown when a field does not fit) and written with a cursor: a copy per piece, not a string
+// append with its checks.
 // REQUIRES: names are tokens; values hold no CR, LF or NUL.
 class HttpRequestText {
  public:
@@ -46,7 +48,16 @@ class HttpRequestText {
   std::string Finish(std::string_view body) &&;
 
  private:
-  std::string text_;
+  // Makes room for `n` more bytes after the cursor.
+  void Room(size_t n) {
+    if (end_ + n > text_.size()) Grow(n);
+  }
+  void Grow(size_t n);
+  // Writes `s` at the cursor. REQUIRES: Room(s.size()).
+  void Put(std::string_view s);
+
+  std::string text_;  // [0, end_) written; the rest is room
+  size_t end_ = 0;
 };
 
 // What one exchange met.
@@ -88,8 +99,10 @@ class ServiceClient {
   const std::string& authority() const { return authority_; }
 
   // Sends `request` (HttpRequestText's) and reads the final answer (interim 1xx answers are
-  // read past). Never throws. REQUIRES: `request` outlives the exchange.
-  boost::asio::awaitable<ServiceAnswer> Exchange(const std::string& request);
+  // read past) into `answer`, every field of it set: one ServiceAnswer can serve exchange after
+  // exchange, its strings' storage reused. Never throws. REQUIRES: `request` and `answer`
+  // outlive the exchange.
+  boost::asio::awaitable<void> Exchange(const std::string& request, ServiceAnswer& answer);
 
   // Connections open now (in use or idle), for tests.
   size_t connections() const { return connections_.size(); }
@@ -119,9 +132,10 @@ class ServiceClient {
   static void Parse(Connection& c, size_t n, Reading& read);
   // Frees space at the end of `c`'s read buffer when it is full: drops the bytes used, or grows.
   static void MakeRoom(Connection& c);
-  // The answer `c`'s reader came to (`state`, not kMore); `c` is released for reuse (idle since
-  // `now`) or closed.
-  ServiceAnswer AnswerRead(Connection* c, HttpResponseReader::State state, Clock::time_point now);
+  // The answer `c`'s reader came to (`state`, not kMore), into `answer` (cleared before); `c` is
+  // released for reuse (idle since `now`) or closed.
+  void AnswerRead(Connection* c, HttpResponseReader::State state, Clock::time_point now,
+                  ServiceAnswer& answer);
 
   // The most recently used idle connection still young enough, or null.
   Connection* TakeIdle(Clock::time_point now);

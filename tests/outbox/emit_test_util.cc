@@ -72,26 +72,6 @@ std::vector<StreamMessage> ReadStream(jsCtx* js, const std::string& stream) {
   return out;
 }
 
-std::string AddStream(jsCtx* js, const std::string& name, const std::vector<std::string>& subjects,
-                      std::chrono::milliseconds duplicate_window, int32_t max_msg_size) {
-  jsStreamConfig cfg;
-  jsStreamConfig_Init(&cfg);
-  cfg.Name = name.c_str();
-  std::vector<const char*> subs;
-  for (const auto& s : subjects) subs.push_back(s.c_str());
-  cfg.Subjects = subs.data();
-  cfg.SubjectsLen = static_cast<int>(subs.size());
-  cfg.Storage = js_FileStorage;
-  cfg.Duplicates = duplicate_window.count() * 1'000'000;
-  cfg.MaxMsgSize = max_msg_size;
-  jsErrCode jerr = static_cast<jsErrCode>(0);
-  jsStreamInfo* si = nullptr;
-  const natsStatus s = js_AddStream(&si, js, &cfg, nullptr, &jerr);
-  if (si != nullptr) jsStreamInfo_Destroy(si);
-  if (s == NATS_OK) return "";
-  return std::string("add stream: ") + natsStatus_GetText(s) + " " + std::to_string(jerr);
-}
-
 RelayProcess::RelayProcess(const std::vector<std::string>& args, const std::string& log_path,
                            const std::string& crash_point) {
   std::vector<std::string> argv = {idem::build_tree::kIdemBinary, "relay", "--admin-listen", "127.0.0.1:0"};

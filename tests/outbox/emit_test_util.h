@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "util/js_client.h"  // AddStream
 #include "util/postgres_server.h"
 #include "util/process.h"
 #include "util/temp_dir.h"
@@ -41,9 +42,6 @@ struct StreamMessage {
 };
 // Every message of `stream`, in stream order.
 std::vector<StreamMessage> ReadStream(jsCtx* js, const std::string& stream);
-// Creates a file stream; max_msg_size -1: no limit. "" on success.
-std::string AddStream(jsCtx* js, const std::string& name, const std::vector<std::string>& subjects,
-                      std::chrono::milliseconds duplicate_window, int32_t max_msg_size = -1);
 
 // `idem relay` as a child process. Extra environment (the test crash point) is set for the
 // child only.

@@ -610,15 +610,17 @@ TEST_F(OutboxTest, ABatchHeldIdleBeyondTheLeaseIsCutOffAndItsRowsTakenOver) {
   logging::Log log(/*json=*/false);  // the server's notices, if any
   auto hung = outbox::OutboxDb::Open(server().Url(database_), log, /*listen=*/false);
   ASSERT_TRUE(hung.ok()) << hung.status().ToString();
-  ASSERT_TRUE((*hung)->LimitIdleHold(std::chrono::milliseconds(300)).ok());
+  // Long enough for the second relay's first try to land within it on a loaded machine (opened
+  // first: a connection takes longer than a lock).
+  ASSERT_TRUE((*hung)->LimitIdleHold(std::chrono::milliseconds(1000)).ok());
+  auto next = outbox::OutboxDb::Open(server().Url(database_), log, /*listen=*/false);
+  ASSERT_TRUE(next.ok());
   const std::vector<std::string> all = {">"};
   auto held = (*hung)->LockBatch(10, 0, all);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   ASSERT_EQ(held->rows.size(), 2u);
   EXPECT_TRUE((*hung)->InTransaction());
 
-  auto next = outbox::OutboxDb::Open(server().Url(database_), log, /*listen=*/false);
-  ASSERT_TRUE(next.ok());
   auto none = (*next)->LockBatch(10, 0, all);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->rows.empty()) << "held by the first, within its lease";

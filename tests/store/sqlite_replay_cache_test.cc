@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -247,6 +248,9 @@ TEST_F(SqliteReplayCacheTest, AnotherProcesssPurgeIsNeverMasked) {
   auto at_once = internal::WriteQueueOf(*store)->BeginAtOnce(scope, Fp(), seconds(30));
   ASSERT_TRUE(at_once.has_value());
   EXPECT_TRUE(std::holds_alternative<Replay>(**at_once));
+  // Several hits, the later ones without asking the file (the WAL-index header is unchanged).
+  ASSERT_NE(internal::SharedReplaysOf(*store)->ReplayShared(scope, Fp()), nullptr);
+  ASSERT_NE(internal::SharedReplaysOf(*store)->ReplayShared(scope, Fp()), nullptr);
 
   testing::Process child({build_tree::kStoreChild, "sqlite:" + path_, scope.tenant, scope.key,
                           "purge"},
@@ -255,10 +259,81 @@ TEST_F(SqliteReplayCacheTest, AnotherProcesssPurgeIsNeverMasked) {
   ASSERT_TRUE(said.has_value()) << child.Output();
   EXPECT_EQ(*said, "purged 1");
 
+  EXPECT_EQ(internal::SharedReplaysOf(*store)->ReplayShared(scope, Fp()), nullptr);
   EXPECT_FALSE(internal::WriteQueueOf(*store)->BeginAtOnce(scope, Fp(), seconds(30)).has_value());
   auto after = store->Begin(scope, Fp(), seconds(30));
   ASSERT_TRUE(after.ok());
   EXPECT_TRUE(std::holds_alternative<Acquired>(*after));
+}
+
+// The memory store's way of replaying (internal::SharedReplays): the cached response itself,
+// unchanged and shared by every replay, and only when Begin would replay it.
+TEST_F(SqliteReplayCacheTest, ReplaySharedHandsEveryReplayTheCachedResponseItself) {
+  auto store = Open();
+  auto uncached = Open("?replay_cache_entries=0");
+  internal::SharedReplays* shared = internal::SharedReplaysOf(*store);
+  ASSERT_NE(shared, nullptr);
+  EXPECT_EQ(shared->ReplayShared(scope_, Fp()), nullptr);  // nothing cached yet
+  CompleteAndReplayOnce(*store, scope_, response_, seconds(10));
+  const uint64_t at_once = AtOnce(*store);
+
+  const std::shared_ptr<const StoredResponse> first = shared->ReplayShared(scope_, Fp());
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(*first, response_);
+  EXPECT_EQ(*first, std::get<Replay>(*uncached->Begin(scope_, Fp(), seconds(30))).response);
+  EXPECT_EQ(shared->ReplayShared(scope_, Fp()), first) << "the same object, not a copy";
+  EXPECT_EQ(AtOnce(*store), at_once + 2);
+  // A mismatch is Begin's to answer; so is a key the cache does not hold.
+  EXPECT_EQ(shared->ReplayShared(scope_, CacheOtherFp()), nullptr);
+  EXPECT_EQ(internal::SharedReplaysOf(*uncached)->ReplayShared(scope_, Fp()), nullptr);
+
+  // A purge drops it; the response already handed out stays as it was.
+  EXPECT_TRUE(*store->Purge(scope_));
+  EXPECT_EQ(shared->ReplayShared(scope_, Fp()), nullptr);
+  EXPECT_EQ(*first, response_);
+
+  // Expired: nothing.
+  CompleteAndReplayOnce(*store, scope_, response_, seconds(10));
+  ASSERT_NE(shared->ReplayShared(scope_, Fp()), nullptr);
+  clock_->Advance(seconds(10));
+  EXPECT_EQ(shared->ReplayShared(scope_, Fp()), nullptr);
+}
+
+// The look for other writers reads the WAL-index header and asks the file (PRAGMA
+// data_version) only after some commit changed it: replays alone ask once, and another
+// connection's write after many unasked hits is still seen.
+TEST_F(SqliteReplayCacheTest, HitsAskTheFileOnlyAfterACommitAndStillSeeOtherWriters) {
+  auto store = Open();
+  internal::SharedReplays* shared = internal::SharedReplaysOf(*store);
+  CompleteAndReplayOnce(*store, scope_, response_);
+  ASSERT_NE(shared->ReplayShared(scope_, Fp()), nullptr);
+  const uint64_t looks = internal::GetSqliteStats(*store)->other_writer_looks;
+  EXPECT_GE(looks, 1u);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_NE(shared->ReplayShared(scope_, Fp()), nullptr);
+    ASSERT_TRUE(internal::WriteQueueOf(*store)->BeginAtOnce(scope_, Fp(), seconds(30)));
+  }
+  EXPECT_EQ(internal::GetSqliteStats(*store)->other_writer_looks, looks);
+
+  // The store's own commit: one more look, and the entry is still good.
+  auto other_key = store->Begin(Scope{"tenant", "client", "other"}, Fp(), seconds(30));
+  ASSERT_TRUE(other_key.ok());
+  ASSERT_NE(shared->ReplayShared(scope_, Fp()), nullptr);
+  ASSERT_NE(shared->ReplayShared(scope_, Fp()), nullptr);
+  EXPECT_EQ(internal::GetSqliteStats(*store)->other_writer_looks, looks + 1);
+
+  // Another connection's commit, after hits that did not ask: seen at the next hit.
+  RunOnItsOwnConnection(path_, "UPDATE idem_records SET body = CAST('changed' AS BLOB)");
+  EXPECT_EQ(shared->ReplayShared(scope_, Fp()), nullptr);
+  EXPECT_GE(internal::GetSqliteStats(*store)->other_writers_seen, 1u);
+  auto changed = store->Begin(scope_, Fp(), seconds(30));
+  ASSERT_TRUE(changed.ok());
+  ASSERT_TRUE(std::holds_alternative<Replay>(*changed));
+  EXPECT_EQ(std::get<Replay>(*changed).response.body, "changed");
+  const std::shared_ptr<const StoredResponse> again = shared->ReplayShared(scope_, Fp());
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->body, "changed");
+  EXPECT_EQ(internal::GetSqliteStats(*store)->busy_connection_found, 0u);
 }
 
 TEST_F(SqliteReplayCacheTest, ItsEntriesAndBytesAreBounded) {
@@ -317,14 +392,22 @@ TEST_F(SqliteReplayCacheTest, ConcurrentReplaysNeverSeeAResponseOlderThanTheLast
   std::atomic<bool> stop{false};
   std::atomic<int> stale{0}, replays{0};
   std::vector<std::thread> readers;
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; r < 4; ++r) {
     readers.emplace_back([&, r] {
       for (int i = 0; !stop.load(); ++i) {
         const int k = (i + r) % kKeys;
         const int at_least = completed[k].load();
-        // Half the readers ask for an answer at once first, as the gateway's event loop does.
+        // Two readers ask for an answer at once first, as the gateway's event loop does: one
+        // for the shared response, one for BeginAtOnce's copy.
+        if (r == 1) {
+          if (auto shared = internal::SharedReplaysOf(*store)->ReplayShared(scope(k), Fp())) {
+            replays.fetch_add(1);
+            if (std::stoi(shared->body) < at_least) stale.fetch_add(1);
+            continue;
+          }
+        }
         std::optional<Result<BeginOutcome>> at_once;
-        if (r % 2 == 0) at_once = internal::WriteQueueOf(*store)->BeginAtOnce(scope(k), Fp(), seconds(30));
+        if (r == 0) at_once = internal::WriteQueueOf(*store)->BeginAtOnce(scope(k), Fp(), seconds(30));
         auto outcome = at_once ? std::move(*at_once) : store->Begin(scope(k), Fp(), seconds(30));
         ASSERT_TRUE(outcome.ok());
         if (const auto* replay = std::get_if<Replay>(&*outcome)) {

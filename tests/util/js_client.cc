@@ -34,8 +34,8 @@ std::string JsClient::Connect(const std::string& url) {
   return s == NATS_OK ? "" : Error("jetstream", s);
 }
 
-std::string JsClient::AddStream(const std::string& name, const std::vector<std::string>& subjects,
-                                int64_t duplicate_window_ms) {
+std::string AddStream(jsCtx* js, const std::string& name, const std::vector<std::string>& subjects,
+                      std::chrono::milliseconds duplicate_window, int32_t max_msg_size) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
   cfg.Name = name.c_str();
@@ -44,12 +44,18 @@ std::string JsClient::AddStream(const std::string& name, const std::vector<std::
   cfg.Subjects = subs.data();
   cfg.SubjectsLen = static_cast<int>(subs.size());
   cfg.Storage = js_FileStorage;
-  cfg.Duplicates = duplicate_window_ms * 1'000'000;
+  cfg.Duplicates = duplicate_window.count() * 1'000'000;
+  cfg.MaxMsgSize = max_msg_size;
   jsErrCode jerr = static_cast<jsErrCode>(0);
   jsStreamInfo* si = nullptr;
-  natsStatus s = js_AddStream(&si, js_, &cfg, nullptr, &jerr);
+  const natsStatus s = js_AddStream(&si, js, &cfg, nullptr, &jerr);
   if (si != nullptr) jsStreamInfo_Destroy(si);
   return s == NATS_OK ? "" : Error("add stream", s, jerr);
+}
+
+std::string JsClient::AddStream(const std::string& name, const std::vector<std::string>& subjects,
+                                int64_t duplicate_window_ms) {
+  return testing::AddStream(js_, name, subjects, std::chrono::milliseconds(duplicate_window_ms));
 }
 
 std::string JsClient::Publish(const std::string& subject, const std::string& data,

@@ -5,6 +5,7 @@
 
 #include <nats/nats.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -19,6 +20,12 @@ struct StoredMessage {
   std::string data;
   std::map<std::string, std::string> headers;
 };
+// Creates a file-backed stream on `subjects` with a `duplicate_window` dedup window;
+// max_msg_size -1: no limit. "" on success, else what went wrong.
+std::string AddStream(jsCtx* js, const std::string& name, const std::vector<std::string>& subjects,
+                      std::chrono::milliseconds duplicate_window = std::chrono::minutes(2),
+                      int32_t max_msg_size = -1);
+
 class JsClient {
  public:
   JsClient() = default;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "servers/nats_server.h"
+#include "util/js_client.h"
 #include "worker/jetstream.h"
 
 namespace idem::worker {
@@ -22,13 +23,7 @@ class ConsumeMessageFreeTest : public ::testing::Test {
                                         "consume message free test");
     ASSERT_TRUE(conn.ok()) << conn.status().ToString();
     conn_ = std::move(*conn);
-    jsStreamConfig sc;
-    jsStreamConfig_Init(&sc);
-    sc.Name = "S";
-    const char* subjects[] = {"S.>"};
-    sc.Subjects = subjects;
-    sc.SubjectsLen = 1;
-    ASSERT_EQ(js_AddStream(nullptr, conn_->js(), &sc, nullptr, nullptr), NATS_OK);
+    ASSERT_EQ(idem::testing::AddStream(conn_->js(), "S", {"S.>"}), "");
   }
 
   // `bodies` published to S, then fetched.

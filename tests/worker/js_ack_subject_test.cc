@@ -5,6 +5,7 @@
 #include <string>
 
 #include "servers/nats_server.h"
+#include "util/js_client.h"
 #include "worker/jetstream.h"
 
 namespace idem::worker {
@@ -51,13 +52,7 @@ TEST(JsAckSubjectTest, AgreesWithNatsCOnFetchedMessages) {
   auto conn = NatsConnection::Connect("nats://127.0.0.1:" + std::to_string(server.port()),
                                       "ack subject test");
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
-  jsStreamConfig sc;
-  jsStreamConfig_Init(&sc);
-  sc.Name = "ORDERS";
-  const char* subjects[] = {"orders.>"};
-  sc.Subjects = subjects;
-  sc.SubjectsLen = 1;
-  ASSERT_EQ(js_AddStream(nullptr, (*conn)->js(), &sc, nullptr, nullptr), NATS_OK);
+  ASSERT_EQ(idem::testing::AddStream((*conn)->js(), "ORDERS", {"orders.>"}), "");
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(js_Publish(nullptr, (*conn)->js(), "orders.x", "b", 1, nullptr, nullptr), NATS_OK);
   }

@@ -13,6 +13,7 @@
 #include "core/mutex.h"
 #include "core/record_machine.h"
 #include "core/response_codec.h"
+#include "core/scope_key.h"
 #include "core/store_checks.h"
 #include "core/text.h"
 #include "store/store_execution.h"
@@ -71,22 +72,9 @@ struct KeyEqual {
   }
 };
 
-// Scopes are stored under one string: tenant NUL client NUL key. Scope::Make forbids NUL in
-// tenant and client, and keys are visible ASCII, so the encoding is unambiguous.
-void EncodeScope(const Scope& scope, std::string& out) {
-  out.clear();
-  out.reserve(scope.tenant.size() + scope.client.size() + scope.key.size() + 2);
-  out.append(scope.tenant).push_back('\0');
-  out.append(scope.client).push_back('\0');
-  out.append(scope.key);
-}
-
-// Lookups encode into a per-thread buffer, so only an insertion allocates a key.
-const std::string& LookupKey(const Scope& scope) {
-  thread_local std::string buffer;
-  EncodeScope(scope, buffer);
-  return buffer;
-}
+// Scopes are stored under Scope::Encoded(); lookups encode into a per-thread buffer
+// (internal::ScopeLookupKey), so only an insertion allocates a key.
+const std::string& LookupKey(const Scope& scope) { return internal::ScopeLookupKey(scope); }
 
 Scope DecodeScope(std::string_view encoded) {
   const size_t a = encoded.find('\0');

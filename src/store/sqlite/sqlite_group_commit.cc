@@ -14,8 +14,9 @@ GroupCommit::~GroupCommit() { Stop(); }
 
 void GroupCommit::Stop() { writer_.Stop(); }
 
-void GroupCommit::Submit(std::function<Status()> body, std::function<void(Status)> done) {
-  PendingWrite write{std::move(body), std::move(done), Status::Ok()};
+void GroupCommit::Submit(std::function<Status()> body, std::function<void(Status)> done,
+                         bool one_statement) {
+  PendingWrite write{std::move(body), std::move(done), Status::Ok(), one_statement};
   if (!writer_.Push(write)) {
     write.done(UnavailableError("sqlite store is closing; the write was not run"));
   }

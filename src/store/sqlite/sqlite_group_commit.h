@@ -4,8 +4,9 @@
 // write transaction. Submit queues it with a `done` callback and returns at once: it never
 // waits for the disk or a lock held across I/O, so an event loop may call it. A thread of the
 // group commit's own (the writer) takes everything queued, hands it to `run_batch` (which runs
-// the bodies in ONE transaction, each in its own savepoint, with one commit), calls each
-// write's `done` with its result, and goes back for whatever queued meanwhile. So a batch holds
+// the bodies in ONE transaction, each in its own savepoint unless it is one statement, with one
+// commit), calls each write's `done` with its result, and goes back for whatever queued
+// meanwhile. So a batch holds
 // every write that arrived while the previous commit ran, however many callers there are;
 // under load the writer never sleeps between batches, and a caller wakes it only when it does.
 // `done` runs only after the commit that holds the write.
@@ -33,6 +34,9 @@ class GroupCommit {
     std::function<Status()> body;
     std::function<void(Status)> done;
     Status result = Status::Ok();  // set by run_batch
+    // The body makes one change that matters at most, in one statement: SQLite undoes a
+    // failed statement by itself, so run_batch needs no savepoint around it.
+    bool one_statement = false;
   };
   using RunBatch = std::function<void(const std::vector<PendingWrite*>&)>;
 
@@ -48,7 +52,8 @@ class GroupCommit {
 
   // Queues `body`; `done` gets its result (or the commit's failure) on the writer once the
   // batch holding it is committed or rolled back. Never runs the batch on the calling thread.
-  void Submit(std::function<Status()> body, std::function<void(Status)> done);
+  void Submit(std::function<Status()> body, std::function<void(Status)> done,
+              bool one_statement = false);
 
   // Runs `body` in some batch's transaction and returns its result (or the commit's failure).
   Status Write(std::function<Status()> body);

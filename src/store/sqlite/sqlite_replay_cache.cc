@@ -2,12 +2,17 @@
 
 #include <utility>
 
+#include "core/scope_key.h"
+
 namespace idem::internal::sqlite {
 namespace {
 
 // What an entry costs beyond its key and response bytes: the list node, the map's node and
 // bucket, the shared response and its headers' vector, roughly.
 constexpr size_t kEntryOverhead = 256;
+
+// Scope::Encoded() without allocating (internal::ScopeLookupKey).
+std::string_view ScopeKey(const Scope& scope) { return internal::ScopeLookupKey(scope); }
 
 size_t ResponseBytes(const StoredResponse& response) {
   size_t bytes = response.body.size();
@@ -48,30 +53,52 @@ void ReplayCache::Insert(uint64_t generation, const Scope& scope, const RecordHe
 
 std::optional<BeginOutcome> ReplayCache::Lookup(const Scope& scope,
                                                 const Fingerprint& fingerprint, TimePoint now) {
-  const std::string key = scope.Encoded();
   std::shared_ptr<const StoredResponse> response;
+  BeginAction action;
   {
     MutexLock lock(mu_);
-    auto found = by_key_.find(key);
-    if (found == by_key_.end()) return std::nullopt;
-    const auto decision = DecideBegin(&found->second->head, fingerprint, now);
-    switch (decision.action) {
-      case BeginAction::kMismatch:
-        return BeginOutcome(Mismatch{});
-      case BeginAction::kReplay:
-        lru_.splice(lru_.begin(), lru_, found->second);
-        response = found->second->response;
-        break;
-      default:  // expired: what the file holds now is for the file to say
-        DropLocked(found->second);
-        return std::nullopt;
-    }
+    action = DecideLocked(ScopeKey(scope), fingerprint, now, &response);
   }
+  if (action == BeginAction::kMismatch) return BeginOutcome(Mismatch{});
+  if (action != BeginAction::kReplay) return std::nullopt;
   return BeginOutcome(Replay{*response});  // the copy outside the lock
 }
 
+std::shared_ptr<const StoredResponse> ReplayCache::LookupReplay(const Scope& scope,
+                                                                const Fingerprint& fingerprint,
+                                                                TimePoint now,
+                                                                uint64_t* generation) {
+  std::shared_ptr<const StoredResponse> response;
+  MutexLock lock(mu_);
+  *generation = generation_;
+  if (DecideLocked(ScopeKey(scope), fingerprint, now, &response) != BeginAction::kReplay) {
+    return nullptr;
+  }
+  return response;
+}
+
+BeginAction ReplayCache::DecideLocked(std::string_view key, const Fingerprint& fingerprint,
+                                      TimePoint now,
+                                      std::shared_ptr<const StoredResponse>* response) {
+  auto found = by_key_.find(key);
+  if (found == by_key_.end()) return BeginAction::kAcquire;
+  const auto decision = DecideBegin(&found->second->head, fingerprint, now);
+  switch (decision.action) {
+    case BeginAction::kMismatch:
+      break;
+    case BeginAction::kReplay:
+      lru_.splice(lru_.begin(), lru_, found->second);
+      *response = found->second->response;
+      break;
+    default:  // expired: what the file holds now is for the file to say
+      DropLocked(found->second);
+      break;
+  }
+  return decision.action;
+}
+
 void ReplayCache::Erase(const Scope& scope) {
-  const std::string key = scope.Encoded();
+  const std::string_view key = ScopeKey(scope);
   MutexLock lock(mu_);
   ++generation_;
   if (auto found = by_key_.find(key); found != by_key_.end()) DropLocked(found->second);

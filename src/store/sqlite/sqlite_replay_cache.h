@@ -25,10 +25,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/mutex.h"
@@ -74,6 +76,16 @@ class ReplayCache {
   std::optional<BeginOutcome> Lookup(const Scope& scope, const Fingerprint& fingerprint,
                                      TimePoint now) IDEM_EXCLUDES(mu_);
 
+  // The entry's response, shared rather than copied (it is immutable), when Begin would
+  // replay it at `now`; null for anything else (no entry, a mismatch, or expired: then it is
+  // dropped). *generation is set to the generation the entry was found at (under the same
+  // lock), for the caller's check that nothing was dropped since. Builds no key: a hit costs
+  // one hash lookup under the lock and no allocation.
+  std::shared_ptr<const StoredResponse> LookupReplay(const Scope& scope,
+                                                     const Fingerprint& fingerprint,
+                                                     TimePoint now, uint64_t* generation)
+      IDEM_EXCLUDES(mu_);
+
   // Drops `scope`'s entry.
   void Erase(const Scope& scope) IDEM_EXCLUDES(mu_);
   // Drops every entry that has expired at `now` (a Sweep at `now` deletes those rows).
@@ -92,12 +104,26 @@ class ReplayCache {
   };
   using Lru = std::list<Entry>;  // most recently used first
 
+  // Hash and equality over a key's bytes, so that a lookup by std::string_view builds none.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view bytes) const {
+      return std::hash<std::string_view>{}(bytes);
+    }
+  };
+
+  // What the entry for `key` (Scope::Encoded()) gives Begin at `now`: kReplay with the entry's
+  // response in *response, kMismatch, or anything else when there is none (an expired entry
+  // is dropped).
+  BeginAction DecideLocked(std::string_view key, const Fingerprint& fingerprint, TimePoint now,
+                           std::shared_ptr<const StoredResponse>* response) IDEM_REQUIRES(mu_);
   void DropLocked(Lru::iterator it) IDEM_REQUIRES(mu_);
 
   const Limits limits_;
   mutable Mutex mu_;
   Lru lru_ IDEM_GUARDED_BY(mu_);
-  std::unordered_map<std::string, Lru::iterator> by_key_ IDEM_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Lru::iterator, KeyHash, std::equal_to<>> by_key_
+      IDEM_GUARDED_BY(mu_);
   size_t bytes_ IDEM_GUARDED_BY(mu_) = 0;
   uint64_t generation_ IDEM_GUARDED_BY(mu_) = 0;
 };

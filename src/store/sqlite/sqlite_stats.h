@@ -24,11 +24,14 @@ struct SqliteStats : SqliteCheckpointStats {
   uint64_t busy_connection_found = 0;
   // The replay cache (sqlite_replay_cache.h).
   uint64_t replay_cache_hits = 0;     // Begin calls answered from it
-  uint64_t begins_at_once = 0;        // of those, answered by BeginAtOnce on the caller's
-                                      // thread, never reaching the store executor
+  uint64_t begins_at_once = 0;        // of those, answered by BeginAtOnce or ReplayShared on
+                                      // the caller's thread, never reaching the store executor
   uint64_t replay_cache_entries = 0;  // records it holds now
   uint64_t replay_cache_bytes = 0;    // their size now
   uint64_t other_writers_seen = 0;    // times it was cleared: another connection had written
+  uint64_t other_writer_looks = 0;    // times a hit asked the file (PRAGMA data_version)
+                                      // whether another connection wrote; a hit asks only
+                                      // after some commit changed the WAL-index header
   uint64_t replay_cache_busy = 0;     // hits left to the file instead, since the check for
                                       // other writers would have waited: the store's
                                       // connection was in use (a write batch, a checkpoint)

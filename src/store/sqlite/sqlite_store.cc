@@ -107,6 +107,8 @@ Status SqliteStore::Open() {
   auto version = QueryInt(data_version_, db_, "data version");
   if (!version.ok()) return version.status().WithContext(path_);
   data_version_seen_ = *version;
+  // Without a wal-index to read (a VFS without shared memory) every look asks the pragma.
+  (void)wal_index_.Attach(db_);
   return Status::Ok();
 }
 
@@ -143,6 +145,7 @@ internal::SqliteStats SqliteStore::Stats() const {
   stats.replay_cache_bytes = cache.bytes;
   stats.other_writers_seen = other_writers_seen_.load();
   stats.replay_cache_busy = replay_cache_busy_.load();
+  stats.other_writer_looks = other_writer_looks_.load();
   const GroupCommit::Counters w = writes_.counters();
   stats.write_batches = w.batches;
   stats.batched_writes = w.writes;

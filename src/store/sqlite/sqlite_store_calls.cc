@@ -62,21 +62,24 @@ void SqliteStore::SubmitBeginWrite(const Scope& scope, const Fingerprint& finger
                                    Duration lease, Done<BeginOutcome> done) {
   // Decided inside the write transaction: another caller, or another process sharing the
   // file, may have written since any earlier look.
+  // The scope is copied once, shared by the write and its answer.
   struct Written {
+    Scope scope;
     Result<BeginOutcome> outcome = InternalError("begin did not run");
     BeginRead read;
     uint64_t generation = 0;  // the replay cache's, before the read (Insert)
   };
-  auto written = std::make_shared<Written>();
+  auto written = std::make_shared<Written>(Written{scope});
   writes_.Submit(
-      [this, scope, fingerprint, lease, written]() -> Status {
+      [this, fingerprint, lease, written]() -> Status {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         written->generation = replay_cache_.generation();
-        written->outcome =
-            BeginLocked(scope, fingerprint, lease, options_.clock->Now(), &written->read);
+        written->outcome = BeginLocked(written->scope, fingerprint, lease,
+                                       options_.clock->Now(), &written->read);
         return written->outcome.ok() ? Status::Ok() : written->outcome.status();
       },
-      [this, scope, written, done = std::move(done)](Status committed) {
+      [this, written, done = std::move(done)](Status committed) {
+        const Scope& scope = written->scope;
         if (written->read.replaced) replay_cache_.Erase(scope);
         if (!committed.ok()) return done(committed.WithContext("begin scope " + scope.Digest()));
         // A replay read in the batch is kept once committed: what it read is then in the file
@@ -88,7 +91,11 @@ void SqliteStore::SubmitBeginWrite(const Scope& scope, const Fingerprint& finger
           }
         }
         done(std::move(written->outcome));
-      });
+      },
+      // Its one change is the insert or takeover: a fencing reservation written before an
+      // insert that fails may stay (tokens above it are still issued in increasing order),
+      // so no savepoint is needed.
+      /*one_statement=*/true);
 }
 
 std::optional<Result<BeginOutcome>> SqliteStore::BeginAtOnce(const Scope& scope,
@@ -99,6 +106,21 @@ std::optional<Result<BeginOutcome>> SqliteStore::BeginAtOnce(const Scope& scope,
   if (!cached) return std::nullopt;
   begins_at_once_.fetch_add(1, std::memory_order_relaxed);
   return Result<BeginOutcome>(std::move(*cached));
+}
+
+std::shared_ptr<const StoredResponse> SqliteStore::ReplayShared(const Scope& scope,
+                                                                const Fingerprint& fingerprint) {
+  if (!replay_cache_.enabled()) return nullptr;
+  uint64_t generation = 0;
+  std::shared_ptr<const StoredResponse> hit =
+      replay_cache_.LookupReplay(scope, fingerprint, options_.clock->Now(), &generation);
+  // As in FromReplayCache: the entry first, then the look for other writers.
+  if (!hit || !NoOtherWriterSinceLastLook() || replay_cache_.generation() != generation) {
+    return nullptr;
+  }
+  replay_cache_hits_.fetch_add(1, std::memory_order_relaxed);
+  begins_at_once_.fetch_add(1, std::memory_order_relaxed);
+  return hit;
 }
 
 std::optional<BeginOutcome> SqliteStore::FromReplayCache(const Scope& scope,
@@ -127,10 +149,18 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
     replay_cache_busy_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  // Read before the pragma: if the header still reads the same at a later look, no commit
+  // landed after this moment, and the pragma below accounts for every commit before it.
+  const std::optional<WalIndexHeader::Snapshot> header = wal_index_.Read();
+  if (header && header == header_seen_) {
+    mu_.Unlock();
+    return true;
+  }
   // The pragma opens a read transaction, which SQLite may find locked for a moment (another
   // process recovering the WAL index, say): then it answers SQLITE_BUSY at once, without the
   // busy handler's wait, and the file answers this Begin.
   sqlite3_busy_handler(db_, nullptr, nullptr);
+  other_writer_looks_.fetch_add(1, std::memory_order_relaxed);
   auto version = QueryInt(data_version_, db_, "data version");
   sqlite3_busy_timeout(db_, static_cast<int>(sqlite_.busy_timeout.count()));
   const bool unchanged = version.ok() && *version == data_version_seen_;
@@ -141,6 +171,7 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
     data_version_seen_ = *version;
     other_writers_seen_.fetch_add(1, std::memory_order_relaxed);
   }
+  header_seen_ = version.ok() ? header : std::nullopt;
   mu_.Unlock();
   if (!version.ok()) replay_cache_busy_.fetch_add(1, std::memory_order_relaxed);
   return unchanged;
@@ -148,24 +179,33 @@ bool SqliteStore::NoOtherWriterSinceLastLook() {
 
 namespace {
 
-// Queues a write whose statement changes the scope's row only while `token` still holds it
-// (`exec()` returns the rows changed): `done` gets `held` if it changed one, `fenced` if none.
-// `exec` is a template parameter, not a std::function, so that the write costs one closure.
+// Queues a write whose one statement changes the scope's row only while `token` still holds it
+// (`exec(scope)` returns the rows changed): `done` gets `held` if it changed one, `fenced` if
+// none. `exec` is a template parameter, not a std::function, so that the write costs one
+// closure; the scope is copied once, shared by the write and its answer, and its digest is
+// made only for an error.
 template <typename Outcome, typename Exec>
 void SubmitFencedWrite(GroupCommit& writes, const Scope& scope, Exec exec, Outcome held,
                        Outcome fenced, WriteQueue::Done<Outcome> done) {
-  auto outcome = std::make_shared<Outcome>(fenced);
+  struct Fenced {
+    Scope scope;
+    Outcome outcome;
+  };
+  auto fenced_write = std::make_shared<Fenced>(Fenced{scope, fenced});
   writes.Submit(
-      [exec = std::move(exec), outcome, held]() -> Status {
-        auto changed = exec();
+      [exec = std::move(exec), fenced_write, held]() -> Status {
+        auto changed = exec(fenced_write->scope);
         if (!changed.ok()) return changed.status();
-        if (*changed == 1) *outcome = held;
+        if (*changed == 1) fenced_write->outcome = held;
         return Status::Ok();
       },
-      [scope_digest = scope.Digest(), outcome, done = std::move(done)](Status written) {
-        if (!written.ok()) return done(written.WithContext("scope " + scope_digest));
-        done(*outcome);
-      });
+      [fenced_write, done = std::move(done)](Status written) {
+        if (!written.ok()) {
+          return done(written.WithContext("scope " + fenced_write->scope.Digest()));
+        }
+        done(fenced_write->outcome);
+      },
+      /*one_statement=*/true);
 }
 
 }  // namespace
@@ -176,9 +216,9 @@ void SqliteStore::SubmitComplete(const Scope& scope, FencingToken token,
   if (Status s = internal::CheckTtl(ttl); !s.ok()) return done(s);
   SubmitFencedWrite<CompleteOutcome>(
       writes_, scope,
-      [this, scope, token, status = response.status,
+      [this, token, status = response.status,
        headers = internal::EncodeHeaders(response.headers), body = response.body,
-       ttl]() -> Result<int> {
+       ttl](const Scope& scope) -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         const TimePoint now = options_.clock->Now();
         Use use(complete_, db_);
@@ -198,7 +238,7 @@ void SqliteStore::SubmitRelease(const Scope& scope, FencingToken token,
                                 Done<ReleaseOutcome> done) {
   SubmitFencedWrite<ReleaseOutcome>(
       writes_, scope,
-      [this, scope, token]() -> Result<int> {
+      [this, token](const Scope& scope) -> Result<int> {
         mu_.AssertHeld();  // every write body runs in RunBatch, under ConnectionLock
         Use use(release_, db_);
         BindScope(use, scope)

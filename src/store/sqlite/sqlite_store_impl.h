@@ -3,8 +3,9 @@
 //   sqlite_store.cc            opening the file (connection, pragmas, schema, statements), the
 //                              file identity check, stats and test hooks
 //   sqlite_store_calls.cc      the Store calls: Begin, Complete, Release, Accept, Get, Purge, Sweep
-//   sqlite_write_batches.cc    the group commit's batch body: one transaction, a savepoint each,
-//                              and the connection's idle check
+//   sqlite_write_batches.cc    the group commit's batch body: one transaction, a savepoint for
+//                              each write of more than one statement, and the connection's
+//                              idle check
 //   sqlite_record_statements.* the SQL of each call and how a row of idem_records is read
 //   sqlite_replay_cache.*      completed records kept in memory for replays
 // Internal to the SQLite store.
@@ -32,10 +33,11 @@
 #include "store/sqlite/sqlite_replay_cache.h"
 #include "store/sqlite/sqlite_statement.h"
 #include "store/sqlite/sqlite_store.h"
+#include "store/sqlite/sqlite_wal_index.h"
 
 namespace idem::internal::sqlite {
 
-class SqliteStore final : public Store, public WriteQueue {
+class SqliteStore final : public Store, public WriteQueue, public SharedReplays {
  public:
   SqliteStore(std::string path, const StoreOptions& options, const SqliteOptions& sqlite);
 
@@ -70,6 +72,11 @@ class SqliteStore final : public Store, public WriteQueue {
   std::optional<Result<BeginOutcome>> BeginAtOnce(const Scope& scope,
                                                   const Fingerprint& fingerprint,
                                                   Duration lease) override;
+  // A replay from the replay cache without a copy: the cached response itself, which is
+  // immutable. The same checks as BeginAtOnce (the entry, then no other writer since), and
+  // counted with it (begins_at_once, replay_cache_hits). Null for anything else.
+  std::shared_ptr<const StoredResponse> ReplayShared(const Scope& scope,
+                                                     const Fingerprint& fingerprint) override;
   Result<CompleteOutcome> Accept(const Scope& scope, FencingToken token,
                                  const StoredResponse& accepted, Duration lease) override;
   Result<std::optional<Record>> Get(const Scope& scope) override;
@@ -117,7 +124,9 @@ class SqliteStore final : public Store, public WriteQueue {
   void EnsureIdle() IDEM_REQUIRES(mu_);
 
   // The body of each GroupCommit batch (sqlite_group_commit.h): one transaction, each write in
-  // its own savepoint when there are several, so one failing write undoes only its own changes.
+  // its own savepoint when there are several, so one failing write undoes only its own changes;
+  // a write of one statement (PendingWrite::one_statement) goes without, since SQLite undoes
+  // a failed statement by itself.
   void RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch) IDEM_EXCLUDES(mu_);
 
   // What BeginLocked found in the scope's row, beyond its outcome.
@@ -149,6 +158,11 @@ class SqliteStore final : public Store, public WriteQueue {
   // waits: false as well (the cache is not to be used for this call, the file answers
   // instead) if the connection is in use (a write batch, a checkpoint) or SQLite reports the
   // file busy, in which case the busy handler is not run.
+  // The pragma opens a read transaction (two file locks, two system calls), so it runs only
+  // when the WAL-index header (sqlite_wal_index.h) changed since it was read before the last
+  // pragma that answered: an unchanged header means no connection at all committed since.
+  // So under replays alone it runs once; each commit, this store's own included, makes the
+  // next look run it once more.
   bool NoOtherWriterSinceLastLook() IDEM_EXCLUDES(mu_);
 
   Result<int> Exec(const Statement& statement, std::string_view op) IDEM_REQUIRES(mu_);
@@ -173,9 +187,12 @@ class SqliteStore final : public Store, public WriteQueue {
       release_savepoint_ IDEM_GUARDED_BY(mu_), rollback_to_savepoint_ IDEM_GUARDED_BY(mu_),
       leaked_for_testing_ IDEM_GUARDED_BY(mu_), data_version_ IDEM_GUARDED_BY(mu_);
   int64_t data_version_seen_ IDEM_GUARDED_BY(mu_) = 0;  // set by Open
+  WalIndexHeader wal_index_ IDEM_GUARDED_BY(mu_);        // attached by Open
+  // The header as read just before the last pragma that answered; nullopt: none to trust.
+  std::optional<WalIndexHeader::Snapshot> header_seen_ IDEM_GUARDED_BY(mu_);
   ReplayCache replay_cache_;
   std::atomic<uint64_t> replay_cache_hits_{0}, begins_at_once_{0};
-  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_busy_{0};
+  std::atomic<uint64_t> other_writers_seen_{0}, replay_cache_busy_{0}, other_writer_looks_{0};
   std::atomic<uint64_t> busy_connection_found_{0};
   WalCheckpointer checkpointer_;
   ReaderPool readers_;

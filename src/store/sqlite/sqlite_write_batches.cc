@@ -42,7 +42,17 @@ void SqliteStore::RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch)
   const bool alone = batch.size() == 1;  // no savepoint needed: a failure rolls back all
   bool any_failed = false;
   for (GroupCommit::PendingWrite* w : batch) {
-    if (!alone) {
+    // An error SQLite answers by rolling the whole transaction back (a full disk, an I/O
+    // error) must not leave the writes after it to run, and commit, one by one.
+    if (sqlite3_get_autocommit(db_) != 0) {
+      w->result = UnavailableError("sqlite: the write transaction was rolled back");
+      any_failed = true;
+      continue;
+    }
+    // A savepoint costs a sub-journal copy of each page the write changes; a write of one
+    // statement needs none (SQLite undoes a failed statement by itself).
+    const bool savepoint = !alone && !w->one_statement;
+    if (savepoint) {
       if (auto sp = Exec(savepoint_, "savepoint"); !sp.ok()) {
         w->result = sp.status();
         any_failed = true;
@@ -51,7 +61,7 @@ void SqliteStore::RunBatch(const std::vector<GroupCommit::PendingWrite*>& batch)
     }
     w->result = w->body();
     if (!w->result.ok()) any_failed = true;
-    if (!alone) {
+    if (savepoint) {
       if (!w->result.ok()) (void)Exec(rollback_to_savepoint_, "rollback to savepoint");
       (void)Exec(release_savepoint_, "release savepoint");
     }
