@@ -33,7 +33,9 @@ class DeadlineStream {
 
   explicit DeadlineStream(tcp::socket socket);
   explicit DeadlineStream(const executor_type& executor);
-  // Closes the socket; a watchdog wait still queued then finds nothing to look at.
+  // Closes the socket: operations still pending complete with operation_aborted (each keeps the
+  // state it counts itself done on until then, as beast::tcp_stream's do); a watchdog wait still
+  // queued then finds nothing to look at.
   ~DeadlineStream();
   DeadlineStream(const DeadlineStream&) = delete;
   DeadlineStream& operator=(const DeadlineStream&) = delete;
@@ -52,7 +54,7 @@ class DeadlineStream {
         [this](auto handler, const Buffers& b) {
           state_->Started();
           state_->socket.async_read_some(
-              b, Timed<decltype(handler)>{state_.get(), std::move(handler)});
+              b, Timed<decltype(handler)>{state_, std::move(handler)});
         },
         token, buffers);
   }
@@ -62,7 +64,7 @@ class DeadlineStream {
         [this](auto handler, const Buffers& b) {
           state_->Started();
           state_->socket.async_write_some(
-              b, Timed<decltype(handler)>{state_.get(), std::move(handler)});
+              b, Timed<decltype(handler)>{state_, std::move(handler)});
         },
         token, buffers);
   }
@@ -73,7 +75,7 @@ class DeadlineStream {
         [this](auto handler, const Endpoints& e) {
           state_->Started();
           asio::async_connect(state_->socket, e,
-                              Connected<decltype(handler)>{{state_.get(), std::move(handler)}});
+                              Connected<decltype(handler)>{{state_, std::move(handler)}});
         },
         token, endpoints);
   }
@@ -98,10 +100,12 @@ class DeadlineStream {
   };
 
   // An operation's completion handler: counts the operation done, then calls `handler` with its
-  // associated executor, allocator and cancellation slot (the ones it would have had).
+  // associated executor, allocator and cancellation slot (the ones it would have had). It shares
+  // the state: a stream destroyed with the operation pending leaves the completion, queued as
+  // aborted, a state to count itself done on.
   template <typename Handler>
   struct Timed {
-    State* state;
+    std::shared_ptr<State> state;
     Handler handler;
 
     using executor_type = asio::associated_executor_t<Handler, tcp::socket::executor_type>;

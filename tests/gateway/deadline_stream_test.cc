@@ -1,6 +1,7 @@
 // DeadlineStream on loopback: an operation pending past the deadline ends with
 // beast::error::timeout; one the deadline was moved for, later or earlier, is timed by the
-// deadline as it is when the watchdog looks; a deadline passing with nothing pending closes nothing.
+// deadline as it is when the watchdog looks; a deadline passing with nothing pending closes nothing;
+// a stream destroyed with an operation pending completes it as aborted (as a socket does).
 #include "gateway/deadline_stream.h"
 
 #include <gtest/gtest.h>
@@ -97,6 +98,20 @@ TEST(DeadlineStreamTest, ADeadlinePassingWithNothingPendingClosesNothing) {
   p.stream->expires_after(2s);
   p.SendAfter(1ms);
   EXPECT_EQ(p.Read(), boost::system::error_code());
+}
+
+// Its operation's completion still counts itself done on the stream's state, after the stream
+// is gone: the state must live until then (under a sanitizer, an access to freed memory fails).
+TEST(DeadlineStreamTest, AStreamDestroyedWithAReadPendingCompletesItAsAborted) {
+  Pair p;
+  p.stream->expires_after(60s);
+  std::optional<boost::system::error_code> result;
+  char byte;
+  p.stream->async_read_some(asio::buffer(&byte, 1),
+                            [&](const boost::system::error_code& ec, size_t) { result = ec; });
+  p.stream.reset();
+  ASSERT_TRUE(RunIoUntil(p.io, [&] { return result.has_value(); }, 5000ms));
+  EXPECT_EQ(*result, boost::system::error_code(asio::error::operation_aborted));
 }
 
 }  // namespace
