@@ -345,7 +345,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ec && ec != asio::error::interrupted) std::abort();
   }
   client.shutdown(tcp::socket::shutdown_send, ec);
-  beast::tcp_stream stream(std::move(server));
+  DeadlineStream stream(std::move(server));
   beast::flat_buffer buffer(ReaderBufferLimit(h.limits));
 
   // A fresh store per input, so inputs do not depend on each other, behind the one executor.

@@ -1,16 +1,12 @@
 #include "gateway/http.h"
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <cerrno>
-
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <vector>
 
 #include "core/text.h"
+#include "gateway/deadline_stream.h"
 
 namespace idem::gateway {
 
@@ -68,24 +64,6 @@ void AppendStartLine(std::string& out, const http::header<false, Fields>& h) {
   out += "\r\n";
 }
 
-// Sends what the socket takes without blocking; 0 on EAGAIN or an error (the asynchronous write
-// that follows meets the error again and reports it).
-size_t SendNow(tcp::socket& socket, const std::array<asio::const_buffer, 2>& buffers) {
-  std::array<iovec, 2> iov{};
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    iov[i].iov_base = const_cast<void*>(buffers[i].data());
-    iov[i].iov_len = buffers[i].size();
-  }
-  msghdr msg{};
-  msg.msg_iov = iov.data();
-  msg.msg_iovlen = iov.size();
-  ssize_t n;
-  do {
-    n = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  return n > 0 ? static_cast<size_t>(n) : 0;
-}
-
 // `buffers` without their first `sent` bytes.
 std::array<asio::const_buffer, 2> RestAfter(const std::array<asio::const_buffer, 2>& buffers,
                                             size_t sent) {
@@ -98,7 +76,7 @@ std::array<asio::const_buffer, 2> RestAfter(const std::array<asio::const_buffer,
 }  // namespace
 
 template <bool kIsRequest>
-Task<void> WriteMessage(beast::tcp_stream& stream,
+Task<void> WriteMessage(DeadlineStream& stream,
                         http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec) {
   ec = {};
@@ -120,17 +98,22 @@ Task<void> WriteMessage(beast::tcp_stream& stream,
   // The socket usually takes a small message whole: sent at once, without an asynchronous
   // operation, whose completion would be queued to the event loop and cost another pass of it
   // (epoll_wait) before this coroutine resumes. The rest, if any, goes the asynchronous way,
-  // which also reports a broken connection.
-  const size_t sent = SendNow(stream.socket(), buffers);
+  // which also reports a broken connection. The socket is put in non-blocking mode once (Asio's
+  // asynchronous operations set it anyway): a send then takes what fits and reports
+  // would_block instead of waiting.
+  tcp::socket& socket = stream.socket();
+  if (!socket.non_blocking()) socket.non_blocking(true, ec);
+  const size_t sent = ec ? 0 : socket.send(buffers, 0, ec);
+  ec = {};
   const size_t total = buffers[0].size() + buffers[1].size();
   if (sent == total) co_return;
   buffers = RestAfter(buffers, sent);
   co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));
 }
 
-template Task<void> WriteMessage<true>(beast::tcp_stream&, http::message<true, http::string_body, Fields>&,
+template Task<void> WriteMessage<true>(DeadlineStream&, http::message<true, http::string_body, Fields>&,
                                        std::string&, boost::system::error_code&);
-template Task<void> WriteMessage<false>(beast::tcp_stream&,
+template Task<void> WriteMessage<false>(DeadlineStream&,
                                         http::message<false, http::string_body, Fields>&, std::string&,
                                         boost::system::error_code&);
 

@@ -35,6 +35,8 @@ using Task = asio::awaitable<T>;
 
 using admin::ParseListenAddress;  // "HOST:PORT" -> an endpoint to listen on
 
+class DeadlineStream;  // deadline_stream.h
+
 // Removes the hop-by-hop headers (RFC 9110 7.6.1), including those the Connection header names,
 // except the names in `keep` (compared ignoring case): Connection cannot remove those.
 template <bool kIsRequest>
@@ -62,7 +64,7 @@ std::string NormalizePathForRouting(std::string_view path);
 // the connection closed: callers check keep_alive() for that).
 // REQUIRES: for a body that is not chunked, Content-Length already set (prepare_payload).
 template <bool kIsRequest>
-Task<void> WriteMessage(beast::tcp_stream& stream,
+Task<void> WriteMessage(DeadlineStream& stream,
                         http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec);
 

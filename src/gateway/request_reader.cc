@@ -126,7 +126,7 @@ Step FeedBody(Parser& parser, beast::flat_buffer& buffer, const ReadContext& con
 using Feed = Step (*)(Parser&, beast::flat_buffer&, const ReadContext&);
 
 // Reads, at most `chunk` bytes at a time, until `feed` (FeedHeader or FeedBody) is done.
-Task<Step> ReadUntilFed(beast::tcp_stream& stream, beast::flat_buffer& buffer, Parser& parser,
+Task<Step> ReadUntilFed(DeadlineStream& stream, beast::flat_buffer& buffer, Parser& parser,
                         size_t chunk, Feed feed, const ReadContext& context) {
   Step step = Step::kMore;
   boost::system::error_code ec;
@@ -166,7 +166,7 @@ bool AwaitsContinue(const Parser& parser, const beast::flat_buffer& buffer) {
 
 // The gateway reads the whole body before it forwards anything, so it meets the client's
 // Expect: 100-continue itself (and never forwards Expect: the upstream gets the body at once).
-Task<Step> SendContinue(beast::tcp_stream& stream) {
+Task<Step> SendContinue(DeadlineStream& stream) {
   static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
   boost::system::error_code ec;
   co_await asio::async_write(stream, asio::buffer(kContinue.data(), kContinue.size()),
@@ -178,7 +178,7 @@ Task<Step> SendContinue(beast::tcp_stream& stream) {
 // field of the same name; they are dropped (RFC 9110 6.5.1 lets a recipient discard them), so a
 // trailer can neither add an identity header nor be forwarded: the header as it was before the
 // body is put back.
-Task<Step> ReadChunkedBody(beast::tcp_stream& stream, beast::flat_buffer& buffer, Parser& parser,
+Task<Step> ReadChunkedBody(DeadlineStream& stream, beast::flat_buffer& buffer, Parser& parser,
                            const ReadContext& context) {
   Fields header_fields(static_cast<const Fields&>(parser.get()));
   Step step = FeedBody(parser, buffer, context);
@@ -223,7 +223,7 @@ size_t ReaderBufferLimit(const ReaderLimits& limits) { return limits.max_header_
 // Each step that waits is a coroutine of its own, entered only when the buffer does not already
 // hold what the step needs, and the rest are plain functions: Asio recycles a coroutine frame
 // only up to about 1 KiB, so one large frame per request would reach the heap every time.
-Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+Task<ReadResult> ReadRequest(DeadlineStream& stream, beast::flat_buffer& buffer,
                              const ReaderLimits& limits, FieldsAllocator<char> fields_allocator) {
   ReadResult result;
   Parser parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(fields_allocator));

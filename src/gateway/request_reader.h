@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "gateway/deadline_stream.h"
 #include "gateway/http.h"
 #include "gateway/request_checks.h"
 #include "idem/clock.h"
@@ -41,7 +42,7 @@ size_t ReaderBufferLimit(const ReaderLimits& limits);
 // Reads one request. `buffer` may already hold bytes of it (a keep-alive connection keeps what
 // followed the previous request). The request's header fields take memory through
 // `fields_allocator` (admin/http_message.h). Never throws.
-Task<ReadResult> ReadRequest(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+Task<ReadResult> ReadRequest(DeadlineStream& stream, beast::flat_buffer& buffer,
                              const ReaderLimits& limits,
                              FieldsAllocator<char> fields_allocator = {});
 

@@ -115,10 +115,12 @@ class Server {
     asio::steady_timer pause(acceptor.get_executor());
     for (;;) {
       boost::system::error_code ec;
-      // The connection's loop, for good (event_loops.h).
-      auto strand = asio::make_strand(loops_.Next());  // named: see the g++ 12 note in docs
+      // The connection's loop, for good (event_loops.h). No strand: one thread runs each loop,
+      // so the session's handlers never run at once, and the threads that answer it (store
+      // completions, key waiters' wake-ups) post to the loop's executor, which is thread-safe.
+      asio::io_context& loop = loops_.Next();
       tcp::socket socket =
-          co_await acceptor.async_accept(strand, asio::redirect_error(asio::use_awaitable, ec));
+          co_await acceptor.async_accept(loop, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (!acceptor.is_open() || draining_) co_return;
         if (IsResourceExhaustion(ec)) {
@@ -190,7 +192,7 @@ class Server {
   // then closed.
   Task<void> RefuseConnection(tcp::socket socket, Cause cause = Cause::kTooManyConnections) {
     ++refusing_;
-    beast::tcp_stream stream(std::move(socket));
+    DeadlineStream stream(std::move(socket));
     const std::string detail =
         cause == Cause::kTooManyClientConnections
             ? "this client address has " + std::to_string(client_connections_.limit()) +
@@ -210,7 +212,7 @@ class Server {
   // with unread bytes sends a reset, which can destroy the answer before the client reads it,
   // so the gateway stops sending, then reads and discards for a moment (at most 1 s and
   // 256 KiB) until the client closes its side.
-  static Task<void> LingeringClose(beast::tcp_stream& stream) {
+  static Task<void> LingeringClose(DeadlineStream& stream) {
     boost::system::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream.expires_after(std::chrono::seconds(1));
@@ -233,7 +235,7 @@ class Server {
     // The header fields of this connection's requests and responses (admin/http_message.h):
     // each request reuses the blocks the previous one freed. Declared first, so it goes last.
     std::pmr::unsynchronized_pool_resource fields_memory;
-    beast::tcp_stream stream(std::move(socket));
+    DeadlineStream stream(std::move(socket));
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
     std::string write_scratch;  // WriteMessage's header buffer, reused by every response

@@ -3,7 +3,7 @@
 // wait slot until the deadline. The watch is one async_wait for readability; when it fires, a
 // non-consuming peek tells a hang-up (end of stream, or a reset) from a pipelined request.
 //
-// Thread safety: use from the connection's strand only (the session's coroutine).
+// Thread safety: use from the connection's event loop only (the session's coroutine).
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>

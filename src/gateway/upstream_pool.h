@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gateway/deadline_stream.h"
 #include "gateway/http.h"
 #include "gateway/upstream.h"
 #include "core/mutex.h"
@@ -46,7 +47,7 @@ class UpstreamPool final : public Upstream {
   struct Connection {
     Connection(asio::any_io_executor ex, const asio::execution_context* loop)
         : stream(std::move(ex)), loop(loop) {}
-    beast::tcp_stream stream;
+    DeadlineStream stream;
     const asio::execution_context* loop;  // the event loop its socket belongs to
     beast::flat_buffer buffer;
     std::string write_scratch;  // WriteMessage's header buffer, reused by every request
