@@ -41,40 +41,57 @@ struct Entry {
   }
 };
 
+// A key's bytes and their hash, computed once per call: the hash picks the shard and the
+// bucket, and a bucket's other keys are told apart by their hashes before their bytes.
+class HashedKey {
+ public:
+  explicit HashedKey(std::string_view bytes)
+      : bytes_(bytes), hash_(std::hash<std::string_view>{}(bytes)) {}
+  std::string_view view() const { return bytes_; }
+  size_t hash() const { return hash_; }
+
+ private:
+  std::string_view bytes_;
+  size_t hash_;
+};
+
 // A record's key, shared by its entry in the map and its representatives in the expiry heap:
-// one allocation per record however often it is queued. Copies share the bytes.
+// one allocation per record however often it is queued. Copies share the bytes. It keeps its
+// hash: walking a bucket then never reads (or hashes again) another record's bytes.
 class SharedKey {
  public:
-  explicit SharedKey(std::string_view bytes)
-      : size_(bytes.size()), bytes_(std::make_shared<char[]>(bytes.size())) {
-    if (size_ != 0) std::memcpy(bytes_.get(), bytes.data(), size_);
+  explicit SharedKey(const HashedKey& key)
+      : size_(key.view().size()), hash_(key.hash()), bytes_(std::make_shared<char[]>(size_)) {
+    if (size_ != 0) std::memcpy(bytes_.get(), key.view().data(), size_);
   }
   std::string_view view() const { return {bytes_.get(), size_}; }
+  size_t hash() const { return hash_; }
 
  private:
   size_t size_;
+  size_t hash_;
   std::shared_ptr<char[]> bytes_;
 };
 
-// Hash and equality over a key's bytes, so a lookup by std::string_view builds no key.
+// Hash and equality over HashedKey and SharedKey alike, so a lookup builds no key.
 struct KeyHash {
   using is_transparent = void;
-  size_t operator()(std::string_view bytes) const { return std::hash<std::string_view>{}(bytes); }
-  size_t operator()(const SharedKey& key) const { return (*this)(key.view()); }
+  template <typename Key>
+  size_t operator()(const Key& key) const {
+    return key.hash();
+  }
 };
 struct KeyEqual {
   using is_transparent = void;
-  static std::string_view View(std::string_view bytes) { return bytes; }
-  static std::string_view View(const SharedKey& key) { return key.view(); }
   template <typename A, typename B>
   bool operator()(const A& a, const B& b) const {
-    return View(a) == View(b);
+    return a.hash() == b.hash() && a.view() == b.view();
   }
 };
 
 // Scopes are stored under Scope::Encoded(); lookups encode into a per-thread buffer
 // (internal::ScopeLookupKey), so only an insertion allocates a key.
-const std::string& LookupKey(const Scope& scope) { return internal::ScopeLookupKey(scope); }
+HashedKey LookupKey(const Scope& scope) { return HashedKey(internal::ScopeLookupKey(scope)); }
 
 Scope DecodeScope(std::string_view encoded) {
   const size_t a = encoded.find('\0');
@@ -123,11 +140,11 @@ class MemoryStore final : public Store,
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
-    const std::string& key = LookupKey(scope);
+    const HashedKey key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(std::string_view(key));
+    auto it = shard.records.find(key);
     const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second.head;
     const auto decision = internal::DecideBegin(existing, fingerprint, now);
     switch (decision.action) {
@@ -209,11 +226,11 @@ class MemoryStore final : public Store,
   }
 
   Result<std::optional<Record>> Get(const Scope& scope) override {
-    const std::string& key = LookupKey(scope);
+    const HashedKey key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(std::string_view(key));
+    auto it = shard.records.find(key);
     if (it == shard.records.end() || !internal::IsLive(it->second.head, now)) {
       return std::optional<Record>();
     }
@@ -236,11 +253,11 @@ class MemoryStore final : public Store,
   }
 
   Result<bool> Purge(const Scope& scope) override {
-    const std::string& key = LookupKey(scope);
+    const HashedKey key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(std::string_view(key));
+    auto it = shard.records.find(key);
     if (it == shard.records.end()) return false;
     const bool live = internal::IsLive(it->second.head, now);
     shard.records.erase(it);
@@ -260,7 +277,7 @@ class MemoryStore final : public Store,
           Expiry due = std::move(const_cast<Expiry&>(shard.expiries.top()));
           shard.expiries.pop();
           ++n;
-          auto it = shard.records.find(due.key.view());
+          auto it = shard.records.find(due.key);
           if (it == shard.records.end()) continue;
           Entry& entry = it->second;
           if (!internal::IsLive(entry.head, now)) {
@@ -287,11 +304,11 @@ class MemoryStore final : public Store,
 
   std::shared_ptr<const StoredResponse> ReplayShared(const Scope& scope,
                                                      const Fingerprint& fingerprint) override {
-    const std::string& key = LookupKey(scope);
+    const HashedKey key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(std::string_view(key));
+    auto it = shard.records.find(key);
     if (it == shard.records.end()) return nullptr;
     Entry& entry = it->second;
     if (internal::DecideBegin(&entry.head, fingerprint, now).action != BeginAction::kReplay) {
@@ -311,11 +328,11 @@ class MemoryStore final : public Store,
   // nothing, when it does not (Complete, Accept and Release are then kFenced).
   template <typename Write>
   bool IfOwned(const Scope& scope, FencingToken token, Write write) {
-    const std::string& key = LookupKey(scope);
+    const HashedKey key = LookupKey(scope);
     Shard& shard = ShardFor(key);
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
-    auto it = shard.records.find(std::string_view(key));
+    auto it = shard.records.find(key);
     if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
       return false;
     }
@@ -337,7 +354,7 @@ class MemoryStore final : public Store,
     return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
 
-  Shard& ShardFor(std::string_view key) { return shards_[KeyHash{}(key) & (shards_.size() - 1)]; }
+  Shard& ShardFor(const HashedKey& key) { return shards_[key.hash() & (shards_.size() - 1)]; }
 
   const StoreOptions options_;
   std::vector<Shard> shards_;
