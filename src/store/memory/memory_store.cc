@@ -90,7 +90,8 @@ struct KeyEqual {
 };
 
 // Scopes are stored under Scope::Encoded(); lookups encode into a per-thread buffer
-// (internal::ScopeLookupKey), so only an insertion allocates a key.
+// (internal::ScopeLookupKey), so only an insertion allocates a key. The HashedKey points into
+// that buffer: it is used within the call that made it, before the thread's next lookup.
 HashedKey LookupKey(const Scope& scope) { return HashedKey(internal::ScopeLookupKey(scope)); }
 
 Scope DecodeScope(std::string_view encoded) {
