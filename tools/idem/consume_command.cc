@@ -90,8 +90,8 @@ void AddConsumeDeliveryFlags(CLI::App& cmd, ConsumeFlags& flags) {
       cmd.add_option("--max-in-flight", o.max_in_flight,
                      "Messages this process has out at once (its bounded window). Default 64,\n"
                      "or 16 x --batch-size (at most --max-ack-pending) when that is larger,\n"
-                     "so several batches run at once. Up to three times as many more are\n"
-                     "fetched ahead; all count against --max-ack-pending");
+                     "so several batches run at once. Up to 3 x this many more wait fetched\n"
+                     "ahead; all of them count against --max-ack-pending");
   cmd.add_option("--batch-size", o.batch_size,
                  "Messages per POST, at most. 1: one POST per message as above. Above 1: every\n"
                  "POST is a JSON envelope {\"messages\":[...]} (header Idem-Batch: N) that the\n"
