@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "gateway/http.h"
+#include "gateway/receive_when_readable.h"
 
 namespace idem::gateway {
 
@@ -47,14 +48,24 @@ class DeadlineStream {
   void expires_after(Clock::duration d) { state_->deadline = Clock::now() + d; }
   void expires_never() { state_->deadline = Clock::time_point::max(); }
 
+  // The next read waits for the socket to be reported readable instead of trying it first
+  // (AsyncReceiveWhenReadable, whose precondition the caller keeps); later reads try first.
+  void ReadNextWhenReadable() { state_->next_read_when_readable = true; }
+
   // AsyncReadStream and AsyncWriteStream, for Asio's and Beast's composed operations.
   template <typename Buffers, typename Token>
   auto async_read_some(const Buffers& buffers, Token&& token) {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const Buffers& b) {
           state_->Started();
-          state_->socket.async_read_some(
-              b, Timed<decltype(handler)>{state_, std::move(handler)});
+          if (state_->next_read_when_readable) {
+            state_->next_read_when_readable = false;
+            AsyncReceiveWhenReadable(state_->socket, b,
+                                     Timed<decltype(handler)>{state_, std::move(handler)});
+          } else {
+            state_->socket.async_read_some(
+                b, Timed<decltype(handler)>{state_, std::move(handler)});
+          }
         },
         token, buffers);
   }
@@ -95,6 +106,7 @@ class DeadlineStream {
     Clock::time_point armed_until{};  // meaningful while armed
     bool armed = false;
     bool timed_out = false;
+    bool next_read_when_readable = false;
     int pending = 0;          // operations started and not completed
     uint64_t generation = 0;  // of the watchdog's current wait; older waits are ignored
   };

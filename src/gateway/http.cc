@@ -76,14 +76,14 @@ std::array<asio::const_buffer, 2> RestAfter(const std::array<asio::const_buffer,
 }  // namespace
 
 template <bool kIsRequest>
-Task<void> WriteMessage(DeadlineStream& stream,
+Task<bool> WriteMessage(DeadlineStream& stream,
                         http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec) {
   ec = {};
   if (message.chunked()) {
     co_await http::async_write(stream, message, asio::redirect_error(asio::use_awaitable, ec));
     if (ec == http::error::end_of_stream) ec = {};
-    co_return;
+    co_return false;
   }
   scratch.clear();
   AppendStartLine(scratch, message.base());
@@ -106,14 +106,15 @@ Task<void> WriteMessage(DeadlineStream& stream,
   const size_t sent = ec ? 0 : socket.send(buffers, 0, ec);
   ec = {};
   const size_t total = buffers[0].size() + buffers[1].size();
-  if (sent == total) co_return;
+  if (sent == total) co_return true;
   buffers = RestAfter(buffers, sent);
   co_await asio::async_write(stream, buffers, asio::redirect_error(asio::use_awaitable, ec));
+  co_return false;
 }
 
-template Task<void> WriteMessage<true>(DeadlineStream&, http::message<true, http::string_body, Fields>&,
+template Task<bool> WriteMessage<true>(DeadlineStream&, http::message<true, http::string_body, Fields>&,
                                        std::string&, boost::system::error_code&);
-template Task<void> WriteMessage<false>(DeadlineStream&,
+template Task<bool> WriteMessage<false>(DeadlineStream&,
                                         http::message<false, http::string_body, Fields>&, std::string&,
                                         boost::system::error_code&);
 

@@ -61,10 +61,11 @@ std::string NormalizePathForRouting(std::string_view path);
 // `scratch` (reused across calls), then the body. A message with a chunked body goes through
 // Beast's serializer instead. Completes with the error of the write, if any (never with
 // http::error::end_of_stream, which Beast's http::async_write reports for a message that needs
-// the connection closed: callers check keep_alive() for that).
+// the connection closed: callers check keep_alive() for that). Returns true if the message went
+// in one send, without an asynchronous operation (so without a pass of the event loop).
 // REQUIRES: for a body that is not chunked, Content-Length already set (prepare_payload).
 template <bool kIsRequest>
-Task<void> WriteMessage(DeadlineStream& stream,
+Task<bool> WriteMessage(DeadlineStream& stream,
                         http::message<kIsRequest, http::string_body, Fields>& message,
                         std::string& scratch, boost::system::error_code& ec);
 

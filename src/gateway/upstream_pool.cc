@@ -72,6 +72,7 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
   asio::any_io_executor executor = co_await asio::this_coro::executor;
   const asio::execution_context* loop = &asio::query(executor, asio::execution::context);
   std::unique_ptr<Connection> c = TakeIdle(loop);
+  const bool probed = c != nullptr;  // found empty (no byte, no end of stream) just now
   boost::system::error_code ec;
   if (!c) {
     c = std::make_unique<Connection>(std::move(executor), loop);
@@ -92,7 +93,12 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
   }
 
   c->stream.expires_after(std::min(response_timeout, options_.response_timeout));
-  co_await WriteMessage(c->stream, request, c->write_scratch, ec);
+  const bool sent_at_once = co_await WriteMessage(c->stream, request, c->write_scratch, ec);
+  // The answer cannot be there yet: the socket was empty at the probe, and the event loop has
+  // not run since (which could have reported, and lost, readiness of anything after it). The
+  // first read then waits for epoll instead of a recv that finds nothing. A new connection
+  // reads as usual: a loop pass (its connect) came between.
+  if (probed && sent_at_once) c->stream.ReadNextWhenReadable();
   if (ec) {
     result.failure = ec == beast::error::timeout ? UpstreamResult::Failure::kTimeout
                                                  : UpstreamResult::Failure::kBroken;

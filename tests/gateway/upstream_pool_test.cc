@@ -1,5 +1,6 @@
 // UpstreamPool against a real upstream socket (RawUpstream): which pooled connection an exchange
-// uses, and messages too large for one send.
+// uses, messages too large for one send, and answers on a reused connection (whose first read
+// waits for readiness without trying the socket) late or cut short.
 #include "gateway/upstream_pool.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -75,6 +77,35 @@ TEST(UpstreamPoolTest, SendsABodyLargerThanTheSocketTakesAtOnce) {
   EXPECT_EQ(requests[0].body, body);
   EXPECT_EQ(requests[1].body, body);
   EXPECT_EQ(upstream.parse_errors(), 0);
+}
+
+TEST(UpstreamPoolTest, AnswersOnAReusedConnectionAreReadLateOrCutShort) {
+  // The first answer at once, the second after a pause, the third cut short by a close.
+  RawUpstream upstream([](const testing::ReceivedRequest& request) {
+    if (request.body == "late") std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (request.body == "cut") return std::string("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
+    return RawUpstream::Created(request);
+  });
+  asio::io_context io;
+  auto pool = UpstreamPool::Create(io.get_executor(), "http://" + upstream.address(), {});
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+
+  for (const char* body : {"first", "late"}) {
+    UpstreamResult r = ExchangeOn(io, **pool, body);
+    ASSERT_EQ(r.failure, UpstreamResult::Failure::kNone) << r.detail;
+    EXPECT_EQ(r.response.body(), "got " + std::to_string(std::string(body).size()) + " bytes");
+  }
+  upstream.CloseAfterEachAnswer();
+  const auto started = std::chrono::steady_clock::now();
+  UpstreamResult cut = ExchangeOn(io, **pool, "cut", std::chrono::seconds(10));
+  // Broken as soon as the upstream closed: the end of stream that came with the last bytes is
+  // seen, not waited out until the response timeout.
+  EXPECT_EQ(cut.failure, UpstreamResult::Failure::kBroken) << cut.detail;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  const auto requests = upstream.requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[1].connection, requests[0].connection);  // reused: the when-readable read
+  EXPECT_EQ(requests[2].connection, requests[0].connection);
 }
 
 }  // namespace
