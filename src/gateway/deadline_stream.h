@@ -60,11 +60,10 @@ class DeadlineStream {
           state_->Started();
           if (state_->next_read_when_readable) {
             state_->next_read_when_readable = false;
-            AsyncReceiveWhenReadable(state_->socket, b,
+            AsyncReceiveWhenReadable(state_->socket, state_->reactor, b,
                                      Timed<decltype(handler)>{state_, std::move(handler)});
           } else {
-            state_->socket.async_read_some(
-                b, Timed<decltype(handler)>{state_, std::move(handler)});
+            state_->socket.async_read_some(b, Timed<decltype(handler)>{state_, std::move(handler)});
           }
         },
         token, buffers);
@@ -74,8 +73,7 @@ class DeadlineStream {
     return asio::async_initiate<Token, void(boost::system::error_code, size_t)>(
         [this](auto handler, const Buffers& b) {
           state_->Started();
-          state_->socket.async_write_some(
-              b, Timed<decltype(handler)>{state_, std::move(handler)});
+          state_->socket.async_write_some(b, Timed<decltype(handler)>{state_, std::move(handler)});
         },
         token, buffers);
   }
@@ -107,6 +105,7 @@ class DeadlineStream {
     bool armed = false;
     bool timed_out = false;
     bool next_read_when_readable = false;
+    ReactorCache reactor;     // for AsyncReceiveWhenReadable
     int pending = 0;          // operations started and not completed
     uint64_t generation = 0;  // of the watchdog's current wait; older waits are ignored
   };

@@ -31,7 +31,9 @@
 #include <boost/asio/detail/reactor.hpp>
 #include <boost/asio/detail/reactor_op.hpp>
 #include <boost/asio/detail/socket_ops.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/query.hpp>
 #include <utility>
 
 #if !defined(BOOST_ASIO_HAS_EPOLL) || defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
@@ -74,14 +76,14 @@ class ReceiveWhenReadableOp : public ad::reactor_op {
     bool finished;
     if constexpr (Adapter::is_single_buffer) {  // recv, not recvmsg, as Asio's receive
       const boost::asio::mutable_buffer b = Adapter::first(o->buffers_);
-      finished = ad::socket_ops::non_blocking_recv1(o->socket_, b.data(), b.size(), 0,
-                                                    /*is_stream=*/true, o->ec_,
-                                                    o->bytes_transferred_);
+      finished =
+          ad::socket_ops::non_blocking_recv1(o->socket_, b.data(), b.size(), 0,
+                                             /*is_stream=*/true, o->ec_, o->bytes_transferred_);
     } else {
       Adapter bufs(o->buffers_);
-      finished = ad::socket_ops::non_blocking_recv(o->socket_, bufs.buffers(), bufs.count(), 0,
-                                                   /*is_stream=*/true, o->ec_,
-                                                   o->bytes_transferred_);
+      finished =
+          ad::socket_ops::non_blocking_recv(o->socket_, bufs.buffers(), bufs.count(), 0,
+                                            /*is_stream=*/true, o->ec_, o->bytes_transferred_);
     }
     if (!finished) return not_done;
     return o->bytes_transferred_ == 0 ? done_and_exhausted : done;  // end of stream or error
@@ -94,8 +96,8 @@ class ReceiveWhenReadableOp : public ad::reactor_op {
     auto* o = static_cast<ReceiveWhenReadableOp*>(base);
     ptr p = {std::addressof(o->handler_), o, o};
     ad::handler_work<Handler, IoExecutor> w(std::move(o->work_));
-    ad::binder2<Handler, boost::system::error_code, std::size_t> handler(
-        o->handler_, o->ec_, o->bytes_transferred_);
+    ad::binder2<Handler, boost::system::error_code, std::size_t> handler(o->handler_, o->ec_,
+                                                                         o->bytes_transferred_);
     p.h = std::addressof(handler.handler_);
     p.reset();
     if (owner) {
@@ -118,9 +120,9 @@ class Cancellation {
   Cancellation(ad::reactor* reactor, ad::reactor::per_descriptor_data* data, int descriptor)
       : reactor_(reactor), data_(data), descriptor_(descriptor) {}
   void operator()(boost::asio::cancellation_type_t type) {
-    if (!!(type & (boost::asio::cancellation_type::terminal |
-                   boost::asio::cancellation_type::partial |
-                   boost::asio::cancellation_type::total))) {
+    if (!!(type &
+           (boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial |
+            boost::asio::cancellation_type::total))) {
       reactor_->cancel_ops_by_key(descriptor_, *data_, ad::reactor::read_op, this);
     }
   }
@@ -133,21 +135,38 @@ class Cancellation {
 
 }  // namespace receive_internal
 
+// The reactor behind one socket's operations, looked up at the first receive (use_service takes
+// a lock): kept beside the socket, for as long as the socket lives.
+class ReactorCache {
+ public:
+  receive_internal::ad::reactor& For(boost::asio::ip::tcp::socket& socket) {
+    if (reactor_ == nullptr) {
+      reactor_ = &boost::asio::use_service<receive_internal::ad::reactor>(
+          boost::asio::query(socket.get_executor(), boost::asio::execution::context));
+    }
+    return *reactor_;
+  }
+
+ private:
+  receive_internal::ad::reactor* reactor_ = nullptr;
+};
+
 // Receives into `buffers` (at least one byte, or an error; end of stream is asio::error::eof)
 // once epoll reports `socket` readable, then calls `handler(error_code, bytes)` as
-// socket.async_read_some would. See the precondition above.
+// socket.async_read_some would. `reactor_cache` is kept beside `socket`. See the precondition
+// above.
 template <typename Buffers, typename Handler>
-void AsyncReceiveWhenReadable(boost::asio::ip::tcp::socket& socket, const Buffers& buffers,
-                              Handler handler) {
+void AsyncReceiveWhenReadable(boost::asio::ip::tcp::socket& socket, ReactorCache& reactor_cache,
+                              const Buffers& buffers, Handler handler) {
   namespace ad = receive_internal::ad;
   auto& object = socket.*(&receive_internal::SocketAccess::impl_);
   auto& impl = object.get_implementation();
-  auto& reactor = boost::asio::use_service<ad::reactor>(object.get_service().context());
+  ad::reactor& reactor = reactor_cache.For(socket);
   const bool is_continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
 
-  using Op = receive_internal::ReceiveWhenReadableOp<Buffers, Handler,
-                                                      decltype(object.get_executor())>;
+  using Op =
+      receive_internal::ReceiveWhenReadableOp<Buffers, Handler, decltype(object.get_executor())>;
   typename Op::ptr p = {std::addressof(handler), Op::ptr::allocate(handler), nullptr};
   p.p = new (p.v) Op(impl.socket_, buffers, handler, object.get_executor());
   if (slot.is_connected()) {
@@ -157,11 +176,10 @@ void AsyncReceiveWhenReadable(boost::asio::ip::tcp::socket& socket, const Buffer
   if (boost::asio::buffer_size(buffers) == 0) {  // as Asio: nothing to receive completes at once
     reactor.post_immediate_completion(p.p, is_continuation);
   } else if ((impl.state_ & ad::socket_ops::non_blocking) ||
-             ad::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true,
-                                                       p.p->ec_)) {
+             ad::socket_ops::set_internal_non_blocking(impl.socket_, impl.state_, true, p.p->ec_)) {
     receive_internal::starting = p.p;
-    reactor.start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, p.p,
-                     is_continuation, /*allow_speculative=*/true);
+    reactor.start_op(ad::reactor::read_op, impl.socket_, impl.reactor_data_, p.p, is_continuation,
+                     /*allow_speculative=*/true);
     receive_internal::starting = nullptr;
   } else {
     reactor.post_immediate_completion(p.p, is_continuation);

@@ -37,6 +37,7 @@ struct ReceivingPair {
   asio::io_context io;
   tcp::socket socket{io};
   tcp::socket peer{io};
+  ReactorCache reactor;
   char buffer[64] = {};
   std::optional<Received> received;
 
@@ -55,15 +56,19 @@ struct ReceivingPair {
     io.restart();
   }
   void Start() {
-    AsyncReceiveWhenReadable(socket, asio::buffer(buffer),
+    AsyncReceiveWhenReadable(socket, reactor, asio::buffer(buffer),
                              [this](const boost::system::error_code& ec, size_t n) {
                                received = Received{ec, n};
                              });
   }
-  bool Completes() { return RunIoUntil(io, [&] { return received.has_value(); }, 5000ms); }
+  bool Completes() {
+    return RunIoUntil(
+        io, [&] { return received.has_value(); }, 5000ms);
+  }
   // Runs the loop for `d`: true if the receive is still pending after it.
   bool StaysPending(std::chrono::milliseconds d) {
-    return !RunIoUntil(io, [&] { return received.has_value(); }, d);
+    return !RunIoUntil(
+        io, [&] { return received.has_value(); }, d);
   }
 };
 
@@ -97,7 +102,8 @@ TEST(ReceiveWhenReadableTest, DoesNotTryTheSocketWhenItStarts) {
   std::optional<size_t> asio_received;
   p.socket.async_read_some(asio::buffer(p.buffer),
                            [&](const boost::system::error_code&, size_t n) { asio_received = n; });
-  ASSERT_TRUE(RunIoUntil(p.io, [&] { return asio_received.has_value(); }, 1000ms));
+  ASSERT_TRUE(RunIoUntil(
+      p.io, [&] { return asio_received.has_value(); }, 1000ms));
   EXPECT_EQ(*asio_received, 5u);
 }
 
@@ -120,14 +126,16 @@ TEST(ReceiveWhenReadableTest, CancelledBySocketOrSlotThenTheSocketReceivesAgain)
 
   asio::cancellation_signal signal;
   std::optional<Received> slotted;
-  AsyncReceiveWhenReadable(p.socket, asio::buffer(p.buffer),
+  AsyncReceiveWhenReadable(p.socket, p.reactor, asio::buffer(p.buffer),
                            asio::bind_cancellation_slot(
                                signal.slot(), [&](const boost::system::error_code& ec, size_t n) {
                                  slotted = Received{ec, n};
                                }));
-  EXPECT_FALSE(RunIoUntil(p.io, [&] { return slotted.has_value(); }, 20ms));
+  EXPECT_FALSE(RunIoUntil(
+      p.io, [&] { return slotted.has_value(); }, 20ms));
   signal.emit(asio::cancellation_type::terminal);
-  ASSERT_TRUE(RunIoUntil(p.io, [&] { return slotted.has_value(); }, 5000ms));
+  ASSERT_TRUE(RunIoUntil(
+      p.io, [&] { return slotted.has_value(); }, 5000ms));
   EXPECT_EQ(slotted->ec, asio::error::operation_aborted);
 
   p.received.reset();
@@ -141,11 +149,12 @@ TEST(ReceiveWhenReadableTest, CancelledBySocketOrSlotThenTheSocketReceivesAgain)
 TEST(ReceiveWhenReadableTest, AClosedSocketOrAnEmptyBufferCompletesAtOnce) {
   ReceivingPair p;
   std::optional<Received> empty;
-  AsyncReceiveWhenReadable(p.socket, asio::mutable_buffer(),
+  AsyncReceiveWhenReadable(p.socket, p.reactor, asio::mutable_buffer(),
                            [&](const boost::system::error_code& ec, size_t n) {
                              empty = Received{ec, n};
                            });
-  ASSERT_TRUE(RunIoUntil(p.io, [&] { return empty.has_value(); }, 1000ms));
+  ASSERT_TRUE(RunIoUntil(
+      p.io, [&] { return empty.has_value(); }, 1000ms));
   EXPECT_FALSE(empty->ec);
   EXPECT_EQ(empty->bytes, 0u);
 

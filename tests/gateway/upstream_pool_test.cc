@@ -83,7 +83,9 @@ TEST(UpstreamPoolTest, AnswersOnAReusedConnectionAreReadLateOrCutShort) {
   // The first answer at once, the second after a pause, the third cut short by a close.
   RawUpstream upstream([](const testing::ReceivedRequest& request) {
     if (request.body == "late") std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (request.body == "cut") return std::string("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
+    if (request.body == "cut") {
+      return std::string("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
+    }
     return RawUpstream::Created(request);
   });
   asio::io_context io;
