@@ -11,13 +11,15 @@
 // the try left out: queued at once, performed when epoll reports the socket readable, and from
 // then on exactly like async_receive (partial reads, end of stream, errors, cancellation).
 //
-// Precondition, the caller's to keep: nothing readable arrived on the socket since the caller
-// last saw it empty (a recv that returned EAGAIN, as the upstream pool's probe does), and the
-// thread has not returned to the event loop since. Readiness that epoll reported while no
-// receive was queued is not reported again, so a receive started after it would wait for more
-// data that may never come (until its deadline).
+// Precondition, the caller's to keep: since the caller last saw the socket empty (a recv that
+// returned EAGAIN, as the upstream pool's probe does), this thread has not returned to the
+// event loop. Whatever arrived after that recv is then still to be reported by epoll, and the
+// receive gets it. Readiness that epoll reported while no receive was queued is not reported
+// again: a receive started after such a report would wait for data that may never come (until
+// its deadline).
 //
-// Built on Asio 1.81's epoll reactor (boost/asio/detail): another reactor fails to compile here.
+// Built on the internals of Asio 1.26 (Boost 1.81, Debian 12), its epoll reactor's start_op and
+// reactor_op: another version or reactor fails to compile here, to be checked before use.
 #pragma once
 
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -34,10 +36,12 @@
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/version.hpp>
 #include <utility>
 
-#if !defined(BOOST_ASIO_HAS_EPOLL) || defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
-#error "AsyncReceiveWhenReadable is written for Asio's epoll reactor"
+#if BOOST_ASIO_VERSION != 102600 || !defined(BOOST_ASIO_HAS_EPOLL) || \
+    defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
+#error "AsyncReceiveWhenReadable is written for Asio 1.26's epoll reactor"
 #endif
 
 namespace idem::gateway {
