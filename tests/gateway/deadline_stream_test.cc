@@ -14,6 +14,7 @@
 #include <chrono>
 #include <optional>
 
+#include "util/loopback_pair.h"
 #include "util/run_io_until.h"
 
 namespace idem::gateway {
@@ -30,11 +31,9 @@ struct Pair {
   std::optional<DeadlineStream> stream;
 
   Pair() {
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    tcp::socket client(io);
-    client.connect(acceptor.local_endpoint());
-    peer = acceptor.accept();
-    stream.emplace(std::move(client));
+    idem::testing::LoopbackPair pair = idem::testing::ConnectLoopbackPair(io);
+    peer = std::move(pair.peer);
+    stream.emplace(std::move(pair.client));
   }
   // Sends one byte from the peer after `delay`.
   void SendAfter(Clock::duration delay) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "util/loopback_pair.h"
 #include "util/run_io_until.h"
 
 namespace idem::gateway {
@@ -42,9 +43,9 @@ struct ReceivingPair {
   std::optional<Received> received;
 
   ReceivingPair() {
-    tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
-    socket.connect(acceptor.local_endpoint());
-    peer = acceptor.accept();
+    idem::testing::LoopbackPair pair = idem::testing::ConnectLoopbackPair(io);
+    socket = std::move(pair.client);
+    peer = std::move(pair.peer);
   }
   void Send(const std::string& bytes) { asio::write(peer, asio::buffer(bytes)); }
   // One look at epoll (with work outstanding, so that poll looks), waiting on nothing.
