@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -80,14 +81,19 @@ TEST(UpstreamPoolTest, SendsABodyLargerThanTheSocketTakesAtOnce) {
 }
 
 TEST(UpstreamPoolTest, AnswersOnAReusedConnectionAreReadLateOrCutShort) {
-  // The first answer at once, the second after a pause, the third cut short by a close.
-  RawUpstream upstream([](const testing::ReceivedRequest& request) {
+  // The first answer at once, the second after a pause, the third cut short by a close. The
+  // upstream closes only after that third answer: a close it made earlier could reach the pool
+  // after its probe, and the request would then be lost on a closed connection, not cut short.
+  std::atomic<RawUpstream*> self{nullptr};
+  RawUpstream upstream([&self](const testing::ReceivedRequest& request) {
     if (request.body == "late") std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (request.body == "cut") {
+      self.load()->CloseAfterEachAnswer();
       return std::string("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort");
     }
     return RawUpstream::Created(request);
   });
+  self = &upstream;
   asio::io_context io;
   auto pool = UpstreamPool::Create(io.get_executor(), "http://" + upstream.address(), {});
   ASSERT_TRUE(pool.ok()) << pool.status().ToString();
@@ -97,7 +103,6 @@ TEST(UpstreamPoolTest, AnswersOnAReusedConnectionAreReadLateOrCutShort) {
     ASSERT_EQ(r.failure, UpstreamResult::Failure::kNone) << r.detail;
     EXPECT_EQ(r.response.body(), "got " + std::to_string(std::string(body).size()) + " bytes");
   }
-  upstream.CloseAfterEachAnswer();
   const auto started = std::chrono::steady_clock::now();
   UpstreamResult cut = ExchangeOn(io, **pool, "cut", std::chrono::seconds(10));
   // Broken as soon as the upstream closed: the end of stream that came with the last bytes is
