@@ -33,6 +33,11 @@ struct Received {
   size_t bytes = 0;
 };
 
+// A completion handler that records its result in `into`.
+auto RecordInto(std::optional<Received>& into) {
+  return [&into](const boost::system::error_code& ec, size_t n) { into = Received{ec, n}; };
+}
+
 // A connected pair on loopback: `socket` (under test) and `peer`.
 struct ReceivingPair {
   asio::io_context io;
@@ -57,20 +62,15 @@ struct ReceivingPair {
     io.restart();
   }
   void Start() {
-    AsyncReceiveWhenReadable(socket, reactor, asio::buffer(buffer),
-                             [this](const boost::system::error_code& ec, size_t n) {
-                               received = Received{ec, n};
-                             });
+    AsyncReceiveWhenReadable(socket, reactor, asio::buffer(buffer), RecordInto(received));
   }
-  bool Completes() {
-    return RunIoUntil(
-        io, [&] { return received.has_value(); }, 5000ms);
+  // Runs the loop until `result` is set (true) or for `limit` (false).
+  bool Done(const std::optional<Received>& result, std::chrono::milliseconds limit) {
+    return RunIoUntil(io, [&] { return result.has_value(); }, limit);
   }
+  bool Completes() { return Done(received, 5000ms); }
   // Runs the loop for `d`: true if the receive is still pending after it.
-  bool StaysPending(std::chrono::milliseconds d) {
-    return !RunIoUntil(
-        io, [&] { return received.has_value(); }, d);
-  }
+  bool StaysPending(std::chrono::milliseconds d) { return !Done(received, d); }
 };
 
 TEST(ReceiveWhenReadableTest, ReceivesWhatArrivesAfterItStarted) {
@@ -103,8 +103,7 @@ TEST(ReceiveWhenReadableTest, DoesNotTryTheSocketWhenItStarts) {
   std::optional<size_t> asio_received;
   p.socket.async_read_some(asio::buffer(p.buffer),
                            [&](const boost::system::error_code&, size_t n) { asio_received = n; });
-  ASSERT_TRUE(RunIoUntil(
-      p.io, [&] { return asio_received.has_value(); }, 1000ms));
+  ASSERT_TRUE(RunIoUntil(p.io, [&] { return asio_received.has_value(); }, 1000ms));
   EXPECT_EQ(*asio_received, 5u);
 }
 
@@ -128,15 +127,10 @@ TEST(ReceiveWhenReadableTest, CancelledBySocketOrSlotThenTheSocketReceivesAgain)
   asio::cancellation_signal signal;
   std::optional<Received> slotted;
   AsyncReceiveWhenReadable(p.socket, p.reactor, asio::buffer(p.buffer),
-                           asio::bind_cancellation_slot(
-                               signal.slot(), [&](const boost::system::error_code& ec, size_t n) {
-                                 slotted = Received{ec, n};
-                               }));
-  EXPECT_FALSE(RunIoUntil(
-      p.io, [&] { return slotted.has_value(); }, 20ms));
+                           asio::bind_cancellation_slot(signal.slot(), RecordInto(slotted)));
+  EXPECT_FALSE(p.Done(slotted, 20ms));
   signal.emit(asio::cancellation_type::terminal);
-  ASSERT_TRUE(RunIoUntil(
-      p.io, [&] { return slotted.has_value(); }, 5000ms));
+  ASSERT_TRUE(p.Done(slotted, 5000ms));
   EXPECT_EQ(slotted->ec, asio::error::operation_aborted);
 
   p.received.reset();
@@ -150,12 +144,8 @@ TEST(ReceiveWhenReadableTest, CancelledBySocketOrSlotThenTheSocketReceivesAgain)
 TEST(ReceiveWhenReadableTest, AClosedSocketOrAnEmptyBufferCompletesAtOnce) {
   ReceivingPair p;
   std::optional<Received> empty;
-  AsyncReceiveWhenReadable(p.socket, p.reactor, asio::mutable_buffer(),
-                           [&](const boost::system::error_code& ec, size_t n) {
-                             empty = Received{ec, n};
-                           });
-  ASSERT_TRUE(RunIoUntil(
-      p.io, [&] { return empty.has_value(); }, 1000ms));
+  AsyncReceiveWhenReadable(p.socket, p.reactor, asio::mutable_buffer(), RecordInto(empty));
+  ASSERT_TRUE(p.Done(empty, 1000ms));
   EXPECT_FALSE(empty->ec);
   EXPECT_EQ(empty->bytes, 0u);
 
