@@ -45,10 +45,11 @@ int WalCheckpointer::OnCommit(void* self, sqlite3*, const char*, int frames) {
   checkpointer->wal_frames_.store(frames, std::memory_order_relaxed);
   // Frames written since the last pass, not frames in the WAL: a WAL that a pass copied but
   // could not restart (a write landed during it) still holds kWakeFrames, and waking on every
-  // commit would run a pass, with its two fsyncs, for each handful of new frames.
+  // commit would run a pass, with its two fsyncs, for each handful of new frames. Fewer frames
+  // than the pass copied: the WAL restarted since, and every frame in it is new.
   const int copied = checkpointer->frames_at_last_pass_.load(std::memory_order_relaxed);
-  const bool grown = frames < copied || frames - copied >= kWakeFrames;
-  if (frames >= kWakeFrames && grown && !checkpointer->wanted_.exchange(true)) {
+  const int not_copied = frames >= copied ? frames - copied : frames;
+  if (not_copied >= kWakeFrames && !checkpointer->wanted_.exchange(true)) {
     MutexLock lock(checkpointer->mu_);
     checkpointer->cv_.NotifyAll();
   }
@@ -65,7 +66,7 @@ void WalCheckpointer::Loop() {
     lock.Unlock();
     bool emptied = false;
     const int frames = Checkpoint(SQLITE_CHECKPOINT_PASSIVE, &emptied);
-    if (frames >= kLimitFrames) {
+    if (frames >= kWakeFrames) {
       // Writes kept coming during the pass, or readers kept the WAL from restarting: catch up
       // with the store's calls held back, and restart the WAL.
       hold_([&] {
@@ -105,7 +106,10 @@ int WalCheckpointer::Checkpoint(int mode, bool* emptied) {
   checkpoints_.fetch_add(1, std::memory_order_relaxed);
   wal_frames_after_checkpoint_.store(wal_frames, std::memory_order_relaxed);
   *emptied = checkpointed == wal_frames;
-  frames_at_last_pass_.store(*emptied ? 0 : checkpointed, std::memory_order_relaxed);
+  // Where the copy reached, even when it reached the end: under a steady stream of writes some
+  // commit lands during the pass and the WAL does not restart, so its frames up to here are
+  // still in it, and counting them as new would wake the next pass after the next commit.
+  frames_at_last_pass_.store(checkpointed, std::memory_order_relaxed);
   return wal_frames;
 }
 

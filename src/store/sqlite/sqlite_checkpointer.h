@@ -12,11 +12,13 @@
 //    checkpointed and no reader in the WAL at an older snapshot. Under a steady stream of
 //    writes, some commit always lands while a PASSIVE checkpoint runs, and the store's readers
 //    (which run beside its writes) are nearly always in the WAL; it would never restart and
-//    would grow without bound. So when a PASSIVE pass leaves kLimitFrames or more in the WAL,
+//    would grow without bound. So when a PASSIVE pass leaves kWakeFrames or more in the WAL,
 //    the thread runs a second, catch-up pass with the store's calls held back (its writes and
 //    its readers): a RESTART checkpoint that copies only the frames written during the first
 //    pass, after which the next write restarts the WAL. The store's calls wait for that short
-//    pass, never for the whole copy.
+//    pass, never for the whole copy. Catching up at kWakeFrames rather than waiting for the
+//    limit below keeps writes from ever being throttled under a steady load: a WAL left long
+//    at the limit would make every write batch wait for a whole pass.
 //  - Meanwhile, at kLimitFrames, each write batch first waits (at most kMaxThrottle) for the
 //    checkpointer to empty the WAL (ThrottleWhileWalFull): its size is bounded, not only its
 //    growth slowed.
@@ -102,7 +104,7 @@ class WalCheckpointer {
   bool stop_ IDEM_GUARDED_BY(mu_) = false;
   std::atomic<bool> wanted_{false};  // a commit left kWakeFrames in the WAL
   std::atomic<int> wal_frames_{0};   // frames in the WAL after the last commit (WAL hook)
-  std::atomic<int> frames_at_last_pass_{0};  // frames the last pass copied (0: it emptied the WAL)
+  std::atomic<int> frames_at_last_pass_{0};  // the WAL frame the last pass copied up to
   std::atomic<bool> wal_pinned_{false};  // the last catch-up pass could not empty the WAL
   std::atomic<uint64_t> checkpoints_{0}, catch_ups_{0}, failures_{0}, throttled_{0};
   std::atomic<int> wal_frames_after_checkpoint_{0};
