@@ -25,6 +25,10 @@
 #   latency     LATENCY_CONNECTIONS (1) connection, one request at a time: p50 and p99 of the
 #               path itself rather than of a queue (wrk cannot hold a fixed rate; one connection
 #               is the closest it gets to the cost a proxy adds to each request)
+# The same two runs go through the byte relay (bench/byte_relay.cc, idem_byte_relay): the least
+# any proxy can do, a thread per direction that copies bytes from one socket to the other. The
+# time it adds at p50 over the upstream alone is the floor of what a proxy adds on this machine
+# (one more recv and send each way, two more thread wake-ups), printed beside the latency aim.
 # Each gateway run starts a fresh `idem gateway` (the SQLite file, in the temp dir, starts
 # empty); the replay runs prime their key with one request first.
 #
@@ -133,9 +137,9 @@ if [[ ! -x build/release/idem || ! -x build/release/example_service ]]; then
   scripts/install-deps.sh
   scripts/build.sh release >/dev/null
 fi
-if [[ $ALLOCS != 0 ]]; then
-  cmake --build --preset release --target idem_alloc_count >/dev/null
-fi
+relay_targets=(idem_byte_relay)
+[[ $ALLOCS == 0 ]] || relay_targets+=(idem_alloc_count)
+cmake --build --preset release --target "${relay_targets[@]}" >/dev/null
 
 work=$(mktemp -d)
 pids=()
@@ -153,6 +157,7 @@ trap 'exit 130' INT TERM
 mkdir "$work/bin"
 IDEM_BIN_DIR=${IDEM_BIN_DIR:-build/release}
 cp "$IDEM_BIN_DIR/idem" "$IDEM_BIN_DIR/example_service" "$work/bin/"
+cp build/release/bench/idem_byte_relay "$work/bin/"
 [[ $ALLOCS == 0 ]] || cp build/release/bench/libidem_alloc_count.so "$work/bin/"
 
 fail() {
@@ -446,6 +451,14 @@ if [[ $SYSCALLS != 0 ]]; then
 fi
 stop_pid "$nginx_pid"
 
+"${proxy_pin[@]}" "$work/bin/idem_byte_relay" "$service" >"$work/relay.log" 2>&1 &
+relay_pid=$!
+pids+=("$relay_pid")
+relay=$(address_after "$work/relay.log" "relay on" "$relay_pid")
+measure byte-relay throughput "$relay" unique "$CONNECTIONS" -
+measure byte-relay latency "$relay" unique "$LATENCY_CONNECTIONS" -
+stop_pid "$relay_pid"
+
 [[ " $STORES " == *" redis "* ]] && start_redis
 if [[ " $STORES " == *" postgresql "* ]]; then
   chmod 711 "$work"  # the server runs as the postgres user when this script runs as root
@@ -591,6 +604,15 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
         " idem-sqlite-full-first at %.2fx of it)\n", ceiling, ceiling / nginx_rps,
         rps["idem-sqlite-full-first throughput"] / ceiling
     }
+    relay50 = p50["byte-relay latency"] - direct_p50
+    aim("idem-memory-first", "p50 added over direct <= 40 us",
+      (p50["idem-memory-first latency"] - direct_p50) * 1000, 40, " us", 1)
+    if ("byte-relay" in seen && relay50 > 0) {
+      printf "          (the floor of any proxy, the byte relay: %+.0f us; nginx %+.0f us;" \
+        " idem-memory-first at %.2fx the floor)\n", relay50 * 1000,
+        (p50["nginx latency"] - direct_p50) * 1000,
+        (p50["idem-memory-first latency"] - direct_p50) / relay50
+    }
     split("idem-memory-first idem-sqlite-first idem-memory-replay idem-sqlite-replay", g, " ")
     for (i = 1; i <= 4; i++)
       aim(g[i], "p99 added over direct <= 1 ms", p99[g[i] " latency"] - direct_p99, 1, " ms", 1)
@@ -603,5 +625,5 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
     if (!(c in seen)) return
     ok = at_most ? value <= bound : value >= bound
     printf "  %-6s  %-23s %-30s %s\n", ok ? "met" : "missed", c, what,
-      sprintf(at_most ? "%+.3f" : "%.2f", value) unit
+      sprintf(!at_most ? "%.2f" : unit == " us" ? "%+.0f" : "%+.3f", value) unit
   }' "$work/results"
