@@ -7,8 +7,9 @@
 #include <queue>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include <boost/unordered/unordered_flat_map.hpp>
 
 #include "core/mutex.h"
 #include "core/record_machine.h"
@@ -120,7 +121,11 @@ struct Expiry {
 // Thread safety: every member is guarded by `mu`.
 struct Shard {
   Mutex mu;
-  std::unordered_map<SharedKey, Entry, KeyHash, KeyEqual> records IDEM_GUARDED_BY(mu);
+  // Open addressing: a lookup reads a group of one-byte hash tags, then the one slot they
+  // point to, where a chained map follows a bucket pointer to a node. The entry lives behind a
+  // pointer so that growing the table moves 40-byte slots, not whole records.
+  boost::unordered_flat_map<SharedKey, std::unique_ptr<Entry>, KeyHash, KeyEqual> records
+      IDEM_GUARDED_BY(mu);
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries IDEM_GUARDED_BY(mu);
   FencingToken last_token IDEM_GUARDED_BY(mu) = 0;
 
@@ -146,27 +151,27 @@ class MemoryStore final : public Store,
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
-    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second.head;
+    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second->head;
     const auto decision = internal::DecideBegin(existing, fingerprint, now);
     switch (decision.action) {
       case BeginAction::kMismatch:
         return BeginOutcome(Mismatch{});
       case BeginAction::kReplay: {
-        auto response = internal::DecodeResponse(it->second.response);
+        auto response = internal::DecodeResponse(it->second->response);
         if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
         return BeginOutcome(Replay{std::move(*response)});
       }
       case BeginAction::kInFlight: {
         InFlight in_flight{decision.retry_after, std::nullopt};
-        if (!it->second.response.empty()) {  // an accepted long-running operation
-          auto accepted = internal::DecodeResponse(it->second.response);
+        if (!it->second->response.empty()) {  // an accepted long-running operation
+          auto accepted = internal::DecodeResponse(it->second->response);
           if (!accepted.ok()) return accepted.status().WithContext("begin " + scope.Digest());
           in_flight.accepted = std::move(*accepted);
         }
         return BeginOutcome(std::move(in_flight));
       }
       case BeginAction::kTakeOver: {
-        Entry& entry = it->second;
+        Entry& entry = *it->second;
         const FencingToken previous = entry.head.token;
         entry.SetResponse({});  // the new attempt has accepted nothing yet
         entry.head.token = ++shard.last_token;
@@ -177,8 +182,8 @@ class MemoryStore final : public Store,
         return BeginOutcome(TakenOver{entry.head.token, previous});
       }
       case BeginAction::kAcquire: {
-        if (it == shard.records.end()) it = shard.records.emplace(SharedKey(key), Entry{}).first;
-        Entry& entry = it->second;
+        if (it == shard.records.end()) it = shard.records.emplace(SharedKey(key), std::make_unique<Entry>()).first;
+        Entry& entry = *it->second;
         entry.head.fingerprint = fingerprint;
         entry.head.state = RecordState::kInFlight;
         entry.head.token = ++shard.last_token;
@@ -232,10 +237,10 @@ class MemoryStore final : public Store,
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::IsLive(it->second.head, now)) {
+    if (it == shard.records.end() || !internal::IsLive(it->second->head, now)) {
       return std::optional<Record>();
     }
-    const Entry& entry = it->second;
+    const Entry& entry = *it->second;
     Record record;
     record.scope = DecodeScope(it->first.view());
     record.fingerprint = entry.head.fingerprint;
@@ -260,7 +265,7 @@ class MemoryStore final : public Store,
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) return false;
-    const bool live = internal::IsLive(it->second.head, now);
+    const bool live = internal::IsLive(it->second->head, now);
     shard.records.erase(it);
     return live;
   }
@@ -280,7 +285,7 @@ class MemoryStore final : public Store,
           ++n;
           auto it = shard.records.find(due.key);
           if (it == shard.records.end()) continue;
-          Entry& entry = it->second;
+          Entry& entry = *it->second;
           if (!internal::IsLive(entry.head, now)) {
             shard.records.erase(it);
             ++removed;
@@ -311,7 +316,7 @@ class MemoryStore final : public Store,
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) return nullptr;
-    Entry& entry = it->second;
+    Entry& entry = *it->second;
     if (internal::DecideBegin(&entry.head, fingerprint, now).action != BeginAction::kReplay) {
       return nullptr;
     }
@@ -334,7 +339,7 @@ class MemoryStore final : public Store,
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second.head, token, now)) {
+    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second->head, token, now)) {
       return false;
     }
     write(shard, it, now);
@@ -349,8 +354,8 @@ class MemoryStore final : public Store,
                                 const StoredResponse& response, Update update) {
     std::string encoded = internal::EncodeResponse(response);
     const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
-      it->second.SetResponse(std::move(encoded));
-      update(shard, it->second, now, it->first);
+      it->second->SetResponse(std::move(encoded));
+      update(shard, *it->second, now, it->first);
     });
     return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
