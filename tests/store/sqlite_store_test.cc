@@ -278,6 +278,65 @@ TEST_F(SqliteStoreTest, TheWalIsCheckpointedAndStaysBoundedWhileTheDatabaseGrows
   EXPECT_EQ(stats->busy_connection_found, 0u) << "a call left a statement or transaction open";
 }
 
+// A reader elsewhere (here another connection, as another process would be) that keeps a
+// read transaction open pins the WAL: no checkpoint copies past its snapshot, and the WAL
+// cannot restart. The store's calls go on meanwhile: the checkpointer's catch-up pass, which
+// holds them back, does not wait for that reader (it once waited out the busy timeout, 3 s
+// here, with every call held, pass after pass). Once the reader is gone, the WAL restarts
+// and is truncated back to its limit.
+TEST_F(SqliteStoreTest, AReaderElsewhereThatPinsTheWalDoesNotStallTheStoresCalls) {
+  auto store = OpenStore(Url() + "?busy_timeout_ms=3000", Options());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  sqlite3* reader = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &reader), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM idem_records;", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+
+  const std::string body(200, 'b');
+  std::atomic<int> failures{0};
+  std::atomic<int64_t> slowest_us{0};
+  auto pairs = [&](int thread, int first, int count) {
+    for (int i = first; i < first + count; ++i) {
+      const auto started = std::chrono::steady_clock::now();
+      const Scope scope{"t", "", fmt::format("k{}-{}", thread, i)};
+      auto begun = (*store)->Begin(scope, Fp(), seconds(30));
+      if (!begun.ok() || !OwnedToken(*begun)) {
+        ++failures;
+        continue;
+      }
+      auto done = (*store)->Complete(scope, *OwnedToken(*begun), {201, {}, body}, seconds(600));
+      if (!done.ok() || *done != CompleteOutcome::kOk) ++failures;
+      const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::steady_clock::now() - started)
+                               .count();
+      int64_t seen = slowest_us.load();
+      while (took > seen && !slowest_us.compare_exchange_weak(seen, took)) {
+      }
+    }
+  };
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) writers.emplace_back(pairs, t, 0, 600);
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+  // Thousands of frames past the catch-up threshold, behind the reader's snapshot.
+  EXPECT_GT(FileSize(path_ + "-wal"), 16 << 20) << "the reader did not pin the WAL";
+  EXPECT_LT(slowest_us.load(), 1'500'000) << "a first execution waited for the pinned WAL";
+
+  ASSERT_EQ(sqlite3_exec(reader, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(reader);
+  // With the reader gone, a pass empties the WAL, the next write restarts it, and the restart
+  // truncates it to journal_size_limit (4 MB).
+  int64_t wal = FileSize(path_ + "-wal");
+  for (int i = 0; i < 400 && wal > (8 << 20); ++i) {
+    pairs(9, i, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    wal = FileSize(path_ + "-wal");
+  }
+  EXPECT_LE(wal, 8 << 20) << "the WAL did not restart once the reader was gone";
+  EXPECT_EQ(failures.load(), 0);
+}
+
 // The debug check behind the test above: a statement left stepped (its read transaction open,
 // pinning the WAL) is found by the next call, counted, and reset.
 TEST_F(SqliteStoreTest, AStatementLeftOpenBetweenCallsIsFoundAndReset) {

@@ -66,15 +66,20 @@ void WalCheckpointer::Loop() {
     lock.Unlock();
     bool emptied = false;
     const int frames = Checkpoint(SQLITE_CHECKPOINT_PASSIVE, &emptied);
-    if (frames >= kWakeFrames) {
+    if (frames >= kWakeFrames && !wal_pinned_.load(std::memory_order_relaxed)) {
       // Writes kept coming during the pass, or readers kept the WAL from restarting: catch up
-      // with the store's calls held back, and restart the WAL.
+      // with the store's calls held back, and restart the WAL. The catch-up never waits for
+      // another connection (a reader in another process at an older snapshot, a writer
+      // sharing the file): with every call of the store held, it would stall them all for
+      // the busy timeout. It tries once and gives up at once.
       hold_([&] {
         catch_ups_.fetch_add(1, std::memory_order_relaxed);
+        sqlite3_busy_timeout(db_, 0);
         (void)Checkpoint(SQLITE_CHECKPOINT_RESTART, &emptied);
-        // Still not empty with no write of the store running: a reader elsewhere pins the WAL
-        // (or the checkpoint failed). Holding writes back would not help; stop doing it until
-        // a checkpoint empties the WAL again.
+        sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout_.count()));
+        // Still not empty with no write of the store running: a connection elsewhere pins the
+        // WAL (or the checkpoint failed). Holding calls back would not help; no catch-up (and
+        // no throttle) until a pass empties the WAL again.
         wal_pinned_.store(!emptied, std::memory_order_relaxed);
       });
     }
@@ -93,8 +98,9 @@ int WalCheckpointer::Checkpoint(int mode, bool* emptied) {
   const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, mode, &wal_frames,
                                            &checkpointed);
   if ((rc & 0xff) == SQLITE_BUSY) {
-    // Another checkpoint, or a writer restarting the WAL, held a lock: try on the next pass.
-    wanted_ = true;
+    // Another checkpoint, or a writer restarting the WAL, held a lock: try again at once. Not
+    // after a catch-up, which gives up on busy by design (see Loop).
+    if (mode == SQLITE_CHECKPOINT_PASSIVE) wanted_ = true;
     return 0;
   }
   if (rc != SQLITE_OK || wal_frames < 0) {

@@ -16,7 +16,9 @@
 //    the thread runs a second, catch-up pass with the store's calls held back (its writes and
 //    its readers): a RESTART checkpoint that copies only the frames written during the first
 //    pass, after which the next write restarts the WAL. The store's calls wait for that short
-//    pass, never for the whole copy. Catching up at kWakeFrames rather than waiting for the
+//    pass, never for the whole copy, and never for another connection: the catch-up does not
+//    wait for a lock held elsewhere (a reader in another process at an older snapshot), and
+//    after one that could not empty the WAL there is none until a pass empties it. Catching up at kWakeFrames rather than waiting for the
 //    limit below keeps writes from ever being throttled under a steady load: a WAL left long
 //    at the limit would make every write batch wait for a whole pass.
 //  - Meanwhile, at kLimitFrames, each write batch first waits (at most kMaxThrottle) for the
