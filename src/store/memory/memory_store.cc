@@ -182,7 +182,9 @@ class MemoryStore final : public Store,
         return BeginOutcome(TakenOver{entry.head.token, previous});
       }
       case BeginAction::kAcquire: {
-        if (it == shard.records.end()) it = shard.records.emplace(SharedKey(key), std::make_unique<Entry>()).first;
+        if (it == shard.records.end()) {
+          it = shard.records.emplace(SharedKey(key), std::make_unique<Entry>()).first;
+        }
         Entry& entry = *it->second;
         entry.head.fingerprint = fingerprint;
         entry.head.state = RecordState::kInFlight;

@@ -68,13 +68,12 @@ void WalCheckpointer::Loop() {
     const int frames = Checkpoint(SQLITE_CHECKPOINT_PASSIVE, &emptied);
     if (frames >= kWakeFrames && !wal_pinned_.load(std::memory_order_relaxed)) {
       // Writes kept coming during the pass, or readers kept the WAL from restarting: catch up
-      // with the store's calls held back, and restart the WAL. The catch-up never waits for
-      // another connection (a reader in another process at an older snapshot, a writer
-      // sharing the file): with every call of the store held, it would stall them all for
-      // the busy timeout. It tries once and gives up at once.
+      // with the store's calls held back, and restart the WAL. With every call of the store
+      // held, the catch-up must not wait out the busy timeout for another connection (a
+      // reader in another process at an older snapshot): it waits kCatchUpLockWait at most.
       hold_([&] {
         catch_ups_.fetch_add(1, std::memory_order_relaxed);
-        sqlite3_busy_timeout(db_, 0);
+        sqlite3_busy_timeout(db_, static_cast<int>(kCatchUpLockWait.count()));
         (void)Checkpoint(SQLITE_CHECKPOINT_RESTART, &emptied);
         sqlite3_busy_timeout(db_, static_cast<int>(busy_timeout_.count()));
         // Still not empty with no write of the store running: a connection elsewhere pins the

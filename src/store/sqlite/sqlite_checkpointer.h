@@ -16,11 +16,12 @@
 //    the thread runs a second, catch-up pass with the store's calls held back (its writes and
 //    its readers): a RESTART checkpoint that copies only the frames written during the first
 //    pass, after which the next write restarts the WAL. The store's calls wait for that short
-//    pass, never for the whole copy, and never for another connection: the catch-up does not
-//    wait for a lock held elsewhere (a reader in another process at an older snapshot), and
-//    after one that could not empty the WAL there is none until a pass empties it. Catching up at kWakeFrames rather than waiting for the
-//    limit below keeps writes from ever being throttled under a steady load: a WAL left long
-//    at the limit would make every write batch wait for a whole pass.
+//    pass, never for the whole copy, and hardly for another connection: the catch-up waits at
+//    most kCatchUpLockWait for a lock held elsewhere (another process's write, or a reader
+//    there at an older snapshot), and after one that could not empty the WAL there is none
+//    until a pass empties it. Catching up at kWakeFrames rather than waiting for the limit
+//    below keeps writes from ever being throttled under a steady load: a WAL left long at the
+//    limit would make every write batch wait for a whole pass.
 //  - Meanwhile, at kLimitFrames, each write batch first waits (at most kMaxThrottle) for the
 //    checkpointer to empty the WAL (ThrottleWhileWalFull): its size is bounded, not only its
 //    growth slowed.
@@ -64,6 +65,9 @@ class WalCheckpointer {
   // About 8 MB: writes wait for the checkpointer beyond this.
   static constexpr int kLimitFrames = 2000;
   static constexpr std::chrono::milliseconds kMaxThrottle{100};
+  // How long the catch-up pass, with the store's calls held, waits for another connection's
+  // lock: long enough for another process's commit, not for a reader that keeps its snapshot.
+  static constexpr std::chrono::milliseconds kCatchUpLockWait{20};
 
   WalCheckpointer(std::string path, std::chrono::milliseconds busy_timeout, HoldStoreCalls hold)
       : path_(std::move(path)), busy_timeout_(busy_timeout), hold_(std::move(hold)) {}
