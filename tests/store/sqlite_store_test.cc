@@ -337,6 +337,43 @@ TEST_F(SqliteStoreTest, AReaderElsewhereThatPinsTheWalDoesNotStallTheStoresCalls
   EXPECT_EQ(failures.load(), 0);
 }
 
+// Two store objects writing one file, as two processes would: each one's checkpointer meets
+// the other's commits in its catch-up pass, which waits a moment for them rather than giving
+// up, so the WAL still restarts and stays bounded.
+TEST_F(SqliteStoreTest, TwoStoresWritingOneFileKeepTheWalBounded) {
+  auto first = OpenStore(Url(), Options());
+  auto second = OpenStore(Url(), Options());
+  ASSERT_TRUE(first.ok() && second.ok());
+  const std::string body(200, 'b');
+  std::atomic<int> failures{0};
+  std::atomic<int64_t> max_wal{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&, t] {
+      Store& store = t % 2 == 0 ? **first : **second;
+      for (int i = 0; i < 2000; ++i) {
+        const Scope scope{"t", "", fmt::format("k{}-{}", t, i)};
+        auto begun = store.Begin(scope, Fp(), seconds(30));
+        if (!begun.ok() || !OwnedToken(*begun)) {
+          ++failures;
+          continue;
+        }
+        auto done = store.Complete(scope, *OwnedToken(*begun), {201, {}, body}, seconds(600));
+        if (!done.ok() || *done != CompleteOutcome::kOk) ++failures;
+        if (i % 50 == 0) {
+          const int64_t size = FileSize(path_ + "-wal");
+          int64_t seen = max_wal.load();
+          while (size > seen && !max_wal.compare_exchange_weak(seen, size)) {
+          }
+        }
+      }
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LT(max_wal.load(), 16 << 20) << "the WAL grew to " << max_wal.load() << " bytes";
+}
+
 // The debug check behind the test above: a statement left stepped (its read transaction open,
 // pinning the WAL) is found by the next call, counted, and reset.
 TEST_F(SqliteStoreTest, AStatementLeftOpenBetweenCallsIsFoundAndReset) {
