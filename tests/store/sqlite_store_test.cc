@@ -338,8 +338,9 @@ TEST_F(SqliteStoreTest, AReaderElsewhereThatPinsTheWalDoesNotStallTheStoresCalls
 }
 
 // Two store objects writing one file, as two processes would: each one's checkpointer meets
-// the other's commits in its catch-up pass, which waits a moment for them rather than giving
-// up, so the WAL still restarts and stays bounded.
+// the other's commits and readers in its catch-up pass, which waits only briefly for another
+// connection's lock (and after a pass it gave up on, runs no catch-up until a pass empties the
+// WAL); the WAL still restarts and stays bounded.
 TEST_F(SqliteStoreTest, TwoStoresWritingOneFileKeepTheWalBounded) {
   auto first = OpenStore(Url(), Options());
   auto second = OpenStore(Url(), Options());
