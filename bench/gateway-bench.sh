@@ -137,9 +137,9 @@ if [[ ! -x build/release/idem || ! -x build/release/example_service ]]; then
   scripts/install-deps.sh
   scripts/build.sh release >/dev/null
 fi
-relay_targets=(idem_byte_relay)
-[[ $ALLOCS == 0 ]] || relay_targets+=(idem_alloc_count)
-cmake --build --preset release --target "${relay_targets[@]}" >/dev/null
+bench_targets=(idem_byte_relay)
+[[ $ALLOCS == 0 ]] || bench_targets+=(idem_alloc_count)
+cmake --build --preset release --target "${bench_targets[@]}" >/dev/null
 
 work=$(mktemp -d)
 pids=()
