@@ -57,12 +57,13 @@ int main(int argc, char** argv) {
   const auto colon = upstream.rfind(':');
   sockaddr_in target{};
   target.sin_family = AF_INET;
-  if (colon == std::string::npos ||
+  const int port = colon == std::string::npos ? 0 : std::atoi(upstream.c_str() + colon + 1);
+  if (port < 1 || port > 65535 ||
       ::inet_pton(AF_INET, upstream.substr(0, colon).c_str(), &target.sin_addr) != 1) {
     std::fprintf(stderr, "%s: want an IPv4 HOST:PORT, got %s\n", argv[0], argv[1]);
     return 2;
   }
-  target.sin_port = htons(static_cast<uint16_t>(std::atoi(upstream.c_str() + colon + 1)));
+  target.sin_port = htons(static_cast<uint16_t>(port));
 
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in local{};
