@@ -321,7 +321,7 @@ TEST_F(SqliteStoreTest, AReaderElsewhereThatPinsTheWalDoesNotStallTheStoresCalls
   EXPECT_EQ(failures.load(), 0);
   // Thousands of frames past the catch-up threshold, behind the reader's snapshot.
   EXPECT_GT(FileSize(path_ + "-wal"), 16 << 20) << "the reader did not pin the WAL";
-  EXPECT_LT(slowest_us.load(), 1'500'000) << "a first execution waited for the pinned WAL";
+  EXPECT_LT(slowest_us.load(), 2'500'000) << "a first execution waited for the pinned WAL";
 
   ASSERT_EQ(sqlite3_exec(reader, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(reader);
