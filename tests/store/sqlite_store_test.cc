@@ -220,6 +220,22 @@ int64_t FileSize(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
 }
 
+// One first execution of a fresh key: its claim, then its completion with a 201 and `body`.
+// False if either step answered otherwise.
+bool ExecuteOnce(Store& store, const Scope& scope, const std::string& body) {
+  auto begun = store.Begin(scope, Fp(), seconds(30));
+  if (!begun.ok() || !OwnedToken(*begun)) return false;
+  auto done = store.Complete(scope, *OwnedToken(*begun), {201, {}, body}, seconds(600));
+  return done.ok() && *done == CompleteOutcome::kOk;
+}
+
+// Raises `highest` to `value` if it is higher; from any thread.
+void RaiseTo(std::atomic<int64_t>& highest, int64_t value) {
+  int64_t seen = highest.load();
+  while (value > seen && !highest.compare_exchange_weak(seen, value)) {
+  }
+}
+
 // The WAL must be checkpointed while the store runs: 24,000 writes (12,000 first executions,
 // a claim and a completion each, from four threads, so group commit is in play) move
 // into the database file, and the -wal file stays within a few MB instead of growing by every
@@ -240,20 +256,8 @@ TEST_F(SqliteStoreTest, TheWalIsCheckpointedAndStaysBoundedWhileTheDatabaseGrows
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([&, t] {
       for (int i = 0; i < kPairsPerThread; ++i) {
-        const Scope scope{"t", "", fmt::format("k{}-{}", t, i)};
-        auto begun = (*store)->Begin(scope, Fp(), seconds(30));
-        if (!begun.ok() || !OwnedToken(*begun)) {
-          ++failures;
-          continue;
-        }
-        auto done = (*store)->Complete(scope, *OwnedToken(*begun), {201, {}, body}, seconds(600));
-        if (!done.ok() || *done != CompleteOutcome::kOk) ++failures;
-        if (i % 100 == 0) {
-          const int64_t size = FileSize(wal);
-          int64_t seen = max_wal.load();
-          while (size > seen && !max_wal.compare_exchange_weak(seen, size)) {
-          }
-        }
+        if (!ExecuteOnce(**store, Scope{"t", "", fmt::format("k{}-{}", t, i)}, body)) ++failures;
+        if (i % 100 == 0) RaiseTo(max_wal, FileSize(wal));
       }
     });
   }
@@ -299,20 +303,12 @@ TEST_F(SqliteStoreTest, AReaderElsewhereThatPinsTheWalDoesNotStallTheStoresCalls
   auto pairs = [&](int thread, int first, int count) {
     for (int i = first; i < first + count; ++i) {
       const auto started = std::chrono::steady_clock::now();
-      const Scope scope{"t", "", fmt::format("k{}-{}", thread, i)};
-      auto begun = (*store)->Begin(scope, Fp(), seconds(30));
-      if (!begun.ok() || !OwnedToken(*begun)) {
+      if (!ExecuteOnce(**store, Scope{"t", "", fmt::format("k{}-{}", thread, i)}, body)) {
         ++failures;
-        continue;
       }
-      auto done = (*store)->Complete(scope, *OwnedToken(*begun), {201, {}, body}, seconds(600));
-      if (!done.ok() || *done != CompleteOutcome::kOk) ++failures;
-      const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::steady_clock::now() - started)
-                               .count();
-      int64_t seen = slowest_us.load();
-      while (took > seen && !slowest_us.compare_exchange_weak(seen, took)) {
-      }
+      RaiseTo(slowest_us, std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - started)
+                              .count());
     }
   };
   std::vector<std::thread> writers;
@@ -353,20 +349,8 @@ TEST_F(SqliteStoreTest, TwoStoresWritingOneFileKeepTheWalBounded) {
     writers.emplace_back([&, t] {
       Store& store = t % 2 == 0 ? **first : **second;
       for (int i = 0; i < 2000; ++i) {
-        const Scope scope{"t", "", fmt::format("k{}-{}", t, i)};
-        auto begun = store.Begin(scope, Fp(), seconds(30));
-        if (!begun.ok() || !OwnedToken(*begun)) {
-          ++failures;
-          continue;
-        }
-        auto done = store.Complete(scope, *OwnedToken(*begun), {201, {}, body}, seconds(600));
-        if (!done.ok() || *done != CompleteOutcome::kOk) ++failures;
-        if (i % 50 == 0) {
-          const int64_t size = FileSize(path_ + "-wal");
-          int64_t seen = max_wal.load();
-          while (size > seen && !max_wal.compare_exchange_weak(seen, size)) {
-          }
-        }
+        if (!ExecuteOnce(store, Scope{"t", "", fmt::format("k{}-{}", t, i)}, body)) ++failures;
+        if (i % 50 == 0) RaiseTo(max_wal, FileSize(path_ + "-wal"));
       }
     });
   }
