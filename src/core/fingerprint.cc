@@ -54,15 +54,8 @@ class Hasher {
 
 std::string ToLower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(out.begin(), out.end(), out.begin(), internal::AsciiLower);
   return out;
-}
-
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 }  // namespace
@@ -116,7 +109,7 @@ Result<Fingerprint> ComputeFingerprint(const FingerprintPolicy& policy,
       for (const auto& [header_name, value] : request.headers) {
         if (!internal::EqualsIgnoreCase(header_name, name)) continue;
         if (present) joined.push_back(',');
-        joined.append(TrimOws(value));
+        joined.append(internal::TrimOws(value));
         present = true;
       }
       if (present) {

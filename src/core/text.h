@@ -26,8 +26,18 @@ inline constexpr std::array<bool, 256> kHttpTokenChars = [] {
 }();
 inline bool IsHttpTokenChar(char c) { return kHttpTokenChars[static_cast<unsigned char>(c)]; }
 
-// ASCII case-insensitive equality (HTTP header names, tokens).
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+// `c` with ASCII letters folded to lower case; every other byte as it is (no locale).
+constexpr char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+
+// ASCII case-insensitive equality (HTTP header names, tokens). Inline: the gateway compares
+// header names with it on every request.
+inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
+  }
+  return true;
+}
 
 // `s` without the spaces and tabs around it (HTTP's optional whitespace, RFC 9110 5.6.3).
 std::string_view TrimOws(std::string_view s);

@@ -162,7 +162,7 @@ Task<void> HandleAdmitted(Services& s, Request& request, const flow::Admission& 
 Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHangup* client) {
   flow::Trace trace(s, request);
   Response res;
-  const flow::Admission admission = flow::Admit(s.options, request, s.clock()->Now());
+  const flow::Admission admission = flow::Admit(s.options, request, trace.arrival());
   if (admission.kind == flow::Admission::Kind::kPassthrough) {
     co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough, res);
     co_return std::move(res);

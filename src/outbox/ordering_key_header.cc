@@ -1,8 +1,8 @@
 #include "outbox/ordering_key_header.h"
 
 #include <algorithm>
-#include <cctype>
 
+#include "core/text.h"
 #include "idem/outbox.h"
 
 namespace idem::outbox {
@@ -14,12 +14,7 @@ bool IsControl(char c) {
 }
 
 bool IsOrderingKeyHeader(std::string_view name) {
-  constexpr std::string_view kName = kOrderingKeyHeader;
-  return name.size() == kName.size() &&
-         std::equal(name.begin(), name.end(), kName.begin(), [](char a, char b) {
-           return std::tolower(static_cast<unsigned char>(a)) ==
-                  std::tolower(static_cast<unsigned char>(b));
-         });
+  return internal::EqualsIgnoreCase(name, kOrderingKeyHeader);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include <algorithm>
+
+#include "core/text.h"
 
 namespace idem::servers {
 namespace {
@@ -22,18 +23,11 @@ tcp::endpoint Endpoint(const std::string& address) {
           static_cast<unsigned short>(std::stoi(address.substr(colon + 1)))};
 }
 
-bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 }  // namespace
 
 std::string HttpResponse::Header(const std::string& name) const {
   for (const auto& [k, v] : headers) {
-    if (EqualsIgnoreCase(k, name)) return v;
+    if (internal::EqualsIgnoreCase(k, name)) return v;
   }
   return {};
 }
