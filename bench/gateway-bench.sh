@@ -9,8 +9,18 @@
 #   bench/gateway-bench.sh              DURATION (10s) per run, two runs per case (~3 minutes)
 #   bench/gateway-bench.sh --quick      a 3-second smoke run (also QUICK=1)
 #   DURATION=5s CONNECTIONS=64 bench/gateway-bench.sh
+#   ROUNDS=3 bench/gateway-bench.sh     every case three times, in turn: the table shows medians
 #
-# STORES (default "memory sqlite sqlite-full redis postgresql") picks the gateway's stores
+# ROUNDS (1) runs the whole sequence of cases that many times, one round after another (system
+# calls and allocations in the first round only). Each figure is then the median of its rounds,
+# and each ratio ("x nginx", a store against memory) the median of the ratios within a round:
+# on a machine whose speed drifts over minutes, a ratio of two cases measured a minute apart
+# moves less than either figure does.
+#
+# STORES (default "passthrough memory sqlite sqlite-full redis postgresql") picks the gateway's
+# cases: passthrough is the gateway as a plain proxy (one route with key = "off": no key, no
+# store call, no fingerprint; first executions only), which parts the gap to nginx into what the
+# proxy itself costs and what the idempotency work adds; the others are stores
 # (sqlite is the SQLite store with ?durability=normal, its default; sqlite-full the same with
 # ?durability=full, an fsync per commit; SQLITE_OPTIONS, e.g. "replay_cache_entries=0", is
 # appended to both URLs' options); for redis and
@@ -99,6 +109,8 @@ done
 if [[ $quick == 1 ]]; then DURATION=${DURATION:-3s}; fi
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-32}
+ROUNDS=${ROUNDS:-1}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "gateway-bench: ROUNDS must be a whole number >= 1" >&2; exit 2; }
 LATENCY_CONNECTIONS=${LATENCY_CONNECTIONS:-1}
 WRK_THREADS=${WRK_THREADS:-1}
 NGINX_WORKERS=${NGINX_WORKERS:-1}
@@ -111,7 +123,7 @@ proxy_pin=()
 idem_threads=(--threads "$IDEM_THREADS")
 [[ $IDEM_THREADS != default ]] || idem_threads=()
 IDEM_NET_STORE_THREADS=${IDEM_NET_STORE_THREADS:-8}
-STORES=${STORES:-memory sqlite sqlite-full redis postgresql}
+STORES=${STORES:-passthrough memory sqlite sqlite-full redis postgresql}
 SYSCALLS=${SYSCALLS:-1}
 SYSCALL_SECONDS=${SYSCALL_SECONDS:-3}
 SYSCALL_DETAIL=${SYSCALL_DETAIL:-0}
@@ -177,13 +189,17 @@ source bench/lib/address-after.sh
 
 upstream_executions() { curl -sf "http://$service/executions"; }
 
-# The gateway's outcome counters on admin address $1: "executed replayed other".
+# The gateway's outcome counters on admin address $1: "executed replayed other". In the
+# passthrough case (plain_proxy=1) a passthrough counts as executed.
+plain_proxy=0
 gateway_outcomes() {
-  curl -sf "http://$1/metrics" | awk '
+  curl -sf "http://$1/metrics" | awk -v plain="$plain_proxy" '
     /^idem_gateway_requests_total\{/ {
       match($0, /outcome="[a-z_]*"/)
       outcome = substr($0, RSTART + 9, RLENGTH - 10)
-      if (outcome == "executed") e += $NF; else if (outcome == "replayed") r += $NF; else x += $NF
+      if (outcome == "executed" || (plain && outcome == "passthrough")) e += $NF
+      else if (outcome == "replayed") r += $NF
+      else x += $NF
     }
     END { printf "%d %d %d\n", e, r, x }'
 }
@@ -254,7 +270,7 @@ measure() {
     'BEGIN { printf "%.0f %.3f %.3f", n / (d / 1e6), p50 / 1000, p99 / 1000 }')
   local problems="-"
   if ((${#problem[@]})); then problems=$(IFS=,; echo "${problem[*]}"); fi
-  echo "$name $kind $summary $status $socket $problems" >>"$work/results"
+  echo "$name $kind $summary $status $socket $problems $round" >>"$work/results"
   local figures
   read -ra figures <<<"$summary"
   printf '  %-23s %-10s %3s conns %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
@@ -360,12 +376,16 @@ start_redis() {
   fail "redis-server did not start"
 }
 
-# Starts `idem gateway` on store $1 (memory|sqlite|sqlite-full|redis|postgresql); sets gateway_pid,
-# gateway, admin.
+# Starts `idem gateway` on store $1 (passthrough|memory|sqlite|sqlite-full|redis|postgresql);
+# sets gateway_pid, gateway, admin.
 gateways=0
 start_gateway() {
-  local store=memory log store_threads=$IDEM_STORE_THREADS
+  local store=memory log store_threads=$IDEM_STORE_THREADS config=()
   gateways=$((gateways + 1))
+  if [[ $1 == passthrough ]]; then
+    printf '[[route]]\npath_prefix = "/"\nkey = "off"\n' >"$work/passthrough.toml"
+    config=(--config "$work/passthrough.toml")
+  fi
   [[ $1 == sqlite ]] && store="sqlite:$work/idem-$gateways.db?durability=normal"
   [[ $1 == sqlite-full ]] && store="sqlite:$work/idem-$gateways.db?durability=full"
   [[ $1 == sqlite* && -n ${SQLITE_OPTIONS:-} ]] && store+="&$SQLITE_OPTIONS"
@@ -378,8 +398,8 @@ start_gateway() {
   fi
   log="$work/gateway-$gateways.log"
   LD_PRELOAD=${GATEWAY_PRELOAD:-} IDEM_ALLOC_COUNT_FILE="$work/allocs-count" \
-    "${proxy_pin[@]}" "$work/bin/idem" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --upstream "http://$service" --store "$store" \
+    "${proxy_pin[@]}" "$work/bin/idem" gateway "${config[@]}" --listen 127.0.0.1:0 \
+    --admin-listen 127.0.0.1:0 --upstream "http://$service" --store "$store" \
     "${idem_threads[@]}" --store-threads "$store_threads" >"$log" 2>&1 &
   gateway_pid=$!
   pids+=("$gateway_pid")
@@ -439,50 +459,58 @@ service_pid=$!
 pids+=("$service_pid")
 service=$(address_after "$work/service.log" "listening on" "$service_pid")
 
-measure direct throughput "$service" unique "$CONNECTIONS" -
-measure direct latency "$service" unique "$LATENCY_CONNECTIONS" -
-
-start_nginx
-measure nginx throughput "$nginx" unique "$CONNECTIONS" -
-measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
-if [[ $SYSCALLS != 0 ]]; then
-  nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
-  count_syscalls nginx "$nginx_worker" "$nginx" unique upstream_executions
-fi
-stop_pid "$nginx_pid"
-
-"${proxy_pin[@]}" "$work/bin/idem_byte_relay" "$service" >"$work/relay.log" 2>&1 &
-relay_pid=$!
-pids+=("$relay_pid")
-relay=$(address_after "$work/relay.log" "relay on" "$relay_pid")
-measure byte-relay throughput "$relay" unique "$CONNECTIONS" -
-measure byte-relay latency "$relay" unique "$LATENCY_CONNECTIONS" -
-stop_pid "$relay_pid"
-
 [[ " $STORES " == *" redis "* ]] && start_redis
 if [[ " $STORES " == *" postgresql "* ]]; then
   chmod 711 "$work"  # the server runs as the postgres user when this script runs as root
   start_postgres "$work/pg"
 fi
-for store in $STORES; do
-  for mode in unique fixed; do
-    name="idem-$store-$([[ $mode == unique ]] && echo first || echo replay)"
-    for kind in throughput latency; do
-      start_gateway "$store"
-      [[ $mode == fixed ]] && prime "$gateway"
-      connections=$CONNECTIONS
-      [[ $kind == latency ]] && connections=$LATENCY_CONNECTIONS
-      measure "$name" "$kind" "$gateway" "$mode" "$connections" "$admin"
-      if [[ $kind == throughput && $SYSCALLS != 0 ]]; then
-        count_syscalls "$name" "$gateway_pid" "$gateway" "$mode" gateway_answered
+for round in $(seq 1 "$ROUNDS"); do
+  ((ROUNDS == 1)) || echo "round $round of $ROUNDS" >&2
+  measure direct throughput "$service" unique "$CONNECTIONS" -
+  measure direct latency "$service" unique "$LATENCY_CONNECTIONS" -
+
+  start_nginx
+  measure nginx throughput "$nginx" unique "$CONNECTIONS" -
+  measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
+  if [[ $SYSCALLS != 0 && $round == 1 ]]; then
+    nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
+    count_syscalls nginx "$nginx_worker" "$nginx" unique upstream_executions
+  fi
+  stop_pid "$nginx_pid"
+
+  "${proxy_pin[@]}" "$work/bin/idem_byte_relay" "$service" >"$work/relay.log" 2>&1 &
+  relay_pid=$!
+  pids+=("$relay_pid")
+  relay=$(address_after "$work/relay.log" "relay on" "$relay_pid")
+  measure byte-relay throughput "$relay" unique "$CONNECTIONS" -
+  measure byte-relay latency "$relay" unique "$LATENCY_CONNECTIONS" -
+  stop_pid "$relay_pid"
+
+  for store in $STORES; do
+    modes=(unique fixed)
+    plain_proxy=0
+    if [[ $store == passthrough ]]; then modes=(unique); plain_proxy=1; fi
+    for mode in "${modes[@]}"; do
+      name="idem-$store-$([[ $mode == unique ]] && echo first || echo replay)"
+      [[ $store == passthrough ]] && name=idem-passthrough
+      for kind in throughput latency; do
+        start_gateway "$store"
+        [[ $mode == fixed ]] && prime "$gateway"
+        connections=$CONNECTIONS
+        [[ $kind == latency ]] && connections=$LATENCY_CONNECTIONS
+        measure "$name" "$kind" "$gateway" "$mode" "$connections" "$admin"
+        if [[ $kind == throughput && $SYSCALLS != 0 && $round == 1 ]]; then
+          count_syscalls "$name" "$gateway_pid" "$gateway" "$mode" gateway_answered
+        fi
+        stop_pid "$gateway_pid"
+      done
+      if [[ $ALLOCS != 0 && $round == 1 && " $ALLOC_STORES " == *" $store "* ]]; then
+        count_allocations "$name" "$store" "$mode"
       fi
-      stop_pid "$gateway_pid"
     done
-    if [[ $ALLOCS != 0 && " $ALLOC_STORES " == *" $store "* ]]; then
-      count_allocations "$name" "$store" "$mode"
-    fi
   done
 done
+plain_proxy=0
 
 # The ceiling of a first execution making two fsync'd commits in turn (see the top): prints
 # first executions per second.
@@ -559,12 +587,21 @@ if [[ -s $work/allocs ]]; then
          print "" }' "$work/allocs"
   echo
 fi
-awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="$ceiling" '
-  { key = $1 " " $2; rps[key] = $3; p50[key] = $4; p99[key] = $5
+awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="$ceiling" \
+  -v rounds="$ROUNDS" '
+  { key = $1 " " $2; k = ++runs_of[key]
+    rps_of[key, k] = $3; p50_of[key, k] = $4; p99_of[key, k] = $5; round_rps[key, $9] = $3
     non2xx[$1] += $6; sock[$1] += $7
     if ($8 != "-") { gsub(/_/, " ", $8); problems[$1] = problems[$1] " " $2 ": " $8 ";" }
     if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
   END {
+    # With ROUNDS > 1: each figure is the median of its rounds, and each ratio the median of
+    # the ratios within a round (the two cases measured minutes apart, not the whole run).
+    for (key in runs_of) {
+      rps[key] = median(rps_of, key, runs_of[key])
+      p50[key] = median(p50_of, key, runs_of[key])
+      p99[key] = median(p99_of, key, runs_of[key])
+    }
     nginx_rps = rps["nginx throughput"]; direct_p99 = p99["direct latency"]
     direct_p50 = p50["direct latency"]
     printf "%-23s %9s %7s %7s %8s %12s %12s %11s %8s %8s\n", "case", "req/s", "p50 ms",
@@ -576,29 +613,35 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
       added50 = c == "direct" ? "-" : sprintf("%+.3f", p50[c " latency"] - direct_p50)
       added = c == "direct" ? "-" : sprintf("%+.3f", p99[c " latency"] - direct_p99)
       printf "%-23s %9.0f %7.3f %7.3f %8.2f %12s %12s %11.3f %8d %8d%s\n", c,
-        rps[c " throughput"], p50[c " latency"], p99[c " latency"], rps[c " throughput"] / nginx_rps,
+        rps[c " throughput"], p50[c " latency"], p99[c " latency"], ratio(c, "nginx"),
         added50, added, p99[c " throughput"], non2xx[c], sock[c], (c in problems) ? "  FAILED" : ""
     }
     print ""
     print "req/s: " conns " connections; p50/p99: " latency_conns " connection(s), one request at" \
-      " a time; p99 loaded: the req/s run; x nginx: req/s as a ratio to nginx"
+      " a time; p99 loaded: the req/s run; x nginx: req/s as a ratio to nginx" \
+      (rounds > 1 ? "; medians of " rounds " rounds" : "")
     print ""
     print "shared stores against the memory store:"
     for (i = 1; i <= n; i++) {
       c = order[i]
-      if (c !~ /^idem-/ || c ~ /^idem-memory-/) continue
+      if (c !~ /^idem-/ || c ~ /^idem-memory-/ || c == "idem-passthrough") continue
       base = c ~ /-first$/ ? "idem-memory-first" : "idem-memory-replay"
       if (base in seen)
-        printf "%-23s req/s %.2fx %s\n", c, rps[c " throughput"] / rps[base " throughput"], base
+        printf "%-23s req/s %.2fx %s\n", c, ratio(c, base), base
     }
     print ""
     print "aims:"
-    aim("idem-memory-first", "req/s >= 0.9x nginx", rps["idem-memory-first throughput"] / nginx_rps, 0.9, "x")
-    aim("idem-sqlite-first", "req/s >= 0.4x nginx", rps["idem-sqlite-first throughput"] / nginx_rps, 0.4, "x")
-    aim("idem-memory-replay", "req/s >= 2x nginx", rps["idem-memory-replay throughput"] / nginx_rps, 2, "x")
-    aim("idem-sqlite-replay", "req/s >= 1.5x nginx", rps["idem-sqlite-replay throughput"] / nginx_rps, 1.5, "x")
-    aim("idem-sqlite-full-first", "req/s >= 0.4x nginx", rps["idem-sqlite-full-first throughput"] / nginx_rps, 0.4, "x")
-    aim("idem-sqlite-full-replay", "req/s >= 1.5x nginx", rps["idem-sqlite-full-replay throughput"] / nginx_rps, 1.5, "x")
+    aim("idem-memory-first", "req/s >= 0.9x nginx", ratio("idem-memory-first", "nginx"), 0.9, "x")
+    if (("idem-passthrough" in seen) && ("idem-memory-first" in seen)) {
+      printf "          (the gateway as a plain proxy, idem-passthrough: %.2fx nginx;" \
+        " idem-memory-first at %.2fx of it)\n", ratio("idem-passthrough", "nginx"),
+        ratio("idem-memory-first", "idem-passthrough")
+    }
+    aim("idem-sqlite-first", "req/s >= 0.4x nginx", ratio("idem-sqlite-first", "nginx"), 0.4, "x")
+    aim("idem-memory-replay", "req/s >= 2x nginx", ratio("idem-memory-replay", "nginx"), 2, "x")
+    aim("idem-sqlite-replay", "req/s >= 1.5x nginx", ratio("idem-sqlite-replay", "nginx"), 1.5, "x")
+    aim("idem-sqlite-full-first", "req/s >= 0.4x nginx", ratio("idem-sqlite-full-first", "nginx"), 0.4, "x")
+    aim("idem-sqlite-full-replay", "req/s >= 1.5x nginx", ratio("idem-sqlite-full-replay", "nginx"), 1.5, "x")
     if (ceiling > 0 && ("idem-sqlite-full-first" in seen)) {
       printf "          (the ceiling of two fsync'"'"'d commits per request: %d req/s, %.2fx nginx;" \
         " idem-sqlite-full-first at %.2fx of it)\n", ceiling, ceiling / nginx_rps,
@@ -621,9 +664,29 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
       failed = 1; print "  " c ":" problems[c] }
     exit failed
   }
+  # The median of list[key, 1..n].
+  function median(list, key, n,    i, j, v, sorted) {
+    for (i = 1; i <= n; i++) {
+      v = list[key, i]
+      for (j = i - 1; j >= 1 && sorted[j] > v; j--) sorted[j + 1] = sorted[j]
+      sorted[j + 1] = v
+    }
+    return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
+  }
+  # Case a'"'"'s throughput as a ratio to case b'"'"'s: the median over the rounds that measured both.
+  function ratio(a, b,    r, n, ratios) {
+    n = 0
+    for (r = 1; r <= rounds; r++) {
+      if (((a " throughput", r) in round_rps) && ((b " throughput", r) in round_rps) &&
+          round_rps[b " throughput", r] > 0) {
+        ratios["", ++n] = round_rps[a " throughput", r] / round_rps[b " throughput", r]
+      }
+    }
+    return n ? median(ratios, "", n) : 0
+  }
   function aim(c, what, value, bound, unit, at_most) {
     if (!(c in seen)) return
     ok = at_most ? value <= bound : value >= bound
     printf "  %-6s  %-23s %-30s %s\n", ok ? "met" : "missed", c, what,
-      sprintf(!at_most ? "%.2f" : unit == " us" ? "%+.0f" : "%+.3f", value) unit
+      sprintf(!at_most ? "%.3f" : unit == " us" ? "%+.0f" : "%+.3f", value) unit
   }' "$work/results"
