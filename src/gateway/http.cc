@@ -10,25 +10,51 @@
 
 namespace idem::gateway {
 
+namespace {
+
+// The fields that are hop-by-hop by definition (RFC 9110 7.6.1, and those RFC 9112 and older
+// proxies treat so).
+bool IsHopByHop(http::field name) {
+  switch (name) {
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_authenticate:
+    case http::field::proxy_authorization:
+    case http::field::proxy_connection:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::transfer_encoding:
+    case http::field::upgrade:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 template <bool kIsRequest>
 void StripHopByHop(http::header<kIsRequest, Fields>& h,
                    std::initializer_list<std::string_view> keep) {
+  // One pass over the fields, comparing their known names as numbers; the names the Connection
+  // header lists (rare) are looked up afterwards.
   std::vector<std::string> named;
-  for (auto it = h.find(http::field::connection); it != h.end() && it->name() == http::field::connection;
-       ++it) {
-    for (std::string_view token : internal::ListElements(it->value())) named.emplace_back(token);
+  for (auto it = h.begin(); it != h.end();) {
+    const http::field name = it->name();
+    if (!IsHopByHop(name)) {
+      ++it;
+      continue;
+    }
+    if (name == http::field::connection) {
+      for (std::string_view token : internal::ListElements(it->value())) named.emplace_back(token);
+    }
+    it = h.erase(it);
   }
   for (const auto& name : named) {
     const bool kept = std::any_of(keep.begin(), keep.end(), [&](std::string_view k) {
       return internal::EqualsIgnoreCase(k, name);
     });
     if (!kept) h.erase(name);
-  }
-  for (auto field : {http::field::connection, http::field::keep_alive,
-                     http::field::proxy_authenticate, http::field::proxy_authorization,
-                     http::field::proxy_connection, http::field::te, http::field::trailer,
-                     http::field::transfer_encoding, http::field::upgrade}) {
-    h.erase(field);
   }
 }
 

@@ -28,7 +28,7 @@ namespace {
 // finishes the request under `outcome`.
 Task<void> ForwardUnprotected(Services& s, Request& request, flow::Trace& trace,
                               Outcome outcome, Response& res) {
-  const auto started = flow::PrepareForward(s, request);
+  const auto started = flow::SteadyClock::now();
   UpstreamResult exchanged =
       co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
   flow::Forwarded forwarded = flow::ForwardedFrom(s, request, std::move(exchanged), started);
@@ -88,7 +88,7 @@ Task<void> ExecuteClaimed(Services& s, Request& request, const flow::Admission& 
   // the fencing token tells the upstream which attempt is current (RunGateway warns of such
   // routes).
   request.set(kFencingTokenHeader, std::to_string(token));
-  const auto started = flow::PrepareForward(s, request);
+  const auto started = flow::SteadyClock::now();
   UpstreamResult exchanged =
       co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
   flow::Forwarded forwarded = flow::ForwardedFrom(s, request, std::move(exchanged), started);

@@ -142,5 +142,23 @@ TEST_F(PolicyTest, ConnectionCannotStripTheKeyTheTenantOrTheFencingToken) {
   EXPECT_TRUE(r.Values("X-Other").empty()) << "other headers Connection names are still hop-by-hop";
 }
 
+TEST_F(PolicyTest, HopByHopHeadersNeverReachTheUpstream) {
+  const std::string hop_by_hop =
+      "Keep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Authorization: Basic eDp5\r\n"
+      "Proxy-Connection: keep-alive\r\nTrailer: X-Sum\r\nX-Named: by Connection\r\n"
+      "Connection: X-Named\r\nX-End-To-End: kept\r\n";
+  EXPECT_EQ(Send("POST", "/v1/payments", "Idempotency-Key: hop-1\r\n" + hop_by_hop), 201);
+  EXPECT_EQ(Send("POST", "/other", hop_by_hop), 201);  // a passthrough route too
+  const auto received = upstream_->requests();
+  ASSERT_EQ(received.size(), 2u);
+  for (const ReceivedRequest& r : received) {
+    for (const char* name : {"Keep-Alive", "TE", "Proxy-Authorization", "Proxy-Connection",
+                             "Trailer", "X-Named", "Connection"}) {
+      EXPECT_TRUE(r.Values(name).empty()) << name << " reached the upstream:\n" << r.raw;
+    }
+    EXPECT_EQ(r.Values("X-End-To-End"), std::vector<std::string>{"kept"}) << r.raw;
+  }
+}
+
 }  // namespace
 }  // namespace idem::testing

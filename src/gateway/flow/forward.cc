@@ -20,12 +20,6 @@ Cause CauseOf(UpstreamResult::Failure failure) {
 
 }  // namespace
 
-SteadyClock::time_point PrepareForward(Services& s, Request& request) {
-  // Connection may not remove what the upstream's own duplicate defence relies on.
-  StripHopByHop(request.base(), {kKeyHeader, s.options.tenant_header, kFencingTokenHeader});
-  return SteadyClock::now();
-}
-
 Forwarded ForwardedFrom(Services& s, const Request& request, UpstreamResult result,
                         SteadyClock::time_point started) {
   s.metrics.upstream_seconds().Observe(MillisSince(started) / 1000.0);

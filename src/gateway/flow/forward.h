@@ -21,14 +21,11 @@ struct Forwarded {
 };
 
 // The exchange is split around its one wait, so the request's coroutine makes it without a
-// coroutine of its own:
-//   const auto started = PrepareForward(s, request);
+// coroutine of its own (the request as Admit left it: its hop-by-hop headers removed, the key,
+// tenant and fencing-token headers kept):
+//   const auto started = SteadyClock::now();
 //   UpstreamResult result = co_await s.upstream.Exchange(request, s.options.upstream_response_timeout);
 //   Forwarded forwarded = ForwardedFrom(s, request, std::move(result), started);
-
-// Makes `request` ready for the upstream (its hop-by-hop headers removed, the key, tenant and
-// fencing-token headers kept) and returns the time the exchange starts.
-SteadyClock::time_point PrepareForward(Services& services, Request& request);
 
 // What the client gets from the exchange that started at `started` (timed into the upstream
 // latency histogram). Never throws.
