@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include "log/line_formatter.h"
+
 namespace idem::logging {
 namespace {
 
@@ -62,7 +64,8 @@ class BufferedStdoutSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 Log::Log(bool json) : json_(json) {
   logger_ = std::make_shared<spdlog::logger>("idem", std::make_shared<BufferedStdoutSink>());
-  logger_->set_pattern(json ? "%v" : "%Y-%m-%dT%H:%M:%S.%eZ %l %v", spdlog::pattern_time_type::utc);
+  logger_->set_formatter(std::make_unique<LineFormatter>(
+      json ? LineFormatter::Prefix::kNone : LineFormatter::Prefix::kTimeAndLevel));
   // Request lines are buffered and flushed by the server every 100 ms (one write per request
   // was a measurable cost); events flush at once, warnings and errors through flush_on.
   logger_->flush_on(spdlog::level::warn);

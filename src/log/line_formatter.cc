@@ -1,0 +1,40 @@
+#include "log/line_formatter.h"
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+namespace idem::logging {
+
+void LineFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) {
+  if (prefix_ == Prefix::kTimeAndLevel) {
+    using std::chrono::floor;
+    const auto since_epoch = msg.time.time_since_epoch();
+    const auto second = floor<std::chrono::seconds>(since_epoch);
+    if (second != cached_second_) {
+      const std::time_t t = static_cast<std::time_t>(second.count());
+      std::tm tm{};
+      gmtime_r(&t, &tm);
+      char text[32];
+      if (std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm) == cached_text_.size()) {
+        std::copy_n(text, cached_text_.size(), cached_text_.begin());
+        cached_second_ = second;
+      } else {  // a year outside 0000 to 9999: not cached, written as strftime made it
+        dest.append(text, text + std::strlen(text));
+      }
+    }
+    if (second == cached_second_) dest.append(cached_text_.data(), cached_text_.data() + 19);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch - second);
+    const int m = static_cast<int>(ms.count());
+    const char tail[] = {'.', static_cast<char>('0' + m / 100), static_cast<char>('0' + m / 10 % 10),
+                         static_cast<char>('0' + m % 10), 'Z', ' '};
+    dest.append(tail, tail + sizeof tail);
+    const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
+    dest.append(level.data(), level.data() + level.size());
+    dest.push_back(' ');
+  }
+  dest.append(msg.payload.data(), msg.payload.data() + msg.payload.size());
+  dest.push_back('\n');
+}
+
+}  // namespace idem::logging
