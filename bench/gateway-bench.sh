@@ -110,7 +110,10 @@ if [[ $quick == 1 ]]; then DURATION=${DURATION:-3s}; fi
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-32}
 ROUNDS=${ROUNDS:-1}
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "gateway-bench: ROUNDS must be a whole number >= 1" >&2; exit 2; }
+if [[ ! $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
+  echo "gateway-bench: ROUNDS must be a whole number >= 1, not '$ROUNDS'" >&2
+  exit 2
+fi
 LATENCY_CONNECTIONS=${LATENCY_CONNECTIONS:-1}
 WRK_THREADS=${WRK_THREADS:-1}
 NGINX_WORKERS=${NGINX_WORKERS:-1}
