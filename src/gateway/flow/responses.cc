@@ -7,12 +7,31 @@
 #include "gateway/services.h"
 
 namespace idem::gateway::flow {
+namespace {
+
+// Frames a response whose body is whole in memory. A 1xx or 204 response has no content, and
+// must not carry Content-Length (RFC 9110 8.6); a 304's Content-Length, when the upstream sent
+// one, gives the size of the representation a 200 would have carried, so it stays as sent.
+// Every other response gets its body's length.
+void FrameBody(Response& res) {
+  const http::status status = res.result();
+  const bool no_content = http::to_status_class(status) == http::status_class::informational ||
+                          status == http::status::no_content;
+  if (no_content || status == http::status::not_modified) {
+    res.body().clear();
+    if (no_content) res.erase(http::field::content_length);
+    return;
+  }
+  res.prepare_payload();
+}
+
+}  // namespace
 
 Response ClientResponse(Response upstream, const Request& request) {
   StripHopByHop(upstream.base());
   upstream.version(request.version());
   upstream.keep_alive(request.keep_alive());
-  upstream.prepare_payload();
+  FrameBody(upstream);
   return upstream;
 }
 
@@ -26,7 +45,7 @@ Response ReplayResponse(const StoredResponse& stored, const Request& request) {
   res.set(kReplayedHeader, "true");
   res.body() = stored.body;
   res.keep_alive(request.keep_alive());
-  res.prepare_payload();
+  FrameBody(res);
   return res;
 }
 
