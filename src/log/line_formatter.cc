@@ -1,7 +1,6 @@
 #include "log/line_formatter.h"
 
 #include <algorithm>
-#include <cstring>
 #include <ctime>
 
 namespace idem::logging {
@@ -15,15 +14,18 @@ void LineFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_b
       const std::time_t t = static_cast<std::time_t>(second.count());
       std::tm tm{};
       gmtime_r(&t, &tm);
-      char text[32];
-      if (std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm) == cached_text_.size()) {
-        std::copy_n(text, cached_text_.size(), cached_text_.begin());
+      char text[48];
+      const size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+      if (n == cached_text_.size()) {
+        std::copy_n(text, n, cached_text_.begin());
         cached_second_ = second;
-      } else {  // a year outside 0000 to 9999: not cached, written as strftime made it
-        dest.append(text, text + std::strlen(text));
+      } else {  // a year outside 0000 to 9999: written as strftime made it, not cached
+        dest.append(text, text + n);
       }
     }
-    if (second == cached_second_) dest.append(cached_text_.data(), cached_text_.data() + 19);
+    if (second == cached_second_) {
+      dest.append(cached_text_.data(), cached_text_.data() + cached_text_.size());
+    }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch - second);
     const int m = static_cast<int>(ms.count());
     const char tail[] = {'.', static_cast<char>('0' + m / 100), static_cast<char>('0' + m / 10 % 10),
