@@ -28,8 +28,12 @@ void LineFormatter::format(const spdlog::details::log_msg& msg, spdlog::memory_b
     }
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch - second);
     const int m = static_cast<int>(ms.count());
-    const char tail[] = {'.', static_cast<char>('0' + m / 100), static_cast<char>('0' + m / 10 % 10),
-                         static_cast<char>('0' + m % 10), 'Z', ' '};
+    const char tail[] = {'.',
+                         static_cast<char>('0' + m / 100),
+                         static_cast<char>('0' + m / 10 % 10),
+                         static_cast<char>('0' + m % 10),
+                         'Z',
+                         ' '};
     dest.append(tail, tail + sizeof tail);
     const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
     dest.append(level.data(), level.data() + level.size());

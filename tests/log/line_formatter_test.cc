@@ -20,7 +20,8 @@ std::string Format(spdlog::formatter& f, Clock::time_point at, spdlog::level::le
 }
 
 Clock::time_point At(int64_t ms) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(ms)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(ms)));
 }
 
 TEST(LineFormatterTest, WritesWhatThePatternFormatterWrites) {
