@@ -676,7 +676,7 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
     }
     return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
   }
-  # Case a'"'"'s throughput as a ratio to case b'"'"'s: the median over the rounds that measured both.
+  # The throughput of case a over that of case b: the median over the rounds that measured both.
   function ratio(a, b,    r, n, ratios) {
     n = 0
     for (r = 1; r <= rounds; r++) {
