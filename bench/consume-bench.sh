@@ -38,7 +38,8 @@ n=${BENCH_MESSAGES:-20000}
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   scripts/install-deps.sh
-  command -v wrk >/dev/null || apt-get install -y -qq --no-install-recommends wrk >/dev/null
+  source bench/lib/install-tools.sh
+  install_tools consume-bench wrk
   cmake --preset release >/dev/null
   cmake --build build/release --target idem idem_consume_bench -j2 >/dev/null
 fi

@@ -134,19 +134,10 @@ ALLOCS=${ALLOCS:-1}
 ALLOC_SECONDS=${ALLOC_SECONDS:-3}
 ALLOC_STORES=${ALLOC_STORES:-$STORES}
 
-need=()
-command -v wrk >/dev/null || need+=(wrk)
-command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || need+=(nginx)  # Debian 12: nginx-light
-command -v curl >/dev/null || need+=(curl)                                  # is only a wrapper
-[[ $SYSCALLS == 0 ]] || command -v perf >/dev/null || need+=(linux-perf)
-if ((${#need[@]})); then
-  echo "gateway-bench: installing ${need[*]}" >&2
-  sudo_cmd=()
-  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+source bench/lib/install-tools.sh
+tools=(wrk nginx curl)  # Debian 12: nginx-light is only a wrapper; nginx may be in /usr/sbin
+[[ $SYSCALLS == 0 ]] || tools+=(perf=linux-perf)
+install_tools gateway-bench "${tools[@]}"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 if [[ ! -x build/release/idem || ! -x build/release/example_service ]]; then
   scripts/install-deps.sh

@@ -43,18 +43,8 @@ COUNT_SECONDS=${COUNT_SECONDS:-10}
 IDEM_BIN_DIR=${IDEM_BIN_DIR:-build/release}
 IDEM_BIN_DIR_B=${IDEM_BIN_DIR_B:-}
 
-need=()
-command -v valgrind >/dev/null || need+=(valgrind)
-command -v wrk >/dev/null || need+=(wrk)
-command -v curl >/dev/null || need+=(curl)
-if ((${#need[@]})); then
-  echo "gateway-instructions: installing ${need[*]}" >&2
-  sudo_cmd=()
-  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+source bench/lib/install-tools.sh
+install_tools gateway-instructions valgrind wrk curl
 if [[ ! -x $IDEM_BIN_DIR/idem || ! -x $IDEM_BIN_DIR/example_service ]]; then
   scripts/install-deps.sh
   scripts/build.sh release >/dev/null

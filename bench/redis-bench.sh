@@ -20,7 +20,8 @@ case ${1:-} in
 esac
 CONCURRENCY=${CONCURRENCY:-1 2 8 16}
 scripts/install-deps.sh
-command -v python3 >/dev/null || { apt-get install -y -qq python3 >/dev/null; }
+source bench/lib/install-tools.sh
+install_tools redis-bench python3
 scripts/build.sh release idem_store_bench >/dev/null
 
 work=$(mktemp -d)

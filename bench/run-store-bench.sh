@@ -15,7 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-command -v python3 >/dev/null || { apt-get install -y -qq python3 >/dev/null; }
+source bench/lib/install-tools.sh
+install_tools run-store-bench python3
 scripts/build.sh release idem_store_bench >/dev/null
 
 out=$(mktemp)

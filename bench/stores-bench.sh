@@ -26,7 +26,8 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   scripts/install-deps.sh
   scripts/build.sh release idem_store_bench >/dev/null
 fi
-command -v python3 >/dev/null || { apt-get install -y -qq python3 >/dev/null; }
+source bench/lib/install-tools.sh
+install_tools stores-bench python3
 
 source bench/lib/postgres-server.sh
 work=$(mktemp -d)
