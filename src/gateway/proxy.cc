@@ -48,13 +48,16 @@ Response AnswerRefusal(Services& s, const Request& request, flow::Trace& trace,
   return res;
 }
 
-// Claims the key and, if it is in flight and the client prefers waiting to a 409, waits. Each
-// step without a wait (the memory store; no wait preferred) is made without a coroutine.
+// Claims the key, unless `claimed` holds the claim's answer already (flow::ReplayAtOnce), and,
+// if it is in flight and the client prefers waiting to a 409, waits. Each step without a wait
+// (the memory store; no wait preferred) is made without a coroutine.
 Task<flow::Waited> ClaimKey(Services& s, const RoutePolicy& route, const Request& request,
                             const flow::Admission& admission, const flow::Trace& trace,
-                            flow::ClientHangup* client) {
-  std::optional<Result<BeginOutcome>> claimed =
-      flow::ClaimAtOnce(s, admission.scope, admission.fingerprint, route.lease);
+                            flow::ClientHangup* client,
+                            std::optional<Result<BeginOutcome>>& claimed) {
+  if (!claimed) {
+    claimed = flow::ClaimAtOnce(s, admission.scope, admission.fingerprint, route.lease);
+  }
   if (!claimed) {
     claimed = co_await flow::Claim(s, admission.scope, admission.fingerprint, route.lease);
   }
@@ -111,11 +114,13 @@ Task<void> ExecuteClaimed(Services& s, Request& request, const flow::Admission& 
 }
 
 // Answers an admitted request whose key the store replays without a copy (flow::ReplayAtOnce)
-// into `res`, as HandleAdmitted would answer it, and returns true; false: nothing done.
+// into `res`, as HandleAdmitted would answer it, and returns true; false: nothing answered, and
+// `claimed` may hold the claim's answer for HandleAdmitted.
 bool AnswerReplayAtOnce(Services& s, const Request& request, const flow::Admission& admission,
-                        flow::Trace& trace, Response& res) {
-  const std::shared_ptr<const StoredResponse> replayed =
-      flow::ReplayAtOnce(s, admission.scope, admission.fingerprint);
+                        flow::Trace& trace, Response& res,
+                        std::optional<Result<BeginOutcome>>& claimed) {
+  const std::shared_ptr<const StoredResponse> replayed = flow::ReplayAtOnce(
+      s, admission.scope, admission.fingerprint, admission.route->lease, claimed);
   if (!replayed) return false;
   flow::ClaimVerdict verdict = flow::ReplayVerdict(*replayed, request);
   trace.detail = verdict.detail;
@@ -124,12 +129,14 @@ bool AnswerReplayAtOnce(Services& s, const Request& request, const flow::Admissi
   return true;
 }
 
-// An admitted request: claim (and wait), then answer at once, forward without a claim
-// (fail_open), or execute.
+// An admitted request: claim (unless `claimed` holds the answer) and wait, then answer at once,
+// forward without a claim (fail_open), or execute.
 Task<void> HandleAdmitted(Services& s, Request& request, const flow::Admission& admission,
-                          flow::Trace& trace, flow::ClientHangup* client, Response& res) {
+                          flow::Trace& trace, flow::ClientHangup* client,
+                          std::optional<Result<BeginOutcome>>& claimed, Response& res) {
   const RoutePolicy& route = *admission.route;
-  const flow::Waited waited = co_await ClaimKey(s, route, request, admission, trace, client);
+  const flow::Waited waited =
+      co_await ClaimKey(s, route, request, admission, trace, client, claimed);
   if (waited.shutting_down) {
     res = ShutdownAnswer(request, waited, trace);
     co_return;
@@ -172,8 +179,9 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
     res = AnswerRefusal(s, request, trace, admission.refusal);
     co_return std::move(res);
   }
-  if (AnswerReplayAtOnce(s, request, admission, trace, res)) co_return std::move(res);
-  co_await HandleAdmitted(s, request, admission, trace, client, res);
+  std::optional<Result<BeginOutcome>> claimed;
+  if (AnswerReplayAtOnce(s, request, admission, trace, res, claimed)) co_return std::move(res);
+  co_await HandleAdmitted(s, request, admission, trace, client, claimed, res);
   co_return std::move(res);
 }
 

@@ -162,6 +162,22 @@ class SharedReplays {
   // replay), and never waits longer than a short in-process lock.
   virtual std::shared_ptr<const StoredResponse> ReplayShared(const Scope& scope,
                                                              const Fingerprint& fingerprint) = 0;
+
+  // What BeginSharingReplay answered: at most one of the two is set.
+  struct SharedBegin {
+    std::shared_ptr<const StoredResponse> replayed;  // as ReplayShared answers it
+    std::optional<Result<BeginOutcome>> begun;       // Begin's answer, never a Replay
+  };
+
+  // ReplayShared and, when that is null, Begin(scope, fingerprint, lease), in one look at the
+  // record: `replayed` when Begin would replay (nothing changes), otherwise `begun`, Begin's
+  // own answer and effect (a claim, a takeover, InFlight, Mismatch or an error). For a store
+  // whose Begin never blocks (ExecutionHooks::NeverBlocks), which the memory store implements;
+  // the default sets neither, and the caller calls ReplayShared and Begin in turn.
+  virtual SharedBegin BeginSharingReplay(const Scope& scope, const Fingerprint& fingerprint,
+                                         Duration lease) {
+    return {};
+  }
 };
 
 // ---- Finding a store's hooks ----------------------------------------------------------------

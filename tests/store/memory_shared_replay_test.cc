@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
+#include <variant>
 
 #include "idem/clock.h"
 #include "idem/store.h"
@@ -78,6 +80,58 @@ TEST_F(MemorySharedReplayTest, SharesOneResponseAndNeverServesOneThatWasReplaced
   ASSERT_NE(third, nullptr);
   EXPECT_EQ(*third, other);
   EXPECT_EQ(*first, response_);
+}
+
+// BeginSharingReplay: Begin itself (its answers and its effects), except that a replay comes
+// as the shared response instead of a copy.
+TEST_F(MemorySharedReplayTest, BeginSharingReplayIsBeginWithTheReplayShared) {
+  auto first = replays_->BeginSharingReplay(scope_, Fp(), seconds(30));  // absent: claimed
+  ASSERT_EQ(first.replayed, nullptr);
+  ASSERT_TRUE(first.begun.has_value() && first.begun->ok());
+  const std::optional<FencingToken> token = OwnedToken(**first.begun);
+  ASSERT_TRUE(token.has_value());
+  EXPECT_TRUE(std::holds_alternative<Acquired>(**first.begun));
+
+  auto duplicate = replays_->BeginSharingReplay(scope_, Fp(), seconds(30));  // in flight
+  ASSERT_EQ(duplicate.replayed, nullptr);
+  ASSERT_TRUE(duplicate.begun.has_value() && duplicate.begun->ok());
+  EXPECT_TRUE(std::holds_alternative<InFlight>(**duplicate.begun));
+
+  ASSERT_EQ(*store_->Complete(scope_, *token, response_, hours(1)), CompleteOutcome::kOk);
+  auto mismatch = replays_->BeginSharingReplay(scope_, OtherFp(), seconds(30));
+  ASSERT_EQ(mismatch.replayed, nullptr);
+  ASSERT_TRUE(mismatch.begun.has_value() && mismatch.begun->ok());
+  EXPECT_TRUE(std::holds_alternative<Mismatch>(**mismatch.begun));
+
+  auto replay = replays_->BeginSharingReplay(scope_, Fp(), seconds(30));
+  EXPECT_FALSE(replay.begun.has_value());
+  ASSERT_NE(replay.replayed, nullptr);
+  EXPECT_EQ(*replay.replayed, response_);
+  EXPECT_EQ(replay.replayed, replays_->ReplayShared(scope_, Fp()));  // shared, not copied
+
+  clock_->Advance(hours(1) + seconds(1));  // expired: claimed afresh, under a new token
+  auto afresh = replays_->BeginSharingReplay(scope_, Fp(), seconds(30));
+  ASSERT_EQ(afresh.replayed, nullptr);
+  ASSERT_TRUE(afresh.begun.has_value() && afresh.begun->ok());
+  EXPECT_GT(OwnedToken(**afresh.begun).value_or(0), *token);
+  EXPECT_EQ(*replay.replayed, response_);  // the replay handed out earlier is still whole
+
+  auto lease = replays_->BeginSharingReplay(scope_, Fp(), seconds(0));  // Begin's own check
+  ASSERT_TRUE(lease.begun.has_value());
+  EXPECT_FALSE(lease.begun->ok());
+}
+
+// A store without the combined call (the SQLite store) answers neither, and the gateway then
+// asks ReplayShared and Begin in turn.
+TEST_F(MemorySharedReplayTest, TheDefaultBeginSharingReplayAnswersNothing) {
+  struct ReplaysOnly : internal::SharedReplays {
+    std::shared_ptr<const StoredResponse> ReplayShared(const Scope&, const Fingerprint&) override {
+      return nullptr;
+    }
+  } replays_only;
+  auto answered = replays_only.BeginSharingReplay(scope_, Fp(), seconds(30));
+  EXPECT_EQ(answered.replayed, nullptr);
+  EXPECT_FALSE(answered.begun.has_value());
 }
 
 TEST_F(MemorySharedReplayTest, AStoreWrapperHasNoSharedReplaysOfItsOwn) {

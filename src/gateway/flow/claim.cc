@@ -90,10 +90,21 @@ std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& s, const Scope& scope,
 }
 
 std::shared_ptr<const StoredResponse> ReplayAtOnce(Services& s, const Scope& scope,
-                                                   const Fingerprint& fingerprint) {
+                                                   const Fingerprint& fingerprint, Duration lease,
+                                                   std::optional<Result<BeginOutcome>>& claimed) {
   internal::SharedReplays* const replays = s.store.shared_replays();
-  if (replays == nullptr || s.pending.size() != 0) return nullptr;
+  // Pending completions answer their keys first (ClaimAtOnce); while any are held, no look.
+  if (replays == nullptr || s.pending.size() != 0 || s.pending.full()) return nullptr;
   const SteadyClock::time_point started = SteadyClock::now();
+  if (s.store.hooks().NeverBlocks()) {  // the memory store: the claim in the same look
+    internal::SharedReplays::SharedBegin answered =
+        replays->BeginSharingReplay(scope, fingerprint, lease);
+    if (answered.replayed || answered.begun) {
+      s.metrics.store_seconds().Observe(MillisSince(started) / 1000.0);
+      claimed = std::move(answered.begun);
+      return std::move(answered.replayed);
+    }
+  }
   std::shared_ptr<const StoredResponse> replayed = replays->ReplayShared(scope, fingerprint);
   if (replayed) s.metrics.store_seconds().Observe(MillisSince(started) / 1000.0);
   return replayed;

@@ -30,12 +30,16 @@ Task<Result<BeginOutcome>> Claim(Services& services, const Scope& scope,
 std::optional<Result<BeginOutcome>> ClaimAtOnce(Services& services, const Scope& scope,
                                                 const Fingerprint& fingerprint, Duration lease);
 
-// The response a store that shares its replays (internal::SharedReplays, the memory store)
-// holds for the key when Begin would now replay it, without a copy; null otherwise, and while
-// this gateway holds completions not stored yet (ClaimAtOnce answers those first): then claim
-// as usual. Timed into the store histogram only when it answered.
+// The response a store that shares its replays (internal::SharedReplays: the memory store, the
+// SQLite store's replay cache) holds for the key when Begin would now replay it, without a
+// copy; null otherwise, and while this gateway holds completions not stored yet (ClaimAtOnce
+// answers those first): then claim as usual. A store whose Begin never blocks (the memory
+// store) claims in the same look (SharedReplays::BeginSharingReplay): when it answers null,
+// `claimed` holds Begin's answer, for ClaimKey to take instead of claiming again. Timed into
+// the store histogram only when the store answered.
 std::shared_ptr<const StoredResponse> ReplayAtOnce(Services& services, const Scope& scope,
-                                                   const Fingerprint& fingerprint);
+                                                   const Fingerprint& fingerprint, Duration lease,
+                                                   std::optional<Result<BeginOutcome>>& claimed);
 
 struct ClaimVerdict {
   enum class Action {

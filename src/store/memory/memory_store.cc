@@ -145,6 +145,22 @@ class MemoryStore final : public Store,
 
   Result<BeginOutcome> Begin(const Scope& scope, const Fingerprint& fingerprint,
                              Duration lease) override {
+    return BeginLooked(scope, fingerprint, lease, nullptr);
+  }
+
+  SharedBegin BeginSharingReplay(const Scope& scope, const Fingerprint& fingerprint,
+                                 Duration lease) override {
+    SharedBegin answer;
+    Result<BeginOutcome> begun = BeginLooked(scope, fingerprint, lease, &answer.replayed);
+    if (answer.replayed == nullptr) answer.begun = std::move(begun);
+    return answer;
+  }
+
+ private:
+  // Begin; except that, with `shared` not null, a replay sets *shared to the record's response
+  // as ReplayShared hands it out, and returns a Replay without a response.
+  Result<BeginOutcome> BeginLooked(const Scope& scope, const Fingerprint& fingerprint,
+                                   Duration lease, std::shared_ptr<const StoredResponse>* shared) {
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     const HashedKey key = LookupKey(scope);
     Shard& shard = ShardFor(key);
@@ -157,6 +173,12 @@ class MemoryStore final : public Store,
       case BeginAction::kMismatch:
         return BeginOutcome(Mismatch{});
       case BeginAction::kReplay: {
+        if (shared != nullptr) {
+          const Status decoded = DecodeReplay(*it->second);
+          if (!decoded.ok()) return decoded.WithContext("begin " + scope.Digest());
+          *shared = it->second->replay;
+          return BeginOutcome(Replay{});
+        }
         auto response = internal::DecodeResponse(it->second->response);
         if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
         return BeginOutcome(Replay{std::move(*response)});
@@ -199,6 +221,17 @@ class MemoryStore final : public Store,
     }
     return InternalError("begin: unhandled decision");
   }
+
+  // Sets the completed `entry`'s `replay`, if it is not set yet, to its response decoded.
+  static Status DecodeReplay(Entry& entry) {
+    if (entry.replay != nullptr) return Status::Ok();
+    auto response = internal::DecodeResponse(entry.response);
+    if (!response.ok()) return response.status();
+    entry.replay = std::make_shared<const StoredResponse>(std::move(*response));
+    return Status::Ok();
+  }
+
+ public:
 
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
@@ -322,11 +355,7 @@ class MemoryStore final : public Store,
     if (internal::DecideBegin(&entry.head, fingerprint, now).action != BeginAction::kReplay) {
       return nullptr;
     }
-    if (entry.replay == nullptr) {
-      auto response = internal::DecodeResponse(entry.response);
-      if (!response.ok()) return nullptr;  // Begin reports the damage
-      entry.replay = std::make_shared<const StoredResponse>(std::move(*response));
-    }
+    if (!DecodeReplay(entry).ok()) return nullptr;  // Begin reports the damage
     return entry.replay;
   }
 
