@@ -1,6 +1,8 @@
 #include "gateway/request_checks.h"
 
+#include <algorithm>
 #include <cctype>
+#include <optional>
 #include <vector>
 
 #include "core/text.h"
@@ -29,14 +31,6 @@ Refusal Refuse(Cause cause, std::string detail, const http::request_header<Field
   r.method = std::string(header.method_string());
   r.path = std::string(TargetPath(header.target()));
   return r;
-}
-
-size_t CountFields(const http::request_header<Fields>& header, std::string_view name) {
-  size_t n = 0;
-  for (const auto& field : header) {
-    if (EqualsIgnoreCase(field.name_string(), name)) ++n;
-  }
-  return n;
 }
 
 // RFC 9112 6.1 and 6.3: the codings, in order, must end in exactly one chunked.
@@ -101,25 +95,50 @@ std::optional<Refusal> CheckTransferEncoding(const http::request_header<Fields>&
   return std::nullopt;
 }
 
+// `name` with every '_' made '-'.
+std::string Dashed(std::string_view name) {
+  std::string dashed(name);
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  return dashed;
+}
+
 // A name that some servers read as Transfer-Encoding or Content-Length (those that map '_' to
 // '-', as CGI-style environments do) would frame the body differently there.
-std::optional<Refusal> CheckLookalikeNames(const http::request_header<Fields>& header) {
+bool IsLookalikeName(std::string_view name) {
+  if (name.find('_') == std::string_view::npos) return false;
+  const std::string dashed = Dashed(name);
+  return EqualsIgnoreCase(dashed, "transfer-encoding") ||
+         EqualsIgnoreCase(dashed, "content-length");
+}
+
+// What the checks need to know of a header's fields, gathered in one pass over them.
+struct FieldFacts {
+  std::optional<std::string_view> lookalike;    // the first name IsLookalikeName
+  std::optional<std::string_view> expectation;  // the first Expect element but 100-continue
+  size_t hosts = 0;
+  size_t keys = 0;     // Idempotency-Key fields
+  size_t tenants = 0;  // fields named as the tenant header (none counted when it is empty)
+};
+
+FieldFacts GatherFieldFacts(const http::request_header<Fields>& header,
+                            std::string_view tenant_header) {
+  FieldFacts facts;
   for (const auto& field : header) {
     const std::string_view name = field.name_string();
-    if (name.find('_') == std::string_view::npos) continue;
-    std::string dashed(name);
-    for (char& c : dashed) {
-      if (c == '_') c = '-';
+    if (!facts.lookalike && IsLookalikeName(name)) facts.lookalike = name;
+    if (field.name() == http::field::host) ++facts.hosts;
+    if (field.name() == http::field::expect && !facts.expectation) {
+      for (std::string_view element : ListElements(field.value())) {
+        if (!EqualsIgnoreCase(element, "100-continue")) {
+          facts.expectation = element;
+          break;
+        }
+      }
     }
-    if (EqualsIgnoreCase(dashed, "transfer-encoding") ||
-        EqualsIgnoreCase(dashed, "content-length")) {
-      return Refuse(Cause::kMalformedRequest,
-                    "header '" + std::string(name) + "' reads as " + dashed +
-                        " to some servers; it is not accepted",
-                    header);
-    }
+    if (EqualsIgnoreCase(name, kKeyHeaderName)) ++facts.keys;
+    if (!tenant_header.empty() && EqualsIgnoreCase(name, tenant_header)) ++facts.tenants;
   }
-  return std::nullopt;
+  return facts;
 }
 
 std::optional<Refusal> CheckTarget(const http::request_header<Fields>& header) {
@@ -184,8 +203,7 @@ bool IsValidHostValue(std::string_view value) {
 
 // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host field, and any request at most one,
 // with a valid value (empty is allowed: a target without an authority).
-std::optional<Refusal> CheckHost(const http::request_header<Fields>& header) {
-  const size_t hosts = CountFields(header, "Host");
+std::optional<Refusal> CheckHost(const http::request_header<Fields>& header, size_t hosts) {
   if (hosts == 0 && header.version() >= 11) {
     return Refuse(Cause::kMalformedRequest,
                   "an HTTP/1.1 request must carry a Host header (RFC 9112 3.2)", header);
@@ -203,32 +221,19 @@ std::optional<Refusal> CheckHost(const http::request_header<Fields>& header) {
   return std::nullopt;
 }
 
-std::optional<Refusal> CheckExpect(const http::request_header<Fields>& header) {
-  for (const auto& field : header) {
-    if (field.name() != http::field::expect) continue;
-    for (std::string_view element : ListElements(field.value())) {
-      if (!EqualsIgnoreCase(element, "100-continue")) {
-        return Refuse(Cause::kExpectationFailed,
-                      "the gateway meets only Expect: 100-continue, not '" +
-                          std::string(element) + "'",
-                      header);
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 std::optional<Refusal> CheckIdentityHeaders(const http::request_header<Fields>& header,
-                                            std::string_view tenant_header) {
-  if (const size_t keys = CountFields(header, kKeyHeaderName); keys > 1) {
+                                            std::string_view tenant_header,
+                                            const FieldFacts& facts) {
+  if (facts.keys > 1) {
     return Refuse(Cause::kSeveralKeys,
-                  "the request has " + std::to_string(keys) +
+                  "the request has " + std::to_string(facts.keys) +
                       " Idempotency-Key headers; send exactly one",
                   header);
   }
-  if (const size_t tenants = CountFields(header, tenant_header); tenants > 1) {
+  if (facts.tenants > 1) {
     return Refuse(Cause::kMalformedRequest,
-                  "the request has " + std::to_string(tenants) + " " + std::string(tenant_header) +
+                  "the request has " + std::to_string(facts.tenants) + " " +
+                      std::string(tenant_header) +
                       " headers; keys are scoped by one tenant, so send exactly one",
                   header);
   }
@@ -269,17 +274,26 @@ std::optional<Refusal> CheckChunkFramingBytes(std::string_view pending) {
 
 std::optional<Refusal> CheckRequestHeader(const http::request_header<Fields>& header,
                                           std::string_view tenant_header) {
-  if (auto r = CheckLookalikeNames(header)) return r;
+  const FieldFacts facts = GatherFieldFacts(header, tenant_header);
+  if (facts.lookalike) {
+    return Refuse(Cause::kMalformedRequest,
+                  "header '" + std::string(*facts.lookalike) + "' reads as " +
+                      Dashed(*facts.lookalike) + " to some servers; it is not accepted",
+                  header);
+  }
   if (header.find(http::field::transfer_encoding) != header.end()) {
     if (auto r = CheckTransferEncoding(header)) return r;
   }
   if (auto r = CheckTarget(header)) return r;
-  if (auto r = CheckHost(header)) return r;
-  if (header.version() >= 11) {
-    if (auto r = CheckExpect(header)) return r;
+  if (auto r = CheckHost(header, facts.hosts)) return r;
+  if (header.version() >= 11 && facts.expectation) {
+    return Refuse(Cause::kExpectationFailed,
+                  "the gateway meets only Expect: 100-continue, not '" +
+                      std::string(*facts.expectation) + "'",
+                  header);
   }
   if (!tenant_header.empty()) {
-    if (auto r = CheckIdentityHeaders(header, tenant_header)) return r;
+    if (auto r = CheckIdentityHeaders(header, tenant_header, facts)) return r;
   }
   return std::nullopt;
 }

@@ -87,6 +87,37 @@ TEST(RequestChecksTest, OneValidHostIsRequiredOnHttp11AndAtMostOneOnHttp10) {
   EXPECT_TRUE(CheckRequestHeader(Header("/p", {}, 11, false), ""));
 }
 
+// One pass over the fields gathers what every check needs; the checks still answer in their
+// order, each naming what it found first.
+TEST(RequestChecksTest, TheFirstFailingCheckAnswersAndNamesWhatItFound) {
+  const auto detail = [](const http::request_header<gateway::Fields>& h) {
+    auto r = CheckRequestHeader(h, "Authorization");
+    return r ? r->detail : std::string("accepted");
+  };
+  EXPECT_EQ(detail(Header("/p", {{"Host", "b"}, {"X_Y", "1"}, {"Content_Length", "3"},
+                                 {"Transfer_Encoding", "chunked"}})),
+            "header 'Content_Length' reads as Content-Length to some servers; it is not "
+            "accepted");
+  EXPECT_EQ(detail(Header("/p", {{"Host", "b"}, {"Expect", "x"}})),
+            "the request has 2 Host headers; send exactly one (RFC 9112 3.2)");
+  EXPECT_EQ(detail(Header("/p", {{"Expect", "100-continue"},
+                                 {"Expect", "x, y"},
+                                 {"Idempotency-Key", "a"},
+                                 {"Idempotency-Key", "b"}})),
+            "the gateway meets only Expect: 100-continue, not 'x'");
+  EXPECT_EQ(detail(Header("/p", {{"IDEMPOTENCY-KEY", "a"},
+                                 {"Authorization", "t"},
+                                 {"Idempotency-Key", "b"},
+                                 {"Authorization", "u"},
+                                 {"idempotency-key", "c"}})),
+            "the request has 3 Idempotency-Key headers; send exactly one");
+  EXPECT_EQ(detail(Header("/p", {{"Authorization", "t"}, {"AUTHORIZATION", "u"}})),
+            "the request has 2 Authorization headers; keys are scoped by one tenant, so send "
+            "exactly one");
+  EXPECT_EQ(detail(Header("/p", {{"Idempotency-Key", "a"}, {"Authorization", "t"}})),
+            "accepted");
+}
+
 TEST(RequestChecksTest, ObsoleteLineFoldingIsFoundInTheRawBytes) {
   EXPECT_FALSE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n\r\n body\r\n starts"));
   EXPECT_TRUE(CheckHeaderBytes("POST / HTTP/1.1\r\nA: b\r\n c\r\n\r\n"));
