@@ -156,83 +156,6 @@ class MemoryStore final : public Store,
     return answer;
   }
 
- private:
-  // Begin; except that, with `shared` not null, a replay sets *shared to the record's response
-  // as ReplayShared hands it out, and returns a Replay without a response.
-  Result<BeginOutcome> BeginLooked(const Scope& scope, const Fingerprint& fingerprint,
-                                   Duration lease, std::shared_ptr<const StoredResponse>* shared) {
-    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
-    const HashedKey key = LookupKey(scope);
-    Shard& shard = ShardFor(key);
-    const TimePoint now = options_.clock->Now();
-    MutexLock lock(shard.mu);
-    auto it = shard.records.find(key);
-    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second->head;
-    const auto decision = internal::DecideBegin(existing, fingerprint, now);
-    switch (decision.action) {
-      case BeginAction::kMismatch:
-        return BeginOutcome(Mismatch{});
-      case BeginAction::kReplay: {
-        if (shared != nullptr) {
-          const Status decoded = DecodeReplay(*it->second);
-          if (!decoded.ok()) return decoded.WithContext("begin " + scope.Digest());
-          *shared = it->second->replay;
-          return BeginOutcome(Replay{});
-        }
-        auto response = internal::DecodeResponse(it->second->response);
-        if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
-        return BeginOutcome(Replay{std::move(*response)});
-      }
-      case BeginAction::kInFlight: {
-        InFlight in_flight{decision.retry_after, std::nullopt};
-        if (!it->second->response.empty()) {  // an accepted long-running operation
-          auto accepted = internal::DecodeResponse(it->second->response);
-          if (!accepted.ok()) return accepted.status().WithContext("begin " + scope.Digest());
-          in_flight.accepted = std::move(*accepted);
-        }
-        return BeginOutcome(std::move(in_flight));
-      }
-      case BeginAction::kTakeOver: {
-        Entry& entry = *it->second;
-        const FencingToken previous = entry.head.token;
-        entry.SetResponse({});  // the new attempt has accepted nothing yet
-        entry.head.token = ++shard.last_token;
-        entry.head.lease_deadline = now + lease;
-        entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
-        // The representative is due no later than the old deadline, which has passed: the
-        // next sweep re-queues it at the new deadline.
-        return BeginOutcome(TakenOver{entry.head.token, previous});
-      }
-      case BeginAction::kAcquire: {
-        if (it == shard.records.end()) {
-          it = shard.records.emplace(SharedKey(key), std::make_unique<Entry>()).first;
-        }
-        Entry& entry = *it->second;
-        entry.head.fingerprint = fingerprint;
-        entry.head.state = RecordState::kInFlight;
-        entry.head.token = ++shard.last_token;
-        entry.head.lease_deadline = now + lease;
-        entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
-        entry.created_at = now;
-        entry.SetResponse({});
-        shard.Queue(entry, entry.head.lease_deadline, it->first);
-        return BeginOutcome(Acquired{entry.head.token});
-      }
-    }
-    return InternalError("begin: unhandled decision");
-  }
-
-  // Sets the completed `entry`'s `replay`, if it is not set yet, to its response decoded.
-  static Status DecodeReplay(Entry& entry) {
-    if (entry.replay != nullptr) return Status::Ok();
-    auto response = internal::DecodeResponse(entry.response);
-    if (!response.ok()) return response.status();
-    entry.replay = std::make_shared<const StoredResponse>(std::move(*response));
-    return Status::Ok();
-  }
-
- public:
-
   Result<CompleteOutcome> Complete(const Scope& scope, FencingToken token,
                                    const StoredResponse& response, Duration ttl) override {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
@@ -360,6 +283,80 @@ class MemoryStore final : public Store,
   }
 
  private:
+  // Begin; except that, with `shared` not null, a replay sets *shared to the record's response
+  // as ReplayShared hands it out, and returns a Replay without a response.
+  Result<BeginOutcome> BeginLooked(const Scope& scope, const Fingerprint& fingerprint,
+                                   Duration lease, std::shared_ptr<const StoredResponse>* shared) {
+    IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
+    const HashedKey key = LookupKey(scope);
+    Shard& shard = ShardFor(key);
+    const TimePoint now = options_.clock->Now();
+    MutexLock lock(shard.mu);
+    auto it = shard.records.find(key);
+    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second->head;
+    const auto decision = internal::DecideBegin(existing, fingerprint, now);
+    switch (decision.action) {
+      case BeginAction::kMismatch:
+        return BeginOutcome(Mismatch{});
+      case BeginAction::kReplay: {
+        if (shared != nullptr) {
+          const Status decoded = DecodeReplay(*it->second);
+          if (!decoded.ok()) return decoded.WithContext("begin " + scope.Digest());
+          *shared = it->second->replay;
+          return BeginOutcome(Replay{});
+        }
+        auto response = internal::DecodeResponse(it->second->response);
+        if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
+        return BeginOutcome(Replay{std::move(*response)});
+      }
+      case BeginAction::kInFlight: {
+        InFlight in_flight{decision.retry_after, std::nullopt};
+        if (!it->second->response.empty()) {  // an accepted long-running operation
+          auto accepted = internal::DecodeResponse(it->second->response);
+          if (!accepted.ok()) return accepted.status().WithContext("begin " + scope.Digest());
+          in_flight.accepted = std::move(*accepted);
+        }
+        return BeginOutcome(std::move(in_flight));
+      }
+      case BeginAction::kTakeOver: {
+        Entry& entry = *it->second;
+        const FencingToken previous = entry.head.token;
+        entry.SetResponse({});  // the new attempt has accepted nothing yet
+        entry.head.token = ++shard.last_token;
+        entry.head.lease_deadline = now + lease;
+        entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
+        // The representative is due no later than the old deadline, which has passed: the
+        // next sweep re-queues it at the new deadline.
+        return BeginOutcome(TakenOver{entry.head.token, previous});
+      }
+      case BeginAction::kAcquire: {
+        if (it == shard.records.end()) {
+          it = shard.records.emplace(SharedKey(key), std::make_unique<Entry>()).first;
+        }
+        Entry& entry = *it->second;
+        entry.head.fingerprint = fingerprint;
+        entry.head.state = RecordState::kInFlight;
+        entry.head.token = ++shard.last_token;
+        entry.head.lease_deadline = now + lease;
+        entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
+        entry.created_at = now;
+        entry.SetResponse({});
+        shard.Queue(entry, entry.head.lease_deadline, it->first);
+        return BeginOutcome(Acquired{entry.head.token});
+      }
+    }
+    return InternalError("begin: unhandled decision");
+  }
+
+  // Sets the completed `entry`'s `replay`, if it is not set yet, to its response decoded.
+  static Status DecodeReplay(Entry& entry) {
+    if (entry.replay != nullptr) return Status::Ok();
+    auto response = internal::DecodeResponse(entry.response);
+    if (!response.ok()) return response.status();
+    entry.replay = std::make_shared<const StoredResponse>(std::move(*response));
+    return Status::Ok();
+  }
+
   // Runs `write(shard, it, now)` under the shard's lock when `token` owns the live in-flight
   // record of `scope` (`it` points at it in shard.records), and returns true; false, doing
   // nothing, when it does not (Complete, Accept and Release are then kFenced).
