@@ -94,9 +94,11 @@ std::shared_ptr<const StoredResponse> ReplayAtOnce(Services& s, const Scope& sco
                                                    std::optional<Result<BeginOutcome>>& claimed) {
   internal::SharedReplays* const replays = s.store.shared_replays();
   // Pending completions answer their keys first (ClaimAtOnce); while any are held, no look.
-  if (replays == nullptr || s.pending.size() != 0 || s.pending.full()) return nullptr;
+  if (replays == nullptr || s.pending.size() != 0) return nullptr;
   const SteadyClock::time_point started = SteadyClock::now();
-  if (s.store.hooks().NeverBlocks()) {  // the memory store: the claim in the same look
+  // The memory store claims in the same look, unless claims are refused (ClaimAtOnce: the
+  // pending limit reached, which an empty registry reaches only with a limit of 0).
+  if (s.store.hooks().NeverBlocks() && !s.pending.full()) {
     internal::SharedReplays::SharedBegin answered =
         replays->BeginSharingReplay(scope, fingerprint, lease);
     if (answered.replayed || answered.begun) {
