@@ -6,7 +6,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-
 #include "core/text.h"
 
 namespace idem::servers {
@@ -30,6 +29,14 @@ std::string HttpResponse::Header(const std::string& name) const {
     if (internal::EqualsIgnoreCase(k, name)) return v;
   }
   return {};
+}
+
+std::vector<std::string> HttpResponse::Values(const std::string& name) const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : headers) {
+    if (internal::EqualsIgnoreCase(k, name)) out.push_back(v);
+  }
+  return out;
 }
 
 HttpResponse Http(const std::string& address, const std::string& method,

@@ -18,6 +18,8 @@ struct HttpResponse {
 
   // The first header with this name (case-insensitive), or "".
   std::string Header(const std::string& name) const;
+  // Every value of header `name` (case-insensitive), in the order received.
+  std::vector<std::string> Values(const std::string& name) const;
 };
 
 HttpResponse Http(const std::string& address, const std::string& method,

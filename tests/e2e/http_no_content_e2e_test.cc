@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "core/text.h"
 #include "util/build_tree.h"
 #include "util/gateway_process.h"
 #include "util/http_client.h"
@@ -17,15 +16,6 @@
 
 namespace idem::testing {
 namespace {
-
-// Every value of the header `name` in `response` (case-insensitive).
-std::vector<std::string> Values(const HttpResponse& response, const std::string& name) {
-  std::vector<std::string> out;
-  for (const auto& [k, v] : response.headers) {
-    if (internal::EqualsIgnoreCase(k, name)) out.push_back(v);
-  }
-  return out;
-}
 
 class NoContentTest : public ::testing::Test {
  protected:
@@ -56,7 +46,7 @@ TEST_F(NoContentTest, A204CarriesNoContentLengthFirstOrReplayed) {
         Http(address_, "POST", "/v1/payments/7/cancel", {{"Idempotency-Key", "nc-1"}}, "{}");
     ASSERT_EQ(r.status, 204) << r.error;
     EXPECT_EQ(r.Header("Idempotent-Replayed"), replayed);
-    EXPECT_TRUE(Values(r, "Content-Length").empty())
+    EXPECT_TRUE(r.Values("Content-Length").empty())
         << "Content-Length: " << r.Header("Content-Length") << " (replayed: " << replayed << ")";
     EXPECT_EQ(r.body, "");
   }
@@ -73,7 +63,7 @@ TEST_F(NoContentTest, A304KeepsTheContentLengthItsUpstreamSent) {
   const HttpResponse r =
       Http(address_, "POST", "/v1/not-modified", {{"Idempotency-Key", "nm-1"}}, "{}");
   ASSERT_EQ(r.status, 304) << r.error;
-  EXPECT_EQ(Values(r, "Content-Length"), std::vector<std::string>{"42"});
+  EXPECT_EQ(r.Values("Content-Length"), std::vector<std::string>{"42"});
   EXPECT_EQ(r.body, "");
 }
 

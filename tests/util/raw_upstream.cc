@@ -13,17 +13,12 @@
 #include <optional>
 #include <vector>
 
+#include "core/text.h"
+
 namespace idem::testing {
 namespace {
 
 namespace http = boost::beast::http;
-
-bool EqualsIgnoreCase(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
 
 bool SendAll(int fd, const std::string& bytes) {
   size_t sent = 0;
@@ -65,7 +60,7 @@ int ConnectTo(const std::string& address, const std::string& source_ip = "") {
 std::vector<std::string> ReceivedRequest::Values(const std::string& name) const {
   std::vector<std::string> out;
   for (const auto& [k, v] : headers) {
-    if (EqualsIgnoreCase(k, name)) out.push_back(v);
+    if (internal::EqualsIgnoreCase(k, name)) out.push_back(v);
   }
   return out;
 }
