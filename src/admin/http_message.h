@@ -1,11 +1,10 @@
 // The HTTP messages the daemons' listeners read and answer (every admin listener, and the
 // gateway's client listener), and the allocator their header fields take memory from.
 //
-// Beast allocates one block per header field. A listener that reads many requests on one
-// connection gives each message a FieldsAllocator on a memory resource the connection owns (a
-// pool: std::pmr::unsynchronized_pool_resource), so the fields of one request reuse the blocks
-// the previous request freed instead of reaching the heap. Everywhere else a message is built
-// with the default allocator, on the heap.
+// Beast allocates one block per header field. The gateway's listener gives each message a
+// FieldsAllocator on a memory resource its connection owns (an arena, emptied before each
+// request: std::pmr::monotonic_buffer_resource), so header fields do not reach the heap.
+// Everywhere else a message is built with the default allocator, on the heap.
 #pragma once
 
 #include <boost/beast/http/fields.hpp>
@@ -23,9 +22,9 @@ namespace idem::admin {
 // another takes its fields and their resource along instead of copying them. A copy of a
 // message is made on the heap, so a copy may outlive the connection whose resource the
 // original used.
-// REQUIRES: a message holding a resource's allocator is destroyed before the resource (keep
-// messages within the connection that owns it), and is used by one thread at a time (the
-// resource is not synchronized).
+// REQUIRES: a message holding a resource's allocator is destroyed before the resource is (or,
+// for the gateway's arena, before it is emptied: keep messages within the request that made
+// them), and is used by one thread at a time (the resource is not synchronized).
 template <class T>
 class FieldsAllocator {
  public:
