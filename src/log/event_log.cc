@@ -62,6 +62,20 @@ class BufferedStdoutSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 }  // namespace
 
+void AppendRequestText(const RequestLogLine& l, spdlog::memory_buf_t& out) {
+  // A format compiled ahead: fmt parses a run-time format string on every call. A latency no
+  // clock can produce (negative, NaN, infinite) is written as 0.
+  const double ms = l.latency_ms > 0 && l.latency_ms < 1e12 ? l.latency_ms : 0.0;
+  fmt::format_to(
+      std::back_inserter(out),
+      FMT_COMPILE("request {} {} status={} outcome={} key={} token={} latency_ms={:.3f}"),
+      l.method, l.path, l.status, l.outcome,
+      l.key_digest.empty() ? std::string_view("-") : l.key_digest, l.token, ms);
+  if (!l.detail.empty()) {
+    fmt::format_to(std::back_inserter(out), FMT_COMPILE(" detail={}"), l.detail);
+  }
+}
+
 Log::Log(bool json) : json_(json) {
   logger_ = std::make_shared<spdlog::logger>("idem", std::make_shared<BufferedStdoutSink>());
   logger_->set_formatter(std::make_unique<LineFormatter>(
@@ -83,18 +97,10 @@ void Log::Request(const RequestLogLine& l) {
     logger_->info(Dump(j));
     return;
   }
-  // Formatted here with a format compiled ahead (fmt parses a run-time format string on every
-  // call), then handed to spdlog as finished text.
-  thread_local fmt::memory_buffer line;
+  // Handed to spdlog as finished text.
+  thread_local spdlog::memory_buf_t line;
   line.clear();
-  fmt::format_to(std::back_inserter(line),
-                 FMT_COMPILE("request {} {} status={} outcome={} key={} token={} latency_ms={:.3f}"),
-                 l.method, l.path, l.status, l.outcome,
-                 l.key_digest.empty() ? std::string_view("-") : l.key_digest, l.token,
-                 l.latency_ms);
-  if (!l.detail.empty()) {
-    fmt::format_to(std::back_inserter(line), FMT_COMPILE(" detail={}"), l.detail);
-  }
+  AppendRequestText(l, line);
   logger_->info(std::string_view(line.data(), line.size()));
 }
 

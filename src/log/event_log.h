@@ -24,6 +24,11 @@ struct RequestLogLine {
   std::string_view detail;  // why, for errors
 };
 
+// Appends the text of `line` as a text log shows it, after the time and level ("request POST
+// /v1/payments status=201 outcome=executed key=... token=1 latency_ms=8.974", then
+// " detail=..." if there is one), to `out`.
+void AppendRequestText(const RequestLogLine& line, spdlog::memory_buf_t& out);
+
 class Log {
  public:
   explicit Log(bool json);
