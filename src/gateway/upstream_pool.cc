@@ -66,7 +66,7 @@ Task<UpstreamResult> UpstreamPool::Exchange(Request& request,
   UpstreamResult result;
   request.set(http::field::host, authority_);
   request.keep_alive(true);
-  request.prepare_payload();
+  PreparePayload(request);
 
   // The coroutine's event loop: the connection's socket belongs to it.
   asio::any_io_executor executor = co_await asio::this_coro::executor;

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace idem::gateway {
 namespace {
 
@@ -61,6 +66,62 @@ TEST(ParseListenAddressTest, TakesAnIpAndAPortFrom0To65535) {
   }
   EXPECT_NE(ParseListenAddress("127.0.0.1:80x").status().message().find("port must be 0 to 65535"),
             std::string::npos);
+}
+
+// The header fields of `m` as (name, value) pairs, sorted: what a message says, whatever the
+// order of its fields.
+template <bool kIsRequest>
+std::vector<std::pair<std::string, std::string>> FieldSet(
+    const http::message<kIsRequest, http::string_body, Fields>& m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : m) out.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(PreparePayloadTest, SaysWhatPreparePayloadSaysAndSkipsOnlyWhatItWouldRewriteUnchanged) {
+  struct Case {
+    const char* what;
+    std::vector<std::pair<std::string, std::string>> fields;
+    std::string body;
+  };
+  const std::vector<Case> cases = {
+      {"the right length", {{"Content-Length", "5"}, {"X-A", "1"}}, "hello"},
+      {"a wrong length", {{"Content-Length", "4"}, {"X-A", "1"}}, "hello"},
+      {"a padded length", {{"Content-Length", "05"}}, "hello"},
+      {"two lengths", {{"Content-Length", "5"}, {"Content-Length", "5"}}, "hello"},
+      {"no length", {{"X-A", "1"}}, "hello"},
+      {"chunked", {{"Transfer-Encoding", "chunked"}, {"Content-Length", "5"}}, "hello"},
+      {"empty, length 0", {{"Content-Length", "0"}}, ""},
+      {"empty, no length", {}, ""},
+  };
+  for (const Case& c : cases) {
+    for (http::verb method : {http::verb::post, http::verb::get}) {
+      SCOPED_TRACE(std::string(c.what) + ", " + std::string(http::to_string(method)));
+      Request request{method, "/", 11};
+      for (const auto& [name, value] : c.fields) request.insert(name, value);
+      request.body() = c.body;
+      Request expected = request;
+      expected.prepare_payload();
+      PreparePayload(request);
+      EXPECT_EQ(FieldSet(request), FieldSet(expected));
+    }
+    SCOPED_TRACE(std::string(c.what) + ", response");
+    Response response{http::status::ok, 11};
+    for (const auto& [name, value] : c.fields) response.insert(name, value);
+    response.body() = c.body;
+    Response expected = response;
+    expected.prepare_payload();
+    PreparePayload(response);
+    EXPECT_EQ(FieldSet(response), FieldSet(expected));
+  }
+  // Skipped, the right length keeps its place (prepare_payload would move it to the end).
+  Response kept{http::status::ok, 11};
+  kept.insert("Content-Length", "5");
+  kept.insert("X-A", "1");
+  kept.body() = "hello";
+  PreparePayload(kept);
+  EXPECT_EQ(kept.begin()->name(), http::field::content_length);
 }
 
 }  // namespace

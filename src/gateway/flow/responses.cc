@@ -22,7 +22,7 @@ void FrameBody(Response& res) {
     if (no_content) res.erase(http::field::content_length);
     return;
   }
-  res.prepare_payload();
+  PreparePayload(res);
 }
 
 }  // namespace
