@@ -116,8 +116,9 @@ struct FieldFacts {
   std::optional<std::string_view> lookalike;    // the first name IsLookalikeName
   std::optional<std::string_view> expectation;  // the first Expect element but 100-continue
   size_t hosts = 0;
-  size_t keys = 0;     // Idempotency-Key fields
-  size_t tenants = 0;  // fields named as the tenant header (none counted when it is empty)
+  std::string_view host;  // the last Host field's value
+  size_t keys = 0;        // Idempotency-Key fields
+  size_t tenants = 0;     // fields named as the tenant header (none counted when it is empty)
 };
 
 FieldFacts GatherFieldFacts(const http::request_header<Fields>& header,
@@ -126,7 +127,10 @@ FieldFacts GatherFieldFacts(const http::request_header<Fields>& header,
   for (const auto& field : header) {
     const std::string_view name = field.name_string();
     if (!facts.lookalike && IsLookalikeName(name)) facts.lookalike = name;
-    if (field.name() == http::field::host) ++facts.hosts;
+    if (field.name() == http::field::host) {
+      ++facts.hosts;
+      facts.host = field.value();
+    }
     if (field.name() == http::field::expect && !facts.expectation) {
       for (std::string_view element : ListElements(field.value())) {
         if (!EqualsIgnoreCase(element, "100-continue")) {
@@ -203,7 +207,8 @@ bool IsValidHostValue(std::string_view value) {
 
 // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host field, and any request at most one,
 // with a valid value (empty is allowed: a target without an authority).
-std::optional<Refusal> CheckHost(const http::request_header<Fields>& header, size_t hosts) {
+std::optional<Refusal> CheckHost(const http::request_header<Fields>& header, size_t hosts,
+                                 std::string_view host) {
   if (hosts == 0 && header.version() >= 11) {
     return Refuse(Cause::kMalformedRequest,
                   "an HTTP/1.1 request must carry a Host header (RFC 9112 3.2)", header);
@@ -214,7 +219,7 @@ std::optional<Refusal> CheckHost(const http::request_header<Fields>& header, siz
                       " Host headers; send exactly one (RFC 9112 3.2)",
                   header);
   }
-  if (hosts == 1 && !IsValidHostValue(header[http::field::host])) {
+  if (hosts == 1 && !IsValidHostValue(host)) {
     return Refuse(Cause::kMalformedRequest,
                   "the Host header is not a valid host[:port] (RFC 9112 3.2)", header);
   }
@@ -285,7 +290,7 @@ std::optional<Refusal> CheckRequestHeader(const http::request_header<Fields>& he
     if (auto r = CheckTransferEncoding(header)) return r;
   }
   if (auto r = CheckTarget(header)) return r;
-  if (auto r = CheckHost(header, facts.hosts)) return r;
+  if (auto r = CheckHost(header, facts.hosts, facts.host)) return r;
   if (header.version() >= 11 && facts.expectation) {
     return Refuse(Cause::kExpectationFailed,
                   "the gateway meets only Expect: 100-continue, not '" +
