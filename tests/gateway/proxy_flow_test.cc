@@ -176,7 +176,9 @@ uint64_t TokenSent(const Request& req) { return std::stoull(Header(req, kFencing
 TEST(ProxyFlowTest, PassthroughRouteForwardsWithoutATokenAndStoresNothing) {
   Flow flow;
   Request req = Flow::Post("/off/report", "k-1");
-  req.set(kFencingTokenHeader, "999");  // a client's own token never reaches the upstream
+  // A client's own tokens never reach the upstream, whatever their case.
+  req.set(kFencingTokenHeader, "999");
+  req.insert("idempotency-FENCING-token", "998");
   const Response res = flow.Send(std::move(req));
   EXPECT_EQ(res.result_int(), 201u);
   EXPECT_EQ(res.body(), "created");

@@ -1,5 +1,6 @@
 #include "gateway/flow/admit.h"
 
+#include "core/text.h"
 #include "gateway/key_guard.h"
 #include "gateway/route_matcher.h"
 #include "gateway/services.h"
@@ -43,10 +44,27 @@ Admission Admit(const GatewayOptions& options, Request& request, TimePoint now) 
       &MatchRoute(options, std::string_view(request.method_string()), TargetPath(target));
   const RoutePolicy& route = *admission.route;
 
-  request.erase(kFencingTokenHeader);
   StripHopByHop(request.base(), {kKeyHeader, options.tenant_header, kFencingTokenHeader});
+  // One pass over the fields (Beast's lookups by name search its index comparing strings):
+  // a fencing token the client sent is dropped (only the gateway sets one), and the key and
+  // the tenant's credential are found (the first of each; the request checks refused more).
+  auto key_field = request.end();
+  auto tenant_field = request.end();
+  for (auto it = request.begin(); it != request.end();) {
+    const std::string_view name = it->name_string();
+    if (internal::EqualsIgnoreCase(name, kFencingTokenHeader)) {
+      it = request.erase(it);
+      continue;
+    }
+    if (key_field == request.end() && internal::EqualsIgnoreCase(name, kKeyHeader)) {
+      key_field = it;
+    } else if (tenant_field == request.end() && !options.tenant_header.empty() &&
+               internal::EqualsIgnoreCase(name, options.tenant_header)) {
+      tenant_field = it;
+    }
+    ++it;
+  }
 
-  auto key_field = request.find(kKeyHeader);
   if (route.key == KeyRequirement::kOff ||
       (key_field == request.end() && route.key == KeyRequirement::kOptional)) {
     admission.kind = Admission::Kind::kPassthrough;
@@ -72,8 +90,8 @@ Admission Admit(const GatewayOptions& options, Request& request, TimePoint now) 
   // The tenant is a digest of the credential: a key never crosses tenants, and the store never
   // holds a credential.
   std::string tenant;
-  if (auto t = request.find(options.tenant_header); t != request.end()) {
-    auto digest = Sha256Hex(t->value());
+  if (tenant_field != request.end()) {
+    auto digest = Sha256Hex(tenant_field->value());
     // Never fall back to the anonymous tenant: that would let a key cross tenants.
     if (!digest.ok()) return Fail(std::move(admission), digest.status(), "cannot digest the tenant");
     tenant = std::move(*digest);
