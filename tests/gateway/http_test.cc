@@ -95,25 +95,22 @@ TEST(PreparePayloadTest, SaysWhatPreparePayloadSaysAndSkipsOnlyWhatItWouldRewrit
       {"empty, length 0", {{"Content-Length", "0"}}, ""},
       {"empty, no length", {}, ""},
   };
+  // `message` given the case's fields and body, then PreparePayload'd and prepare_payload'd.
+  const auto expect_same = [](auto message, const Case& c) {
+    for (const auto& [name, value] : c.fields) message.insert(name, value);
+    message.body() = c.body;
+    auto expected = message;
+    expected.prepare_payload();
+    PreparePayload(message);
+    EXPECT_EQ(FieldSet(message), FieldSet(expected));
+  };
   for (const Case& c : cases) {
     for (http::verb method : {http::verb::post, http::verb::get}) {
       SCOPED_TRACE(std::string(c.what) + ", " + std::string(http::to_string(method)));
-      Request request{method, "/", 11};
-      for (const auto& [name, value] : c.fields) request.insert(name, value);
-      request.body() = c.body;
-      Request expected = request;
-      expected.prepare_payload();
-      PreparePayload(request);
-      EXPECT_EQ(FieldSet(request), FieldSet(expected));
+      expect_same(Request{method, "/", 11}, c);
     }
     SCOPED_TRACE(std::string(c.what) + ", response");
-    Response response{http::status::ok, 11};
-    for (const auto& [name, value] : c.fields) response.insert(name, value);
-    response.body() = c.body;
-    Response expected = response;
-    expected.prepare_payload();
-    PreparePayload(response);
-    EXPECT_EQ(FieldSet(response), FieldSet(expected));
+    expect_same(Response{http::status::ok, 11}, c);
   }
   // Skipped, the right length keeps its place (prepare_payload would move it to the end).
   Response kept{http::status::ok, 11};
