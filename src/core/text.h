@@ -25,6 +25,14 @@ inline constexpr std::array<bool, 256> kHttpTokenChars = [] {
   return t;
 }();
 inline bool IsHttpTokenChar(char c) { return kHttpTokenChars[static_cast<unsigned char>(c)]; }
+// Whether `s` is an HTTP token (one or more tchar): a header name, a method.
+inline bool IsHttpToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!IsHttpTokenChar(c)) return false;
+  }
+  return true;
+}
 
 // `c` with ASCII letters folded to lower case; every other byte as it is (no locale).
 constexpr char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }

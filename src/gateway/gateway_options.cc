@@ -348,6 +348,11 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   }
   options.log_json = log_format == "json";
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "tenant_header", path, where, options.tenant_header));
+  // An empty name would turn off tenancy and the one-key-per-request check with it.
+  if (!internal::IsHttpToken(options.tenant_header)) {
+    return ConfigError(At(path, g, "tenant_header"), where + ".tenant_header",
+                       "must be a header name, such as \"Authorization\" (the default)");
+  }
   // Positive integers, bounded so a typo cannot ask for a billion threads.
   auto read_count = [&](std::string_view name, auto& out, int64_t max,
                         int64_t min = 1) -> Status {

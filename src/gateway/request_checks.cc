@@ -16,14 +16,6 @@ using internal::TrimOws;
 
 constexpr std::string_view kKeyHeaderName = "Idempotency-Key";
 
-bool IsToken(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!internal::IsHttpTokenChar(c)) return false;
-  }
-  return true;
-}
-
 Refusal Refuse(Cause cause, std::string detail, const http::request_header<Fields>& header) {
   Refusal r;
   r.cause = cause;
@@ -63,7 +55,7 @@ std::optional<Refusal> CheckTransferEncoding(const http::request_header<Fields>&
   for (std::string_view element : codings) {
     const size_t semicolon = element.find(';');
     const std::string_view name = TrimOws(element.substr(0, semicolon));
-    if (!IsToken(name)) {
+    if (!internal::IsHttpToken(name)) {
       return Refuse(Cause::kMalformedRequest,
                     "Transfer-Encoding has a malformed coding '" + std::string(element) + "'",
                     header);

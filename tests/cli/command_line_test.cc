@@ -74,6 +74,21 @@ TEST_F(CommandLineTest, AnUnknownFlagIsNamedBeforeAMissingRequiredOne) {
   EXPECT_NE(missing.output.find("--store is required"), std::string::npos) << missing.output;
 }
 
+// An empty or malformed tenant header would turn tenancy off without a word: refused, named.
+TEST_F(CommandLineTest, TheTenantHeaderMustBeAHeaderName) {
+  for (const std::string bad : {"", "X Tenant", "X-Tenant:"}) {
+    auto run = RunIdem(dir_, {"gateway", "--upstream", "http://127.0.0.1:9", "--tenant-header",
+                              bad, "--check-config"});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("--tenant-header '" + bad + "' is not a header name"),
+              std::string::npos)
+        << run.output;
+  }
+  auto good = RunIdem(dir_, {"gateway", "--upstream", "http://127.0.0.1:9", "--tenant-header",
+                             "X-Tenant", "--check-config"});
+  EXPECT_EQ(good.exit_code, 0) << good.output;
+}
+
 TEST_F(CommandLineTest, RenamedFlagsKeepWorkingWithAWarning) {
   auto relay = RunIdem(dir_, {"relay", "--db", "postgresql://idem@127.0.0.1:5432/idem", "--stream",
                               "S", "--retention-days=7", "--check-config"});

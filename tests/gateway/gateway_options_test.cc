@@ -256,6 +256,8 @@ TEST_F(LoadGatewayConfigTest, ErrorsNameTheFileTheFieldAndTheProblem) {
       {"[gateway]\nthreads = -1\n", "gateway.threads: must be between 0 and"},
       {"[gateway]\nthreads = \"two\"\n", "gateway.threads: has the wrong type"},
       {"[gateway]\nlisen = \"x\"\n", "gateway.lisen: is not a gateway setting"},
+      {"[gateway]\ntenant_header = \"\"\n", "gateway.tenant_header: must be a header name"},
+      {"[gateway]\ntenant_header = \"X Tenant\"\n", "gateway.tenant_header: must be a header"},
       {"[gateway]\nclient_read_timeout = \"0s\"\n",
        "gateway.client_read_timeout: must be positive"},
       {"[gatway]\n", "gatway: is not a section idem knows"},

@@ -1,7 +1,7 @@
 #include "gateway_command.h"
 
-
 #include "config_file.h"
+#include "core/text.h"
 #include "daemon_flags.h"
 #include "daemon_log.h"
 #include "idem/gateway.h"
@@ -143,6 +143,11 @@ Status CompleteGatewayOptions(GatewayOptions& options) {
   }
   if (options.threads < 0 || options.store_threads < 0) {
     return InvalidArgumentError("--threads and --store-threads must be at least 0");
+  }
+  // An empty name would turn off tenancy and the one-key-per-request check with it.
+  if (!internal::IsHttpToken(options.tenant_header)) {
+    return InvalidArgumentError("--tenant-header '" + options.tenant_header +
+                                "' is not a header name, such as Authorization (the default)");
   }
   return Status::Ok();
 }
