@@ -17,6 +17,15 @@
 # on a machine whose speed drifts over minutes, a ratio of two cases measured a minute apart
 # moves less than either figure does.
 #
+# BESIDE (1) measures nginx's throughput again beside each gateway case: nginx stays up for
+# the whole round, and wrk drives it just before each gateway throughput run and once more
+# after the last. A case's "x nginx" is then its req/s over the mean of the two nginx runs on
+# either side of it, seconds apart rather than minutes; a slow spell of the machine that lasts
+# a case or two then moves the case and its reference together. The table's nginx row stays
+# nginx's first run of the round, and a line after the table gives the spread of the runs
+# beside (nginx's own drift within the run). BESIDE=0 compares every case with that first
+# run, as before, in less time.
+#
 # STORES (default "passthrough memory sqlite sqlite-full redis postgresql") picks the gateway's
 # cases: passthrough is the gateway as a plain proxy (one route with key = "off": no key, no
 # store call, no fingerprint; first executions only), which parts the gap to nginx into what the
@@ -133,6 +142,11 @@ SYSCALL_DETAIL=${SYSCALL_DETAIL:-0}
 ALLOCS=${ALLOCS:-1}
 ALLOC_SECONDS=${ALLOC_SECONDS:-3}
 ALLOC_STORES=${ALLOC_STORES:-$STORES}
+BESIDE=${BESIDE:-1}
+if [[ $BESIDE != 0 && $BESIDE != 1 ]]; then
+  echo "gateway-bench: BESIDE must be 0 or 1, not '$BESIDE'" >&2
+  exit 2
+fi
 
 source bench/lib/install-tools.sh
 tools=(wrk nginx curl)  # Debian 12: nginx-light is only a wrapper; nginx may be in /usr/sbin
@@ -216,6 +230,7 @@ run_wrk() {
 }
 
 runs=0
+beside_runs=0  # nginx runs beside the gateway cases so far (BESIDE=1), this round
 # One measurement: name, kind (throughput|latency), address, mode, connections, admin address
 # of a gateway or "-". Appends "name kind req/s p50_ms p99_ms non2xx socket_errors problem" to
 # $work/results, where problem is "-" or a reason with "_" for spaces.
@@ -264,12 +279,20 @@ measure() {
     'BEGIN { printf "%.0f %.3f %.3f", n / (d / 1e6), p50 / 1000, p99 / 1000 }')
   local problems="-"
   if ((${#problem[@]})); then problems=$(IFS=,; echo "${problem[*]}"); fi
-  echo "$name $kind $summary $status $socket $problems $round" >>"$work/results"
+  echo "$name $kind $summary $status $socket $problems $round $beside_runs" >>"$work/results"
   local figures
   read -ra figures <<<"$summary"
   printf '  %-23s %-10s %3s conns %9s req/s  p50 %7s ms  p99 %7s ms  upstream executions %s%s\n' \
     "$name" "$kind" "$connections" "${figures[@]}" "$executions" \
     "$([[ $problems == - ]] || echo "  FAILED: ${problems//_/ }")" >&2
+}
+
+# With BESIDE=1: one more nginx throughput run, numbered within the round; the gateway
+# throughput run after it records that number (measure), so its reference is this run and the
+# next one.
+measure_beside() {
+  beside_runs=$((beside_runs + 1))
+  measure nginx-beside throughput "$nginx" unique "$CONNECTIONS" -
 }
 
 # The user and system CPU time of process $1 so far, in clock ticks: "user system".
@@ -464,13 +487,14 @@ for round in $(seq 1 "$ROUNDS"); do
   measure direct latency "$service" unique "$LATENCY_CONNECTIONS" -
 
   start_nginx
+  beside_runs=0
   measure nginx throughput "$nginx" unique "$CONNECTIONS" -
   measure nginx latency "$nginx" unique "$LATENCY_CONNECTIONS" -
   if [[ $SYSCALLS != 0 && $round == 1 ]]; then
     nginx_worker=$(pgrep -P "$nginx_pid" | head -1)
     count_syscalls nginx "$nginx_worker" "$nginx" unique upstream_executions
   fi
-  stop_pid "$nginx_pid"
+  [[ $BESIDE == 1 ]] || stop_pid "$nginx_pid"
 
   "${proxy_pin[@]}" "$work/bin/idem_byte_relay" "$service" >"$work/relay.log" 2>&1 &
   relay_pid=$!
@@ -492,6 +516,7 @@ for round in $(seq 1 "$ROUNDS"); do
         [[ $mode == fixed ]] && prime "$gateway"
         connections=$CONNECTIONS
         [[ $kind == latency ]] && connections=$LATENCY_CONNECTIONS
+        [[ $BESIDE == 1 && $kind == throughput ]] && measure_beside
         measure "$name" "$kind" "$gateway" "$mode" "$connections" "$admin"
         if [[ $kind == throughput && $SYSCALLS != 0 && $round == 1 ]]; then
           count_syscalls "$name" "$gateway_pid" "$gateway" "$mode" gateway_answered
@@ -503,6 +528,10 @@ for round in $(seq 1 "$ROUNDS"); do
       fi
     done
   done
+  if [[ $BESIDE == 1 ]]; then
+    measure_beside
+    stop_pid "$nginx_pid"
+  fi
 done
 plain_proxy=0
 
@@ -583,8 +612,13 @@ if [[ -s $work/allocs ]]; then
 fi
 awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="$ceiling" \
   -v rounds="$ROUNDS" '
+  $1 == "nginx-beside" {
+    beside[$9, $10] = $3; beside_all[++beside_n] = $3
+    if ($8 != "-") { gsub(/_/, " ", $8); problems[$1] = problems[$1] " " $2 ": " $8 ";" }
+    next }
   { key = $1 " " $2; k = ++runs_of[key]
     rps_of[key, k] = $3; p50_of[key, k] = $4; p99_of[key, k] = $5; round_rps[key, $9] = $3
+    if ($10 > 0) beside_of[key, $9] = $10
     non2xx[$1] += $6; sock[$1] += $7
     if ($8 != "-") { gsub(/_/, " ", $8); problems[$1] = problems[$1] " " $2 ": " $8 ";" }
     if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
@@ -613,7 +647,27 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
     print ""
     print "req/s: " conns " connections; p50/p99: " latency_conns " connection(s), one request at" \
       " a time; p99 loaded: the req/s run; x nginx: req/s as a ratio to nginx" \
+      (beside_n ? " measured beside the case (the mean of its runs just before and after)" : "") \
       (rounds > 1 ? "; medians of " rounds " rounds" : "")
+    if (beside_n) {
+      lo = hi = beside_all[1]
+      for (i = 2; i <= beside_n; i++) {
+        if (beside_all[i] < lo) lo = beside_all[i]
+        if (beside_all[i] > hi) hi = beside_all[i]
+      }
+      printf "nginx beside the cases: %d runs, %.0f to %.0f req/s (%.2fx of its own best: the" \
+        " drift of this machine within the run)\n", beside_n, lo, hi, lo / hi
+    }
+    split("idem-passthrough idem-memory-first idem-sqlite-first idem-sqlite-full-first", fc, " ")
+    for (i = 1; i <= 4; i++) {
+      if (!(fc[i] in seen) || rounds == 1) continue
+      line = ""
+      for (r = 1; r <= rounds; r++) {
+        v = round_ratio(fc[i], "nginx", r)
+        line = line (v > 0 ? sprintf(" %.3f", v) : " -")
+      }
+      printf "%s x nginx by round:%s\n", fc[i], line
+    }
     print ""
     print "shared stores against the memory store:"
     for (i = 1; i <= n; i++) {
@@ -668,15 +722,26 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
     return n % 2 ? sorted[(n + 1) / 2] : (sorted[n / 2] + sorted[n / 2 + 1]) / 2
   }
   # The throughput of case a over that of case b: the median over the rounds that measured both.
-  function ratio(a, b,    r, n, ratios) {
+  function ratio(a, b,    r, n, v, ratios) {
     n = 0
     for (r = 1; r <= rounds; r++) {
-      if (((a " throughput", r) in round_rps) && ((b " throughput", r) in round_rps) &&
-          round_rps[b " throughput", r] > 0) {
-        ratios["", ++n] = round_rps[a " throughput", r] / round_rps[b " throughput", r]
-      }
+      v = round_ratio(a, b, r)
+      if (v > 0) ratios["", ++n] = v
     }
     return n ? median(ratios, "", n) : 0
+  }
+  # The throughput of case a over that of case b in round r, 0 if either is missing. Against
+  # nginx, with nginx runs beside a (BESIDE=1), the reference is the mean of the runs just
+  # before and after a.
+  function round_ratio(a, b, r,    s, ref) {
+    if (!((a " throughput", r) in round_rps)) return 0
+    if (b == "nginx" && ((a " throughput", r) in beside_of)) {
+      s = beside_of[a " throughput", r]
+      ref = ((r, s + 1) in beside) ? (beside[r, s] + beside[r, s + 1]) / 2 : beside[r, s]
+      return ref > 0 ? round_rps[a " throughput", r] / ref : 0
+    }
+    if (!((b " throughput", r) in round_rps) || round_rps[b " throughput", r] <= 0) return 0
+    return round_rps[a " throughput", r] / round_rps[b " throughput", r]
   }
   function aim(c, what, value, bound, unit, at_most) {
     if (!(c in seen)) return
