@@ -661,12 +661,15 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
     split("idem-passthrough idem-memory-first idem-sqlite-first idem-sqlite-full-first", fc, " ")
     for (i = 1; i <= 4; i++) {
       if (!(fc[i] in seen) || rounds == 1) continue
-      line = ""
+      line = first = ""
       for (r = 1; r <= rounds; r++) {
         v = round_ratio(fc[i], "nginx", r)
         line = line (v > 0 ? sprintf(" %.3f", v) : " -")
+        v = round_ratio(fc[i], "nginx-first", r)
+        first = first (v > 0 ? sprintf(" %.3f", v) : " -")
       }
-      printf "%s x nginx by round:%s\n", fc[i], line
+      printf "%s x nginx by round:%s%s\n", fc[i], line,
+        beside_n ? " (against the first nginx run of the round:" first ")" : ""
     }
     print ""
     print "shared stores against the memory store:"
@@ -732,10 +735,12 @@ awk -v conns="$CONNECTIONS" -v latency_conns="$LATENCY_CONNECTIONS" -v ceiling="
   }
   # The throughput of case a over that of case b in round r, 0 if either is missing. Against
   # nginx, with nginx runs beside a (BESIDE=1), the reference is the mean of the runs just
-  # before and after a.
+  # before and after a; b = "nginx-first" is the first nginx run of the round all the same.
   function round_ratio(a, b, r,    s, ref) {
     if (!((a " throughput", r) in round_rps)) return 0
-    if (b == "nginx" && ((a " throughput", r) in beside_of)) {
+    if (b == "nginx-first") {
+      b = "nginx"
+    } else if (b == "nginx" && ((a " throughput", r) in beside_of)) {
       s = beside_of[a " throughput", r]
       ref = ((r, s + 1) in beside) ? (beside[r, s] + beside[r, s + 1]) / 2 : beside[r, s]
       return ref > 0 ? round_rps[a " throughput", r] / ref : 0
