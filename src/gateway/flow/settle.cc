@@ -83,11 +83,10 @@ void CompleteKeyAtOnce(Services& s, const asio::any_io_executor& executor,
                        const RoutePolicy& route, const Scope& scope,
                        const Fingerprint& fingerprint, FencingToken token,
                        const StoredResponse& stored, const Trace& trace) {
-  Result<CompleteOutcome> completed = InternalError("not completed");
-  {
-    StoreTimer timer{s.metrics};
-    completed = s.store.store().Complete(scope, token, stored, route.retention);
-  }
+  const Result<CompleteOutcome> completed = [&] {
+    StoreTimer timer{s.metrics};  // stops as the lambda returns, after the call
+    return s.store.store().Complete(scope, token, stored, route.retention);
+  }();
   AfterComplete(s, executor, route, scope, fingerprint, token, stored, trace, completed);
 }
 
