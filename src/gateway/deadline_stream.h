@@ -17,11 +17,12 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/basic_waitable_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 
+#include "core/coarse_clock.h"
 #include "gateway/http.h"
 #include "gateway/receive_when_readable.h"
 
@@ -29,7 +30,9 @@ namespace idem::gateway {
 
 class DeadlineStream {
  public:
-  using Clock = std::chrono::steady_clock;
+  // Deadlines are seconds long and set for every operation: the coarse clock (a tick late at
+  // most) is precise enough and costs a fraction of the precise one.
+  using Clock = internal::CoarseClock;
   using executor_type = tcp::socket::executor_type;
 
   explicit DeadlineStream(tcp::socket socket);
@@ -44,8 +47,11 @@ class DeadlineStream {
   executor_type get_executor() noexcept { return state_->socket.get_executor(); }
   tcp::socket& socket() { return state_->socket; }
 
-  // The deadline of the operations that follow, until it is set again.
-  void expires_after(Clock::duration d) { state_->deadline = Clock::now() + d; }
+  // The deadline of the operations that follow, until it is set again: `d` from now, late by
+  // up to two ticks of the coarse clock, never early.
+  void expires_after(Clock::duration d) {
+    state_->deadline = Clock::now() + Clock::tick() + d;
+  }
   void expires_never() { state_->deadline = Clock::time_point::max(); }
 
   // The next read waits for the socket to be reported readable instead of trying it first
@@ -99,7 +105,7 @@ class DeadlineStream {
     void Fired(uint64_t generation, const boost::system::error_code& ec);
 
     tcp::socket socket;
-    asio::steady_timer watchdog;
+    asio::basic_waitable_timer<Clock> watchdog;
     Clock::time_point deadline = Clock::time_point::max();
     Clock::time_point armed_until{};  // meaningful while armed
     bool armed = false;

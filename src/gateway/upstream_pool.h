@@ -51,7 +51,7 @@ class UpstreamPool final : public Upstream {
     const asio::execution_context* loop;  // the event loop its socket belongs to
     beast::flat_buffer buffer;
     std::string write_scratch;  // WriteMessage's header buffer, reused by every request
-    std::chrono::steady_clock::time_point idle_since;
+    DeadlineStream::Clock::time_point idle_since;
   };
 
   UpstreamPool(tcp::resolver::results_type endpoints, std::string authority,
