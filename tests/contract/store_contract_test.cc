@@ -474,6 +474,28 @@ TEST_P(StoreContractTest, SweepRemovesExpiredRecordsAndKeepsLiveOnes) {
   }
 }
 
+// Retention times that arrive out of order (a longer one before shorter ones): each record goes
+// when its own time comes, never before, whatever order its times were written in.
+TEST_P(StoreContractTest, SweepRemovesEachRecordWhenItsOwnTimeComes) {
+  const int retention_minutes[] = {50, 10, 40, 20, 30};
+  for (int m : retention_minutes) {
+    const Scope scope = S("kept-" + std::to_string(m));
+    const FencingToken t = Token(Must(store_->Begin(scope, Fp("a"), kLease)));
+    (void)Must(store_->Complete(scope, t, Created(), minutes(m)));
+  }
+  for (int now = 10; now <= 50; now += 10) {
+    clock_->Advance(minutes(10));
+    const uint64_t removed = Must(store_->Sweep(clock_->Now()));
+    if (GetParam().sweep_counts) {
+      EXPECT_EQ(removed, 1u) << "at +" << now << " min";
+    }
+    for (int m : retention_minutes) {
+      EXPECT_EQ(Must(store_->Get(S("kept-" + std::to_string(m)))).has_value(), m > now)
+          << "retained " << m << " min, at +" << now << " min";
+    }
+  }
+}
+
 // ---- scopes ----------------------------------------------------------------------------------
 
 TEST_P(StoreContractTest, TheSameKeyInTwoTenantsStaysIndependent) {
