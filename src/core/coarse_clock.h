@@ -5,8 +5,11 @@
 // stamp counter. For deadlines and ages of seconds, read on every request (a connection's
 // timeouts, how long an upstream connection sat idle); not for latencies.
 //
-// A std::chrono clock: Asio's basic_waitable_timer takes it, and its time points count from
-// the same origin as steady_clock's on Linux (both are CLOCK_MONOTONIC).
+// A std::chrono clock whose time points count from the same origin as steady_clock's on Linux
+// (both are CLOCK_MONOTONIC): ToSteady converts one. A timer should wait on steady_clock, for
+// ToSteady(t), and the code it wakes compare steady_clock::now() with it: a coarse clock
+// read at the deadline may still be a tick short of it, and a timer that waits for the coarse
+// clock to get there wakes again and again until the next tick does.
 #pragma once
 
 #include <time.h>
@@ -26,6 +29,11 @@ struct CoarseClock {
     timespec ts{};
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // cannot fail for this clock id
     return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+  }
+
+  static std::chrono::steady_clock::time_point ToSteady(time_point t) noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(t.time_since_epoch()));
   }
 
   // One tick: the most now() lags the precise monotonic time. A deadline of now() + d may come

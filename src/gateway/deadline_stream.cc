@@ -30,7 +30,8 @@ void DeadlineStream::State::Arm(Clock::time_point at) {
   armed = true;
   armed_until = at;
   const uint64_t g = ++generation;
-  watchdog.expires_at(at);  // cancels the wait it replaces, whose handler then ignores it
+  // Cancels the wait it replaces, whose handler then ignores it.
+  watchdog.expires_at(Clock::ToSteady(at));
   watchdog.async_wait([weak = weak_from_this(), g](const boost::system::error_code& ec) {
     if (auto self = weak.lock()) self->Fired(g, ec);
   });
@@ -40,7 +41,8 @@ void DeadlineStream::State::Fired(uint64_t g, const boost::system::error_code& e
   if (g != generation) return;  // replaced by a wait for an earlier deadline
   armed = false;
   if (ec || pending == 0 || deadline == Clock::time_point::max()) return;
-  if (Clock::now() < deadline) {
+  // The precise time: the coarse clock may not have reached a deadline that has passed.
+  if (std::chrono::steady_clock::now() < Clock::ToSteady(deadline)) {
     Arm(deadline);
     return;
   }

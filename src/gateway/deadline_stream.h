@@ -17,7 +17,7 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/connect.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -30,8 +30,9 @@ namespace idem::gateway {
 
 class DeadlineStream {
  public:
-  // Deadlines are seconds long and set for every operation: the coarse clock (a tick late at
-  // most) is precise enough and costs a fraction of the precise one.
+  // Deadlines are seconds long and set for every operation: they are read from the coarse
+  // clock, precise enough and a fraction of the precise one's cost. The watchdog waits on
+  // steady_clock (CoarseClock::ToSteady), and looks at the precise time when it wakes.
   using Clock = internal::CoarseClock;
   using executor_type = tcp::socket::executor_type;
 
@@ -105,7 +106,7 @@ class DeadlineStream {
     void Fired(uint64_t generation, const boost::system::error_code& ec);
 
     tcp::socket socket;
-    asio::basic_waitable_timer<Clock> watchdog;
+    asio::steady_timer watchdog;
     Clock::time_point deadline = Clock::time_point::max();
     Clock::time_point armed_until{};  // meaningful while armed
     bool armed = false;

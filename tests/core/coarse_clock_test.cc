@@ -10,12 +10,7 @@ namespace {
 
 using std::chrono::steady_clock;
 
-// The coarse time as a steady_clock time point: both count CLOCK_MONOTONIC from its origin.
-steady_clock::time_point AsSteady(CoarseClock::time_point t) {
-  return steady_clock::time_point(
-      std::chrono::duration_cast<steady_clock::duration>(t.time_since_epoch()));
-}
-
+// ToSteady puts both on one time line: the coarse time, converted, is at most a tick behind.
 TEST(CoarseClockTest, LagsThePreciseClockByAtMostOneTickAndNeverLeadsIt) {
   const CoarseClock::duration tick = CoarseClock::tick();
   ASSERT_GT(tick, CoarseClock::duration::zero());
@@ -24,7 +19,7 @@ TEST(CoarseClockTest, LagsThePreciseClockByAtMostOneTickAndNeverLeadsIt) {
   // clock's own.
   auto least_lag = steady_clock::duration::max();
   for (int i = 0; i < 200; ++i) {
-    const steady_clock::time_point coarse = AsSteady(CoarseClock::now());
+    const steady_clock::time_point coarse = CoarseClock::ToSteady(CoarseClock::now());
     const steady_clock::time_point precise = steady_clock::now();
     ASSERT_LE(coarse, precise) << "the coarse clock read ahead of the precise one";
     least_lag = std::min(least_lag, precise - coarse);
