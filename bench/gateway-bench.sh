@@ -232,8 +232,9 @@ run_wrk() {
 runs=0
 beside_runs=0  # nginx runs beside the gateway cases so far (BESIDE=1), this round
 # One measurement: name, kind (throughput|latency), address, mode, connections, admin address
-# of a gateway or "-". Appends "name kind req/s p50_ms p99_ms non2xx socket_errors problem" to
-# $work/results, where problem is "-" or a reason with "_" for spaces.
+# of a gateway or "-". Appends "name kind req/s p50_ms p99_ms non2xx socket_errors problem
+# round beside" to $work/results, where problem is "-" or a reason with "_" for spaces and
+# beside the number of the nginx run beside it (measure_beside; 0 before the first).
 measure() {
   local name=$1 kind=$2 address=$3 mode=$4 connections=$5 admin=$6
   local before_exec after_exec before_out=(0 0 0) after_out=(0 0 0) r problem=() slack line
