@@ -32,7 +32,7 @@ UpstreamPool::UpstreamPool(tcp::resolver::results_type endpoints, std::string au
 
 std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle(
     const asio::execution_context* loop) {
-  const auto now = DeadlineStream::Clock::now();
+  const auto now = internal::CoarseClock::now();
   for (;;) {
     std::unique_ptr<Connection> c;
     {
@@ -45,7 +45,7 @@ std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle(
       idle_.erase(std::next(found).base());
     }
     // The upstream may close it. Coarse times: the age may read a tick short, so add one.
-    if (now - c->idle_since + DeadlineStream::Clock::tick() > options_.idle_timeout) continue;
+    if (now - c->idle_since + internal::CoarseClock::tick() > options_.idle_timeout) continue;
     // A closed or misbehaving connection is readable: EOF, a reset, or bytes nobody asked for.
     // One recv with MSG_DONTWAIT: asio's non_blocking(true) + receive cost an extra ioctl
     // (FIONBIO) per request.
@@ -57,7 +57,7 @@ std::unique_ptr<UpstreamPool::Connection> UpstreamPool::TakeIdle(
 }
 
 void UpstreamPool::PutIdle(std::unique_ptr<Connection> connection) {
-  connection->idle_since = DeadlineStream::Clock::now();
+  connection->idle_since = internal::CoarseClock::now();
   MutexLock lock(mu_);
   if (idle_.size() < options_.max_idle) idle_.push_back(std::move(connection));
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/coarse_clock.h"
 #include "gateway/deadline_stream.h"
 #include "gateway/http.h"
 #include "gateway/upstream.h"
@@ -51,7 +52,7 @@ class UpstreamPool final : public Upstream {
     const asio::execution_context* loop;  // the event loop its socket belongs to
     beast::flat_buffer buffer;
     std::string write_scratch;  // WriteMessage's header buffer, reused by every request
-    DeadlineStream::Clock::time_point idle_since;
+    internal::CoarseClock::time_point idle_since;  // coarse: an age of seconds
   };
 
   UpstreamPool(tcp::resolver::results_type endpoints, std::string authority,
