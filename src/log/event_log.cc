@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <iterator>
 #include <mutex>
@@ -64,13 +65,17 @@ class BufferedStdoutSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 void AppendRequestText(const RequestLogLine& l, spdlog::memory_buf_t& out) {
   // A format compiled ahead: fmt parses a run-time format string on every call. A latency no
-  // clock can produce (negative, NaN, infinite) is written as 0.
+  // clock can produce (negative, NaN, infinite) is written as 0. The latency is written with
+  // three decimals from whole microseconds: integers, where a float's formatting costs several
+  // hundred instructions more per line.
   const double ms = l.latency_ms > 0 && l.latency_ms < 1e12 ? l.latency_ms : 0.0;
+  const auto micros = static_cast<unsigned long long>(std::llround(ms * 1000.0));
   fmt::format_to(
       std::back_inserter(out),
-      FMT_COMPILE("request {} {} status={} outcome={} key={} token={} latency_ms={:.3f}"),
+      FMT_COMPILE("request {} {} status={} outcome={} key={} token={} latency_ms={}.{:03}"),
       l.method, l.path, l.status, l.outcome,
-      l.key_digest.empty() ? std::string_view("-") : l.key_digest, l.token, ms);
+      l.key_digest.empty() ? std::string_view("-") : l.key_digest, l.token, micros / 1000,
+      micros % 1000);
   if (!l.detail.empty()) {
     fmt::format_to(std::back_inserter(out), FMT_COMPILE(" detail={}"), l.detail);
   }
