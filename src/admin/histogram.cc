@@ -10,7 +10,6 @@ void Histogram::Observe(double seconds) {
   size_t i = 0;
   while (i < kBounds.size() && seconds > kBounds[i]) ++i;
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
   sum_micros_.fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
 }
 
@@ -25,7 +24,7 @@ void Histogram::Write(std::string& out, std::string_view name, std::string_view 
   out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
   out += fmt::format("{}_sum {}\n", name,
                      static_cast<double>(sum_micros_.load(std::memory_order_relaxed)) / 1e6);
-  out += fmt::format("{}_count {}\n", name, count_.load(std::memory_order_relaxed));
+  out += fmt::format("{}_count {}\n", name, cumulative);
 }
 
 }  // namespace idem::admin

@@ -25,8 +25,9 @@ class Histogram {
   void Write(std::string& out, std::string_view name, std::string_view help) const;
 
  private:
+  // The count is the buckets' sum, added up when written: one atomic add fewer per observation,
+  // and a _count that always equals the +Inf bucket.
   std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};
-  std::atomic<uint64_t> count_{0};
   std::atomic<uint64_t> sum_micros_{0};
 };
 
