@@ -166,10 +166,11 @@ Task<void> HandleAdmitted(Services& s, Request& request, const flow::Admission& 
 
 }  // namespace
 
-Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHangup* client) {
+Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHangup* client,
+                                  flow::TenantDigester* tenants) {
   flow::Trace trace(s, request);
   Response res;
-  const flow::Admission admission = flow::Admit(s.options, request, trace.arrival());
+  const flow::Admission admission = flow::Admit(s.options, request, trace.arrival(), tenants);
   if (admission.kind == flow::Admission::Kind::kPassthrough) {
     co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough, res);
     co_return std::move(res);

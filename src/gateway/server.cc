@@ -244,6 +244,7 @@ class Server {
     const ReaderLimits& limits = admin ? admin_limits_ : client_limits_;
     beast::flat_buffer buffer(ReaderBufferLimit(limits));
     std::string write_scratch;  // WriteMessage's header buffer, reused by every response
+    flow::TenantDigester tenants;  // the digest of the credential the last request carried
     boost::system::error_code ec;
     for (bool first = true;; first = false) {
       if (!first && buffer.size() == 0) {
@@ -282,7 +283,7 @@ class Server {
         response = co_await admin::AnswerAdminRequest(admin_routes_, request);
       } else {
         SocketHangup hangup(stream.socket());
-        response = co_await HandleProxyRequest(services_, request, &hangup);
+        response = co_await HandleProxyRequest(services_, request, &hangup, &tenants);
       }
       if (draining_ || !client_keep_alive) response.keep_alive(false);
       stream.expires_after(options_.client_read_timeout);

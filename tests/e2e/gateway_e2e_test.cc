@@ -190,6 +190,26 @@ TEST_F(GatewayTest, TheSameKeyUnderTwoTenantsIsTwoRequests) {
   EXPECT_EQ(Executions("shared"), 2);
 }
 
+// A connection remembers the digest of the credential its last request carried: requests of
+// two tenants taking turns on one keep-alive connection still get a tenant each.
+TEST_F(GatewayTest, TwoTenantsTakingTurnsOnOneConnectionStayApart) {
+  StartGateway();
+  std::string requests;
+  for (const char* tenant : {"tenant-a", "tenant-b", "tenant-a", "tenant-b"}) {
+    requests += std::string("POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: turns\r\n") +
+                "Authorization: Bearer " + tenant + "\r\nContent-Length: 4\r\n\r\nsame";
+  }
+  requests += "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  const std::string answer = RawExchange(gateway_address_, requests, 5s);
+  std::vector<std::string> replayed;  // each response's Idempotent-Replayed, in order
+  for (size_t at = answer.find("Idempotent-Replayed: "); at != std::string::npos;
+       at = answer.find("Idempotent-Replayed: ", at + 1)) {
+    replayed.push_back(answer.substr(at + 21, answer.find('\r', at) - at - 21));
+  }
+  EXPECT_EQ(replayed, (std::vector<std::string>{"false", "false", "true", "true"})) << answer;
+  EXPECT_EQ(Executions("turns"), 2);
+}
+
 TEST_F(GatewayTest, FiftyConcurrentDuplicatesExecuteOnce) {
   StartGateway();
   constexpr int kClients = 50;

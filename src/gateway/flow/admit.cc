@@ -37,7 +37,8 @@ Cause CauseOf(KeyAgeVerdict verdict) {
 
 }  // namespace
 
-Admission Admit(const GatewayOptions& options, Request& request, TimePoint now) {
+Admission Admit(const GatewayOptions& options, Request& request, TimePoint now,
+                TenantDigester* tenants) {
   Admission admission;
   const std::string_view target = request.target();
   admission.route =
@@ -91,7 +92,8 @@ Admission Admit(const GatewayOptions& options, Request& request, TimePoint now) 
   // holds a credential.
   std::string tenant;
   if (tenant_field != request.end()) {
-    auto digest = Sha256Hex(tenant_field->value());
+    const std::string_view credential = tenant_field->value();
+    auto digest = tenants != nullptr ? tenants->DigestOf(credential) : Sha256Hex(credential);
     // Never fall back to the anonymous tenant: that would let a key cross tenants.
     if (!digest.ok()) return Fail(std::move(admission), digest.status(), "cannot digest the tenant");
     tenant = std::move(*digest);

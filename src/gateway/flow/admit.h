@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "gateway/flow/tenant_digest.h"
 #include "gateway/http.h"
 #include "gateway/problem.h"
 #include "idem/gateway_options.h"
@@ -37,7 +38,9 @@ struct Admission {
 // Admits `request` at time `now` (the gateway's clock, for the retention guard). Also prepares
 // the request for the upstream: a client's own fencing-token header is removed (only the gateway
 // issues tokens) and the hop-by-hop headers go, before the fingerprint is taken, so that the
-// fingerprint covers only what the upstream will receive. Never throws.
-Admission Admit(const GatewayOptions& options, Request& request, TimePoint now);
+// fingerprint covers only what the upstream will receive. The tenant's digest comes from
+// `tenants` (the connection's; may be null: digested afresh). Never throws.
+Admission Admit(const GatewayOptions& options, Request& request, TimePoint now,
+                TenantDigester* tenants = nullptr);
 
 }  // namespace idem::gateway::flow

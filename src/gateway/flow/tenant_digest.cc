@@ -1,0 +1,22 @@
+#include "gateway/flow/tenant_digest.h"
+
+#include <openssl/crypto.h>
+
+#include "idem/fingerprint.h"
+
+namespace idem::gateway::flow {
+
+Result<std::string> TenantDigester::DigestOf(std::string_view credential) {
+  if (has_last_ && credential.size() == credential_.size() &&
+      CRYPTO_memcmp(credential.data(), credential_.data(), credential.size()) == 0) {
+    return digest_;
+  }
+  auto digest = Sha256Hex(credential);
+  if (!digest.ok()) return digest.status();
+  credential_.assign(credential);
+  digest_ = *digest;
+  has_last_ = true;
+  return digest;
+}
+
+}  // namespace idem::gateway::flow
