@@ -9,9 +9,10 @@
 #include <queue>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include <boost/unordered/unordered_flat_map.hpp>
+#include <boost/unordered/unordered_flat_set.hpp>
 
 #include "core/mutex.h"
 #include "core/record_machine.h"
@@ -27,29 +28,55 @@ namespace {
 using internal::BeginAction;
 using internal::RecordHead;
 
-struct Entry {
+class EntryRef;
+
+// A record: its key's hash, its state, times and response, and its key's bytes right after it,
+// in the same allocation. Referenced by its slot in the shard's table and by its representatives
+// in the expiry queues (EntryRef, counted under the shard's lock); freed with the last
+// reference.
+class Entry {
+ public:
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+
+  std::string_view key() const { return {reinterpret_cast<const char*>(this + 1), key_size_}; }
+  size_t hash() const { return hash_; }
+
   RecordHead head;
   TimePoint created_at;
-  // The time of this record's representative in the shard's expiry heap (see Shard).
+  // The time of this record's representative in the shard's expiry queues (see Shard).
   TimePoint queued_at;
   // The response in one buffer (internal::EncodeResponse): one allocation per completion.
   std::string response;
   // A completed record's response decoded, made by the first ReplayShared and handed to every
   // later one; null until then, and whenever `response` changes (SetResponse).
   std::shared_ptr<const StoredResponse> replay;
+  // False once the record has left the table (expired, released or purged): its
+  // representatives still queued are dropped as they come due.
+  bool in_table = true;
 
   void SetResponse(std::string encoded) {
     response = std::move(encoded);
     replay.reset();
   }
+
+ private:
+  friend class EntryRef;
+  Entry(size_t key_size, size_t hash) : key_size_(key_size), hash_(hash) {}
+  ~Entry() = default;
+
+  size_t key_size_;
+  size_t hash_;
+  uint32_t refs_ = 0;
 };
 
 // A key's bytes and their hash, computed once per call: the hash picks the shard and the
-// bucket, and a bucket's other keys are told apart by their hashes before their bytes.
+// table's group, and a group's other keys are told apart by their hashes before their bytes.
 class HashedKey {
  public:
   explicit HashedKey(std::string_view bytes)
       : bytes_(bytes), hash_(std::hash<std::string_view>{}(bytes)) {}
+  explicit HashedKey(const Entry& entry) : bytes_(entry.key()), hash_(entry.hash()) {}
   std::string_view view() const { return bytes_; }
   size_t hash() const { return hash_; }
 
@@ -58,42 +85,69 @@ class HashedKey {
   size_t hash_;
 };
 
-// A record's key, shared by its entry in the map and its representatives in the expiry heap:
-// one allocation per record however often it is queued. Copies share the bytes. It keeps its
-// hash: walking a bucket then never reads (or hashes again) another record's bytes.
-class SharedKey {
+// A counted reference to an Entry. Not atomic: every copy is made and dropped under the lock of
+// the entry's shard (or, in the store's destructor, by the one thread left).
+class EntryRef {
  public:
-  explicit SharedKey(const HashedKey& key)
-      : size_(key.view().size()), hash_(key.hash()), bytes_(std::make_shared<char[]>(size_)) {
-    if (size_ != 0) std::memcpy(bytes_.get(), key.view().data(), size_);
+  // A new entry for `key`, not in any table yet.
+  static EntryRef New(const HashedKey& key) {
+    void* memory = ::operator new(sizeof(Entry) + key.view().size());
+    auto* entry = new (memory) Entry(key.view().size(), key.hash());
+    char* bytes = static_cast<char*>(memory) + sizeof(Entry);  // where Entry::key() reads
+    if (!key.view().empty()) std::memcpy(bytes, key.view().data(), key.view().size());
+    return EntryRef(entry);
   }
-  std::string_view view() const { return {bytes_.get(), size_}; }
-  size_t hash() const { return hash_; }
+
+  EntryRef(const EntryRef& other) : entry_(other.entry_) { ++entry_->refs_; }
+  EntryRef(EntryRef&& other) noexcept : entry_(std::exchange(other.entry_, nullptr)) {}
+  EntryRef& operator=(EntryRef other) noexcept {
+    std::swap(entry_, other.entry_);
+    return *this;
+  }
+  ~EntryRef() {
+    if (entry_ != nullptr && --entry_->refs_ == 0) {
+      entry_->~Entry();
+      ::operator delete(entry_);
+    }
+  }
+
+  Entry& operator*() const { return *entry_; }
+  Entry* operator->() const { return entry_; }
 
  private:
-  size_t size_;
-  size_t hash_;
-  std::shared_ptr<char[]> bytes_;
+  explicit EntryRef(Entry* entry) : entry_(entry) { ++entry_->refs_; }
+  Entry* entry_;
 };
 
-// Hash and equality over HashedKey and SharedKey alike, so a lookup builds no key.
-struct KeyHash {
+// A record's slot in its shard's table: 16 bytes, the key's hash beside the entry, so that a
+// lookup compares hashes without reading an entry, and growing the table hashes no key again.
+struct Slot {
+  size_t hash;
+  EntryRef entry;
+};
+
+// Hash and equality over Slot and HashedKey alike, so a lookup builds no slot.
+inline size_t HashOf(const Slot& slot) { return slot.hash; }
+inline size_t HashOf(const HashedKey& key) { return key.hash(); }
+inline std::string_view BytesOf(const Slot& slot) { return slot.entry->key(); }
+inline std::string_view BytesOf(const HashedKey& key) { return key.view(); }
+struct SlotHash {
   using is_transparent = void;
   template <typename Key>
   size_t operator()(const Key& key) const {
-    return key.hash();
+    return HashOf(key);
   }
 };
-struct KeyEqual {
+struct SlotEqual {
   using is_transparent = void;
   template <typename A, typename B>
   bool operator()(const A& a, const B& b) const {
-    return a.hash() == b.hash() && a.view() == b.view();
+    return HashOf(a) == HashOf(b) && BytesOf(a) == BytesOf(b);
   }
 };
 
 // Scopes are stored under Scope::Encoded(); lookups encode into a per-thread buffer
-// (internal::ScopeLookupKey), so only an insertion allocates a key. The HashedKey points into
+// (internal::ScopeLookupKey), so only an insertion copies a key. The HashedKey points into
 // that buffer: it is used within the call that made it, before the thread's next lookup.
 HashedKey LookupKey(const Scope& scope) { return HashedKey(internal::ScopeLookupKey(scope)); }
 
@@ -106,7 +160,7 @@ Scope DecodeScope(std::string_view encoded) {
 
 struct Expiry {
   TimePoint at;
-  SharedKey key;
+  EntryRef entry;
   bool operator>(const Expiry& other) const { return at > other.at; }
 };
 
@@ -116,9 +170,9 @@ struct Expiry {
 // `Entry::queued_at`, no later than the moment the record may next need attention (its lease
 // deadline while in flight, its expiry once completed). Sweep pops due entries: an expired
 // record is deleted; a live one whose representative this is gets re-queued at its current time.
-// Entries that are no longer a representative are dropped. Representatives share the record's
-// key (SharedKey), so each record costs one key allocation and O(1) queue operations over its
-// life, and a sweep costs what came due.
+// Entries that are no longer a representative, or whose record has left the table, are dropped.
+// Representatives reference the record itself (EntryRef), so a record costs one allocation
+// (with its key) and O(1) queue operations over its life, and a sweep costs what came due.
 //
 // Two queues: a new claim's lease deadline is nearly always the latest time queued yet, so it
 // is appended to `in_order`, whose times never decrease and whose tail is all an append
@@ -126,26 +180,32 @@ struct Expiry {
 // each new entry with its parent, half the heap away: on a table of many records, a cache miss
 // per claim.
 //
-// Thread safety: every member is guarded by `mu`.
+// Thread safety: every member, and every EntryRef of the shard's records, is guarded by `mu`.
 struct Shard {
   Mutex mu;
   // Open addressing: a lookup reads a group of one-byte hash tags, then the one slot they
-  // point to, where a chained map follows a bucket pointer to a node. The entry lives behind a
-  // pointer so that growing the table moves 40-byte slots, not whole records.
-  boost::unordered_flat_map<SharedKey, std::unique_ptr<Entry>, KeyHash, KeyEqual> records
-      IDEM_GUARDED_BY(mu);
+  // point to. Slots are small (a hash and a pointer), so that more of the table stays in cache
+  // when it holds many records.
+  boost::unordered_flat_set<Slot, SlotHash, SlotEqual> records IDEM_GUARDED_BY(mu);
   std::deque<Expiry> in_order IDEM_GUARDED_BY(mu);
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> out_of_order
       IDEM_GUARDED_BY(mu);
   FencingToken last_token IDEM_GUARDED_BY(mu) = 0;
 
-  void Queue(Entry& entry, TimePoint at, SharedKey key) IDEM_REQUIRES(mu) {
-    entry.queued_at = at;
+  void Queue(const EntryRef& entry, TimePoint at) IDEM_REQUIRES(mu) {
+    entry->queued_at = at;
     if (in_order.empty() || in_order.back().at <= at) {
-      in_order.push_back({at, std::move(key)});
+      in_order.push_back({at, entry});
     } else {
-      out_of_order.push({at, std::move(key)});
+      out_of_order.push({at, entry});
     }
+  }
+
+  // Removes the record at `it` from the table (its queued representatives drop it later).
+  void Erase(boost::unordered_flat_set<Slot, SlotHash, SlotEqual>::iterator it)
+      IDEM_REQUIRES(mu) {
+    it->entry->in_table = false;
+    records.erase(it);
   }
 
   // Takes the earliest representative due at `now` off its queue; nullopt if none is due.
@@ -189,12 +249,13 @@ class MemoryStore final : public Store,
                                    const StoredResponse& response, Duration ttl) override {
     IDEM_RETURN_IF_ERROR(internal::CheckTtl(ttl));
     return WriteResponse(scope, token, response,
-                         [&](Shard& shard, Entry& entry, TimePoint now, const SharedKey& key) {
+                         [&](Shard& shard, const EntryRef& ref, TimePoint now) {
                            shard.mu.AssertHeld();
+                           Entry& entry = *ref;
                            entry.head.state = RecordState::kCompleted;
                            entry.head.expires_at = now + ttl;
                            if (entry.head.expires_at < entry.queued_at)
-                             shard.Queue(entry, entry.head.expires_at, key);
+                             shard.Queue(ref, entry.head.expires_at);
                          });
   }
 
@@ -203,7 +264,8 @@ class MemoryStore final : public Store,
     IDEM_RETURN_IF_ERROR(internal::CheckLease(lease));
     // The representative stays due at the old deadline; the sweep then re-queues it.
     return WriteResponse(scope, token, accepted,
-                         [&](Shard&, Entry& entry, TimePoint now, const SharedKey&) {
+                         [&](Shard&, const EntryRef& ref, TimePoint now) {
+                           Entry& entry = *ref;
                            entry.head.lease_deadline = now + lease;
                            entry.head.expires_at =
                                internal::InFlightExpiry(entry.head.lease_deadline, options_);
@@ -213,7 +275,7 @@ class MemoryStore final : public Store,
   Result<ReleaseOutcome> Release(const Scope& scope, FencingToken token) override {
     const bool owned = IfOwned(scope, token, [](Shard& shard, auto it, TimePoint) {
       shard.mu.AssertHeld();
-      shard.records.erase(it);
+      shard.Erase(it);
     });
     return owned ? ReleaseOutcome::kReleased : ReleaseOutcome::kFenced;
   }
@@ -224,12 +286,12 @@ class MemoryStore final : public Store,
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::IsLive(it->second->head, now)) {
+    if (it == shard.records.end() || !internal::IsLive(it->entry->head, now)) {
       return std::optional<Record>();
     }
-    const Entry& entry = *it->second;
+    const Entry& entry = *it->entry;
     Record record;
-    record.scope = DecodeScope(it->first.view());
+    record.scope = DecodeScope(entry.key());
     record.fingerprint = entry.head.fingerprint;
     record.state = entry.head.state;
     record.token = entry.head.token;
@@ -252,8 +314,8 @@ class MemoryStore final : public Store,
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) return false;
-    const bool live = internal::IsLive(it->second->head, now);
-    shard.records.erase(it);
+    const bool live = internal::IsLive(it->entry->head, now);
+    shard.Erase(it);
     return live;
   }
 
@@ -271,17 +333,15 @@ class MemoryStore final : public Store,
           if (!popped) break;
           Expiry& due = *popped;
           ++n;
-          auto it = shard.records.find(due.key);
-          if (it == shard.records.end()) continue;
-          Entry& entry = *it->second;
+          Entry& entry = *due.entry;
+          if (!entry.in_table) continue;
           if (!internal::IsLive(entry.head, now)) {
-            shard.records.erase(it);
+            shard.Erase(shard.records.find(HashedKey(entry)));
             ++removed;
           } else if (entry.queued_at == due.at) {
             const bool leased = entry.head.state == RecordState::kInFlight &&
                                 now < entry.head.lease_deadline;
-            shard.Queue(entry, leased ? entry.head.lease_deadline : entry.head.expires_at,
-                        std::move(due.key));
+            shard.Queue(due.entry, leased ? entry.head.lease_deadline : entry.head.expires_at);
           }
         }
         more = n == kBatch;
@@ -304,7 +364,7 @@ class MemoryStore final : public Store,
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
     if (it == shard.records.end()) return nullptr;
-    Entry& entry = *it->second;
+    Entry& entry = *it->entry;
     if (internal::DecideBegin(&entry.head, fingerprint, now).action != BeginAction::kReplay) {
       return nullptr;
     }
@@ -323,33 +383,33 @@ class MemoryStore final : public Store,
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
-    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->second->head;
+    const RecordHead* existing = it == shard.records.end() ? nullptr : &it->entry->head;
     const auto decision = internal::DecideBegin(existing, fingerprint, now);
     switch (decision.action) {
       case BeginAction::kMismatch:
         return BeginOutcome(Mismatch{});
       case BeginAction::kReplay: {
         if (shared != nullptr) {
-          const Status decoded = DecodeReplay(*it->second);
+          const Status decoded = DecodeReplay(*it->entry);
           if (!decoded.ok()) return decoded.WithContext("begin " + scope.Digest());
-          *shared = it->second->replay;
+          *shared = it->entry->replay;
           return BeginOutcome(Replay{});
         }
-        auto response = internal::DecodeResponse(it->second->response);
+        auto response = internal::DecodeResponse(it->entry->response);
         if (!response.ok()) return response.status().WithContext("begin " + scope.Digest());
         return BeginOutcome(Replay{std::move(*response)});
       }
       case BeginAction::kInFlight: {
         InFlight in_flight{decision.retry_after, std::nullopt};
-        if (!it->second->response.empty()) {  // an accepted long-running operation
-          auto accepted = internal::DecodeResponse(it->second->response);
+        if (!it->entry->response.empty()) {  // an accepted long-running operation
+          auto accepted = internal::DecodeResponse(it->entry->response);
           if (!accepted.ok()) return accepted.status().WithContext("begin " + scope.Digest());
           in_flight.accepted = std::move(*accepted);
         }
         return BeginOutcome(std::move(in_flight));
       }
       case BeginAction::kTakeOver: {
-        Entry& entry = *it->second;
+        Entry& entry = *it->entry;
         const FencingToken previous = entry.head.token;
         entry.SetResponse({});  // the new attempt has accepted nothing yet
         entry.head.token = ++shard.last_token;
@@ -361,9 +421,9 @@ class MemoryStore final : public Store,
       }
       case BeginAction::kAcquire: {
         if (it == shard.records.end()) {
-          it = shard.records.emplace(SharedKey(key), std::make_unique<Entry>()).first;
+          it = shard.records.insert(Slot{key.hash(), EntryRef::New(key)}).first;
         }
-        Entry& entry = *it->second;
+        Entry& entry = *it->entry;
         entry.head.fingerprint = fingerprint;
         entry.head.state = RecordState::kInFlight;
         entry.head.token = ++shard.last_token;
@@ -371,7 +431,7 @@ class MemoryStore final : public Store,
         entry.head.expires_at = internal::InFlightExpiry(entry.head.lease_deadline, options_);
         entry.created_at = now;
         entry.SetResponse({});
-        shard.Queue(entry, entry.head.lease_deadline, it->first);
+        shard.Queue(it->entry, entry.head.lease_deadline);
         return BeginOutcome(Acquired{entry.head.token});
       }
     }
@@ -397,7 +457,7 @@ class MemoryStore final : public Store,
     const TimePoint now = options_.clock->Now();
     MutexLock lock(shard.mu);
     auto it = shard.records.find(key);
-    if (it == shard.records.end() || !internal::OwnsInFlight(&it->second->head, token, now)) {
+    if (it == shard.records.end() || !internal::OwnsInFlight(&it->entry->head, token, now)) {
       return false;
     }
     write(shard, it, now);
@@ -405,15 +465,15 @@ class MemoryStore final : public Store,
   }
 
   // Stores `response` (encoded outside the lock) in the record `token` owns, and lets `update`
-  // (called under the shard's lock with the shard, the record, the time and the record's key)
-  // set its state and times. kFenced: the token does not own the record.
+  // (called under the shard's lock with the shard, a reference to the record and the time) set
+  // its state and times. kFenced: the token does not own the record.
   template <typename Update>
   CompleteOutcome WriteResponse(const Scope& scope, FencingToken token,
                                 const StoredResponse& response, Update update) {
     std::string encoded = internal::EncodeResponse(response);
     const bool owned = IfOwned(scope, token, [&](Shard& shard, auto it, TimePoint now) {
-      it->second->SetResponse(std::move(encoded));
-      update(shard, *it->second, now, it->first);
+      it->entry->SetResponse(std::move(encoded));
+      update(shard, it->entry, now);
     });
     return owned ? CompleteOutcome::kOk : CompleteOutcome::kFenced;
   }
