@@ -1,6 +1,7 @@
 // CoarseClock: a steady clock read from CLOCK_MONOTONIC_COARSE, the monotonic time as of the
 // kernel's last timer tick. It lags the precise monotonic clock by up to one tick (1 to 10 ms,
-// by the kernel's configuration; 4 ms on a common one) and never goes back, and reading it
+// by the kernel's configuration; 4 ms on a common one), more while a tick is itself late (on a
+// busy virtual machine, by a millisecond or so now and then), and never goes back; reading it
 // costs a few nanoseconds against some twenty for the precise one, which reads the CPU's time
 // stamp counter. For deadlines and ages of seconds, read on every request (a connection's
 // timeouts, how long an upstream connection sat idle); not for latencies.
@@ -36,8 +37,9 @@ struct CoarseClock {
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(t.time_since_epoch()));
   }
 
-  // One tick: the most now() lags the precise monotonic time. A deadline of now() + d may come
-  // that much early, and an age now() - t read that much short; adding it errs the other way.
+  // One tick: how far now() lags the precise monotonic time, unless a tick is late. A deadline
+  // of now() + d may come that much early, and an age now() - t read that much short; adding
+  // it errs the other way (except by a late tick's delay).
   static duration tick() noexcept {
     static const duration resolution = [] {
       timespec res{};

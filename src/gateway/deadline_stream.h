@@ -49,7 +49,8 @@ class DeadlineStream {
   tcp::socket& socket() { return state_->socket; }
 
   // The deadline of the operations that follow, until it is set again: `d` from now, late by
-  // up to two ticks of the coarse clock, never early.
+  // up to two ticks of the coarse clock; early only while the kernel's tick is itself late, by
+  // that delay (CoarseClock).
   void expires_after(Clock::duration d) {
     state_->deadline = Clock::now() + Clock::tick() + d;
   }

@@ -10,8 +10,11 @@ namespace {
 
 using std::chrono::steady_clock;
 
-// ToSteady puts both on one time line: the coarse time, converted, is at most a tick behind.
-TEST(CoarseClockTest, LagsThePreciseClockByAtMostOneTickAndNeverLeadsIt) {
+// ToSteady puts both on one time line: the coarse time, converted, is never ahead of the precise
+// one, and behind it by about a tick. A tick can be late (on a busy virtual machine, by a
+// millisecond or so), so the bound checked is loose: it catches a clock on another time line or
+// in other units, not a late tick.
+TEST(CoarseClockTest, LagsThePreciseClockAndNeverLeadsIt) {
   const CoarseClock::duration tick = CoarseClock::tick();
   ASSERT_GT(tick, CoarseClock::duration::zero());
   ASSERT_LE(tick, std::chrono::milliseconds(10));
@@ -24,7 +27,7 @@ TEST(CoarseClockTest, LagsThePreciseClockByAtMostOneTickAndNeverLeadsIt) {
     ASSERT_LE(coarse, precise) << "the coarse clock read ahead of the precise one";
     least_lag = std::min(least_lag, precise - coarse);
   }
-  EXPECT_LE(least_lag, tick);
+  EXPECT_LT(least_lag, 10 * tick);
 }
 
 TEST(CoarseClockTest, NeverGoesBack) {
