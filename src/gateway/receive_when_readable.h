@@ -12,11 +12,11 @@
 // then on exactly like async_receive (partial reads, end of stream, errors, cancellation).
 //
 // Precondition, the caller's to keep: since the caller last saw the socket empty (a recv that
-// returned EAGAIN, or a poll that found nothing to read, as the upstream pool's probe does), this
-// thread has not returned to the event loop. Whatever arrived after that look is then still to
-// be reported by epoll, and the receive gets it. Readiness that epoll reported while no receive was queued is not reported
-// again: a receive started after such a report would wait for data that may never come (until
-// its deadline).
+// returned EAGAIN, or a poll that found nothing to read, as the upstream pool's probe does),
+// this thread has not returned to the event loop. Whatever arrived after that look is then
+// still to be reported by epoll, and the receive gets it. Readiness that epoll reported while
+// no receive was queued is not reported again: a receive started after such a report would
+// wait for data that may never come (until its deadline).
 //
 // Built on the internals of Asio 1.26 (Boost 1.81, Debian 12), its epoll reactor's start_op and
 // reactor_op: another version or reactor fails to compile here, to be checked before use.

@@ -6,6 +6,8 @@
 
 namespace idem::gateway::flow {
 
+TenantDigester::~TenantDigester() { OPENSSL_cleanse(credential_.data(), credential_.size()); }
+
 Result<std::string> TenantDigester::DigestOf(std::string_view credential) {
   if (has_last_ && credential.size() == credential_.size() &&
       CRYPTO_memcmp(credential.data(), credential_.data(), credential.size()) == 0) {
@@ -13,6 +15,7 @@ Result<std::string> TenantDigester::DigestOf(std::string_view credential) {
   }
   auto digest = Sha256Hex(credential);
   if (!digest.ok()) return digest.status();
+  OPENSSL_cleanse(credential_.data(), credential_.size());
   credential_.assign(credential);
   digest_ = *digest;
   has_last_ = true;

@@ -6,7 +6,8 @@
 // The credential is compared with the one kept in constant time (CRYPTO_memcmp): when one
 // connection carries several tenants' requests (a shared proxy in front of the gateway), the
 // time a request takes does not tell how much of the previous one's credential it matched.
-// Only whether the two lengths are equal shows.
+// Only whether the two lengths are equal shows. The credential kept is wiped (OPENSSL_cleanse)
+// when another replaces it and when the connection ends.
 //
 // Thread safety: none; one per connection.
 #pragma once
@@ -20,6 +21,11 @@ namespace idem::gateway::flow {
 
 class TenantDigester {
  public:
+  TenantDigester() = default;
+  TenantDigester(const TenantDigester&) = delete;
+  TenantDigester& operator=(const TenantDigester&) = delete;
+  ~TenantDigester();
+
   // Sha256Hex(credential), from the last call's result when `credential` is the same.
   Result<std::string> DigestOf(std::string_view credential);
 
