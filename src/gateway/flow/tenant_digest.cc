@@ -9,7 +9,7 @@ namespace idem::gateway::flow {
 TenantDigester::~TenantDigester() { OPENSSL_cleanse(credential_.data(), credential_.size()); }
 
 Result<std::string> TenantDigester::DigestOf(std::string_view credential) {
-  if (has_last_ && credential.size() == credential_.size() &&
+  if (!digest_.empty() && credential.size() == credential_.size() &&
       CRYPTO_memcmp(credential.data(), credential_.data(), credential.size()) == 0) {
     return digest_;
   }
@@ -18,7 +18,6 @@ Result<std::string> TenantDigester::DigestOf(std::string_view credential) {
   OPENSSL_cleanse(credential_.data(), credential_.size());
   credential_.assign(credential);
   digest_ = *digest;
-  has_last_ = true;
   return digest;
 }
 

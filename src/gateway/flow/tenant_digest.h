@@ -30,9 +30,8 @@ class TenantDigester {
   Result<std::string> DigestOf(std::string_view credential);
 
  private:
-  bool has_last_ = false;
   std::string credential_;
-  std::string digest_;
+  std::string digest_;  // empty until the first digest (a digest is never empty)
 };
 
 }  // namespace idem::gateway::flow

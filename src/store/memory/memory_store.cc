@@ -182,11 +182,13 @@ struct Expiry {
 //
 // Thread safety: every member, and every EntryRef of the shard's records, is guarded by `mu`.
 struct Shard {
+  using Table = boost::unordered_flat_set<Slot, SlotHash, SlotEqual>;
+
   Mutex mu;
   // Open addressing: a lookup reads a group of one-byte hash tags, then the one slot they
   // point to. Slots are small (a hash and a pointer), so that more of the table stays in cache
   // when it holds many records.
-  boost::unordered_flat_set<Slot, SlotHash, SlotEqual> records IDEM_GUARDED_BY(mu);
+  Table records IDEM_GUARDED_BY(mu);
   std::deque<Expiry> in_order IDEM_GUARDED_BY(mu);
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> out_of_order
       IDEM_GUARDED_BY(mu);
@@ -202,8 +204,7 @@ struct Shard {
   }
 
   // Removes the record at `it` from the table (its queued representatives drop it later).
-  void Erase(boost::unordered_flat_set<Slot, SlotHash, SlotEqual>::iterator it)
-      IDEM_REQUIRES(mu) {
+  void Erase(Table::iterator it) IDEM_REQUIRES(mu) {
     it->entry->in_table = false;
     records.erase(it);
   }
