@@ -38,6 +38,21 @@ Result<std::unique_ptr<PgConnection>> PgConnection::Connect(
 
 PgConnection::~PgConnection() { PQfinish(conn_); }
 
+bool PgConnection::StillOpen() {
+  if (!healthy()) return false;
+  pollfd p{PQsocket(conn_), POLLIN | POLLRDHUP, 0};
+  const int n = poll(&p, 1, 0);
+  if (n <= 0) return true;  // nothing arrived (or the look was interrupted): as it was
+  if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+    healthy_ = false;
+    return false;
+  }
+  // Something arrived between statements (a notice, a changed setting, or the server's last
+  // words before it closes): libpq takes it in and says whether the connection survives.
+  if (PQconsumeInput(conn_) == 0 || PQstatus(conn_) != CONNECTION_OK) healthy_ = false;
+  return healthy_;
+}
+
 Status PgConnection::Failed(std::string_view op, std::string what) {
   healthy_ = false;
   return UnavailableError("postgresql " + std::string(op) + ": " + what);

@@ -40,6 +40,11 @@ class PgConnection {
 
   // False once the connection failed or timed out: the pool drops it.
   bool healthy() const { return healthy_ && PQstatus(conn_) == CONNECTION_OK; }
+  // For a connection between statements: whether it is still open, looked at without waiting
+  // (one poll). The server closes an idle connection when it shuts down, restarts or ends the
+  // session; a connection found closed is marked broken, so the caller can connect afresh
+  // before sending anything rather than fail a statement on it.
+  bool StillOpen();
   PGconn* raw() const { return conn_; }
 
  private:

@@ -27,7 +27,7 @@ Result<size_t> PgPool::Borrow(std::string_view op) {
     free_.pop_back();
   }
   Slot& slot = slots_[index];
-  if (slot.conn == nullptr || !slot.conn->healthy()) {
+  if (slot.conn == nullptr || !slot.conn->StillOpen()) {
     slot.conn.reset();
     Status connected = Reconnect(slot, op);
     if (!connected.ok()) {
@@ -39,24 +39,33 @@ Result<size_t> PgPool::Borrow(std::string_view op) {
 }
 
 Status PgPool::Reconnect(Slot& slot, std::string_view op) {
-  const auto now = SteadyClock::now();
-  if (now < slot.retry_at) {
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(slot.retry_at - now);
-    return UnavailableError("postgresql " + std::string(op) + ": " + config_.display +
-                            " unreachable; next reconnect attempt in " +
-                            std::to_string(wait.count()) + " ms");
+  std::chrono::milliseconds backoff_seen{0};
+  {
+    MutexLock lock(mu_);
+    const auto now = SteadyClock::now();
+    if (now < reconnect_at_) {
+      const auto wait = std::chrono::ceil<std::chrono::milliseconds>(reconnect_at_ - now);
+      return UnavailableError("postgresql " + std::string(op) + ": " + config_.display +
+                              " unreachable; next reconnect attempt in " +
+                              std::to_string(wait.count()) + " ms");
+    }
+    backoff_seen = backoff_;
+    // While the server is failing, this borrower's connect is the one try until it ends.
+    if (backoff_seen.count() > 0) reconnect_at_ = now + backoff_seen;
   }
   auto conn = PgConnection::Connect(config_.keywords, config_.values,
                                     config_.timeout + std::chrono::seconds(1));
   Status status = conn.ok() ? setup_(**conn) : conn.status();
+  MutexLock lock(mu_);
   if (!status.ok()) {
-    slot.backoff = std::clamp(slot.backoff * 2, std::chrono::milliseconds(100),
-                              std::chrono::milliseconds(2000));
-    slot.retry_at = SteadyClock::now() + slot.backoff;
+    // Connects that failed together double the backoff once, not once each.
+    backoff_ = std::max(backoff_, std::clamp(backoff_seen * 2, std::chrono::milliseconds(100),
+                                             std::chrono::milliseconds(2000)));
+    reconnect_at_ = SteadyClock::now() + backoff_;
     return status.WithContext(config_.display);
   }
-  slot.backoff = std::chrono::milliseconds(0);
-  slot.retry_at = {};
+  backoff_ = std::chrono::milliseconds(0);
+  reconnect_at_ = {};
   slot.conn = std::move(*conn);
   return Status::Ok();
 }
@@ -88,7 +97,11 @@ void PgPool::GiveBack(size_t index) {
   if (slot.conn != nullptr && !slot.conn->healthy()) slot.conn.reset();
   {
     MutexLock lock(mu_);
-    free_.push_back(index);
+    if (slot.conn != nullptr) {
+      free_.push_back(index);
+    } else {
+      free_.insert(free_.begin(), index);  // lent last: connected slots go first
+    }
   }
   cv_.NotifyOne();
 }

@@ -1,10 +1,14 @@
 // A fixed-size pool of PgConnections, each set up (statements prepared) when it connects.
 //
 // A call borrows a connection for one statement. A connection that failed is dropped when it
-// comes back and reconnected by the next borrower; a failed reconnect makes that slot refuse
-// work with kUnavailable until a backoff (100 ms doubling to 2 s) passes, so a dead server
-// costs callers one quick error each rather than a connect storm. Every wait is bounded: for
-// a free connection by the timeout, for a reply by the connection's own timeout.
+// comes back, and one the server closed while it sat idle (a restart) is noticed when it is
+// borrowed, before anything is sent on it; either is reconnected by its next borrower.
+// Connected slots are lent first. A failed connect makes the whole pool refuse to connect,
+// with a quick kUnavailable, until a backoff (100 ms doubling to 2 s) passes, and then lets
+// one borrower try at a time, so a dead server costs callers one quick error each rather than
+// a connect storm; the first connect that succeeds ends the backoff for every slot. Every wait
+// is bounded: for a free connection by the timeout, for a reply by the connection's own
+// timeout, for a connect by the connect timeout.
 //
 // Thread safety: safe to call from many threads at once.
 #pragma once
@@ -46,23 +50,25 @@ class PgPool {
   using SteadyClock = std::chrono::steady_clock;
   struct Slot {
     std::unique_ptr<PgConnection> conn;
-    SteadyClock::time_point retry_at{};
-    std::chrono::milliseconds backoff{0};
   };
 
   // Returns the index of a slot whose connection is ready for use.
   Result<size_t> Borrow(std::string_view op) IDEM_EXCLUDES(mu_);
   void GiveBack(size_t index) IDEM_EXCLUDES(mu_);
-  // Connects slot `index` (owned by the caller, outside the lock).
-  Status Reconnect(Slot& slot, std::string_view op);
+  // Connects `slot` (owned by the caller) outside the lock, if the backoff allows.
+  Status Reconnect(Slot& slot, std::string_view op) IDEM_EXCLUDES(mu_);
 
   const PgConfig config_;
   const Setup setup_;
   std::vector<Slot> slots_;  // each slot is touched only by the thread that borrowed it
   Mutex mu_;
   CondVar cv_;
-  // A stack: the most recently used connection goes out first.
+  // A stack: the most recently used connection goes out first, slots without one last.
   std::vector<size_t> free_ IDEM_GUARDED_BY(mu_);
+  // The pool's connect backoff: zero while connects succeed; no connect is tried before
+  // reconnect_at_.
+  std::chrono::milliseconds backoff_ IDEM_GUARDED_BY(mu_){0};
+  SteadyClock::time_point reconnect_at_ IDEM_GUARDED_BY(mu_){};
 };
 
 }  // namespace idem::internal::pg

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -532,6 +533,83 @@ TEST(PostgresFaultTest, KilledServerIsUnavailablePromptlyAndTheStoreRecoversAfte
     ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
     EXPECT_TRUE(std::holds_alternative<Acquired>(*fresh));
   }
+}
+
+// Runs `calls` Begins on each of `threads` threads at once, each on keys of its own; returns
+// the first failure's message, or "" when every call succeeded at its first try.
+std::string BeginFromThreads(Store& store, const std::string& prefix, int threads, int calls) {
+  std::vector<std::future<std::string>> done;
+  for (int t = 0; t < threads; ++t) {
+    done.push_back(std::async(std::launch::async, [&store, &prefix, t, calls] {
+      for (int i = 0; i < calls; ++i) {
+        auto begun = store.Begin(S(prefix + std::to_string(t) + "-" + std::to_string(i)), Fp(),
+                                 seconds(30));
+        if (!begun.ok()) return "call " + std::to_string(i) + ": " + begun.status().ToString();
+      }
+      return std::string();
+    }));
+  }
+  std::string first;
+  for (auto& d : done) {
+    std::string failure = d.get();
+    if (first.empty()) first = failure;
+  }
+  return first;
+}
+
+// The server restarts while the pool's connections sit idle: each connection is found closed
+// when it is next lent, before anything is sent on it, and replaced; no call fails.
+TEST(PostgresFaultTest, ConnectionsClosedWhileIdleAreReplacedBeforeTheyAreUsed) {
+  PostgresServer server;  // its own server: this test kills it
+  ASSERT_EQ(server.error(), "");
+  auto opened = OpenStore(server.Url(server.CreateDatabase()) + "?pool_size=4&timeout_ms=2000");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  ASSERT_TRUE(internal::HooksOf(store).OpenConnections(4).ok());
+  ASSERT_EQ(BeginFromThreads(store, "before-", 4, 5), "");
+
+  ASSERT_TRUE(server.Restart()) << server.error();
+  EXPECT_EQ(BeginFromThreads(store, "after-", 4, 5), "");
+}
+
+// Calls on every connection fail through an outage long enough to back off; once a call
+// succeeds after the restart, the backoff is over for the whole pool: no connection waits out
+// a backoff of its own, and concurrent calls all succeed at once.
+TEST(PostgresFaultTest, TheFirstConnectThatSucceedsEndsTheBackoffForEveryConnection) {
+  PostgresServer server;  // its own server: this test kills it
+  ASSERT_EQ(server.error(), "");
+  auto opened = OpenStore(server.Url(server.CreateDatabase()) + "?pool_size=4&timeout_ms=2000");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  Store& store = **opened;
+  ASSERT_TRUE(internal::HooksOf(store).OpenConnections(4).ok());
+
+  server.Kill();
+  const auto outage_ends = SteadyClock::now() + milliseconds(1500);
+  std::vector<std::thread> callers;
+  std::atomic<int> refused{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; SteadyClock::now() < outage_ends; ++i) {
+        auto begun = store.Begin(S("down-" + std::to_string(t) + "-" + std::to_string(i)), Fp(),
+                                 seconds(30));
+        if (!begun.ok() && begun.status().code() == StatusCode::kUnavailable) ++refused;
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_GT(refused.load(), 4) << "the outage refused calls";
+
+  ASSERT_TRUE(server.Restart()) << server.error();
+  Result<BeginOutcome> first = UnavailableError("not tried");
+  testing::WaitFor(
+      [&] {
+        first = store.Begin(S("first-after"), Fp(), seconds(30));
+        return first.ok();
+      },
+      seconds(20), milliseconds(20));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(BeginFromThreads(store, "after-", 4, 5), "");
 }
 
 }  // namespace
