@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <string>
 
 #include "sweep/sweeper.h"
@@ -100,17 +102,31 @@ TEST_F(SweepTest, ThePartitionCountStaysBoundedOverManySimulatedDays) {
   constexpr int kKeep = 30;    // the default retention
   constexpr int kClaims = 20;  // a simulated day's claims
   constexpr int kLast = 120, kStep = 3;
+  // Simulated day N is noon UTC, N days after the day the test starts: the sweep (on its moved
+  // clock) and the claims (dated here) agree on "today" even when a run crosses midnight.
+  using std::chrono::system_clock;
+  const auto first_day = std::chrono::floor<std::chrono::days>(system_clock::now());
+  auto offset_to = [&](int day) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(first_day + hours(12) +
+                                                                 kDay * day - system_clock::now());
+  };
+  auto date_of = [&](int day) {  // 'YYYY-MM-DD'::date, day N
+    const std::chrono::year_month_day ymd{first_day + std::chrono::days(day)};
+    char text[32];
+    std::snprintf(text, sizeof text, "'%04d-%02u-%02u'::date", static_cast<int>(ymd.year()),
+                  static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()));
+    return std::string(text);
+  };
   int most = 0;
   for (int day = 0; day <= kLast; day += kStep) {
-    auto report = sweep::SweepOnce(Options(kDay * day));
+    auto report = sweep::SweepOnce(Options(offset_to(day)));
     ASSERT_TRUE(report.ok()) << "day " << day << ": " << report.status().ToString();
     // The day's claims, as idem.inbox_claim places them: a day from K to 2K - 1 days ahead.
     std::string values;
     for (int i = 0; i < kClaims; ++i) {
       if (!values.empty()) values += ",";
-      values += "('month', 'd" + std::to_string(day) + "-" + std::to_string(i) +
-                "', ((now() + interval '" + std::to_string(day) +
-                " days') AT TIME ZONE 'UTC')::date + " + std::to_string(kKeep + i % kKeep) + ")";
+      values += "('month', 'd" + std::to_string(day) + "-" + std::to_string(i) + "', " +
+                date_of(day) + " + " + std::to_string(kKeep + i % kKeep) + ")";
     }
     ASSERT_EQ(Sql("INSERT INTO idem.inbox (consumer, message_id, expires_on) VALUES " + values),
               "")
@@ -128,9 +144,7 @@ TEST_F(SweepTest, ThePartitionCountStaysBoundedOverManySimulatedDays) {
   // 2K + 1 days of claims, the days ahead up to 2K + horizon: about 2K + 3 partitions.
   EXPECT_LE(most, 2 * kKeep + 4);
   // Claims whose day has passed are gone.
-  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE expires_on < ((now() + interval '" +
-                std::to_string(kLast) + " days') AT TIME ZONE 'UTC')::date"),
-            "0");
+  EXPECT_EQ(Sql("SELECT count(*) FROM idem.inbox WHERE expires_on < " + date_of(kLast)), "0");
 }
 
 // The outbox: day partitions of published rows past --outbox-retention-days go; a recent one,
