@@ -44,6 +44,7 @@ class Log {
   void Event(spdlog::level::level_enum level, std::string_view event, std::string_view message);
 
   bool json_;
+  std::shared_ptr<spdlog::sinks::sink> sink_;  // the logger's one sink
   std::shared_ptr<spdlog::logger> logger_;
 };
 
