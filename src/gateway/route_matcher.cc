@@ -69,7 +69,10 @@ std::vector<std::string> RoutingReadings(std::string_view path) {
 
 bool IsOnlyReading(std::string_view path) {
   if (path.empty() || path.front() != '/') return false;
-  if (path.find_first_of("%\\;") != std::string_view::npos) return false;
+  // One pass (find_first_of would look each byte up in the set with a call of its own).
+  for (const char c : path) {
+    if (c == '%' || c == '\\' || c == ';') return false;
+  }
   std::string_view rest = path.substr(1);
   while (!rest.empty()) {
     const size_t slash = rest.find('/');

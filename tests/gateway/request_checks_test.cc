@@ -76,11 +76,12 @@ TEST(RequestChecksTest, OneValidHostIsRequiredOnHttp11AndAtMostOneOnHttp10) {
   EXPECT_EQ(Verdict(Header("http://h/p", {}, 11, false)), http::status::bad_request)
       << "an absolute-form target does not stand in for Host";
   for (const char* good : {"gw", "gw:8080", "", "127.0.0.1:80", "[::1]", "[::1]:8080",
-                           "a-b.example.com", "x%41y", "gw:"}) {
+                           "a-b.example.com", "x%41y", "gw:", "a_b~c!d$e&f'g(h)i*j+k,l;m=n"}) {
     EXPECT_EQ(Verdict(Header("/p", {{"Host", good}}, 11, false)), std::nullopt) << good;
   }
   for (const char* bad : {"a b", "gw:80x", "gw/p", "user@gw", "[::1", "[::1]x", "[]", "gw:8:9",
-                          "x%4", "x%zz", "a\\b"}) {
+                          "x%4", "x%zz", "a\\b", "a\"b", "a<b", "a{b", "a^b", "a`b", "a|b",
+                          "a\x80" "b"}) {
     EXPECT_EQ(Verdict(Header("/p", {{"Host", bad}}, 11, false)), http::status::bad_request) << bad;
   }
   // The admin listener checks Host too.
