@@ -99,6 +99,10 @@ struct GatewayOptions {
   // StoreExecutor pool threads; 0 picks DefaultStoreThreads(store).
   int store_threads = 0;
   bool log_json = false;                  // --log-format json (log_format = "json")
+  // One log line per client request (--request-log off, request_log = false: only for requests
+  // that failed with a reason, a line with detail=...; events, warnings and errors are logged
+  // either way, and the metrics count every request).
+  bool request_log = true;
 
   // The header whose value identifies the tenant; stored only as a SHA-256 digest. A request
   // without it belongs to the anonymous tenant.

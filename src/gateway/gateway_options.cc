@@ -317,7 +317,8 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
   // clang-format off
   static const std::vector<std::string_view> kKnown = {
       "listen", "upstream", "store", "store_password_file", "durable_store",
-      "durable_store_password_file", "admin_listen", "log_format", "tenant_header", "threads",
+      "durable_store_password_file", "admin_listen", "log_format", "request_log",
+      "tenant_header", "threads",
       "store_threads", "max_request_body", "max_header_bytes", "max_stored_response",
       "max_upstream_response", "upstream_pool_size", "max_connections",
       "max_connections_per_client", "max_waiters", "max_pending_completions",
@@ -347,6 +348,7 @@ Status ReadGatewaySection(const toml::table& g, const std::string& path, Gateway
                        "must be \"text\" or \"json\"");
   }
   options.log_json = log_format == "json";
+  IDEM_RETURN_IF_ERROR(ReadScalar(g, "request_log", path, where, options.request_log));
   IDEM_RETURN_IF_ERROR(ReadScalar(g, "tenant_header", path, where, options.tenant_header));
   // An empty name would turn off tenancy and the one-key-per-request check with it.
   if (!internal::IsHttpToken(options.tenant_header)) {

@@ -834,6 +834,36 @@ TEST_F(GatewayTest, JsonLogsHaveOneObjectPerRequest) {
   EXPECT_EQ(gateway_->Output().find("logged"), std::string::npos);
 }
 
+// --request-log off: a request that went well leaves no line, one refused with a reason still
+// does, and the metrics count the first.
+TEST_F(GatewayTest, WithTheRequestLogOffOnlyRequestsWithAReasonAreLogged) {
+  StartGateway("", "", {"--request-log", "off"});
+  ASSERT_EQ(Post("/pay", "quiet", "b").status, 201);
+  ASSERT_EQ(Http(gateway_address_, "POST", "/pay",
+                 {{"Idempotency-Key", "one"}, {"Idempotency-Key", "two"}}, "b")
+                .status,
+            400);
+  const std::string metrics = Http(admin_address_, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("idem_gateway_requests_total{outcome=\"executed\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  gateway_->Stop(SIGTERM);
+  const std::string log = gateway_->Output();
+  EXPECT_EQ(log.find("outcome=executed"), std::string::npos) << log;
+  EXPECT_NE(log.find("status=400 outcome=invalid_key key=- token=0"), std::string::npos) << log;
+  EXPECT_NE(log.find("detail=the request has 2 Idempotency-Key headers"), std::string::npos)
+      << log;
+
+  // Anything but on or off is refused at start, with the flag named.
+  Process bad({idem::build_tree::kIdemBinary, "gateway", "--upstream", "http://" + service_address_,
+               "--request-log", "sometimes"},
+              dir_.File("bad-request-log.log"));
+  const auto status = bad.WaitForExit(10s);
+  ASSERT_TRUE(status && WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 2) << bad.Output();
+  EXPECT_NE(bad.Output().find("--request-log"), std::string::npos) << bad.Output();
+}
+
 // Request lines are buffered and written out together, every 100 ms: a line shows up in the log
 // soon without a shutdown, and none still in the buffer is lost when SIGTERM stops the gateway.
 TEST_F(GatewayTest, BufferedRequestLinesAppearSoonAndNoneIsLostOnSigterm) {

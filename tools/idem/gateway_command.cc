@@ -96,6 +96,12 @@ void AddGatewayLimitFlags(CLI::App& cmd, GatewayFlags& flags) {
                  "renaming a new file over it (docs/gateway.md). Off by default")
       ->group("Testing");
   AddLogFormatOption(cmd, flags.output.log_format);
+  cmd.add_option("--request-log", o.request_log,
+                 "on or off: one log line per client request (off: only for requests that\n"
+                 "failed with a reason; events, warnings and errors are still logged, and\n"
+                 "/metrics counts every request)")
+      ->type_name("on|off")
+      ->default_str("on");
   AddCheckConfigFlag(cmd, flags.output.check_config);
 }
 
@@ -117,6 +123,7 @@ Result<GatewayOptions> GatewayOptionsFromFile(const GatewayFlags& flags) {
     from_file.durable_store_password_file = options.durable_store_password_file;
   }
   if (given("--log-format")) from_file.log_json = flags.output.log_format == "json";
+  if (given("--request-log")) from_file.request_log = options.request_log;
   if (given("--admin-listen")) from_file.admin_listen = options.admin_listen;
   if (given("--threads")) from_file.threads = options.threads;
   if (given("--store-threads")) from_file.store_threads = options.store_threads;

@@ -20,6 +20,8 @@ void Trace::Finish(Outcome outcome, const Response& response) {
   s_.metrics.Count(outcome);
   const double ms = MillisSince(start_);
   s_.metrics.request_seconds().Observe(ms / 1000.0);
+  // With the request log off, a request is logged only if it has a reason to tell (an error).
+  if (!s_.options.request_log && detail.empty()) return;
   s_.log.Request({method_, path_, static_cast<int>(response.result_int()), OutcomeLabel(outcome),
                   key_digest, token, ms, detail});
 }
