@@ -62,8 +62,13 @@
 # nginx and the gateway to those CPUs with taskset; wrk and the upstream stay unpinned. wrk runs
 # WRK_THREADS (1) thread; the upstream starts a thread per connection. wrk, the
 # proxy and the upstream share this machine's cores, so a proxy that burns more CPU also leaves
-# less to the others. The gateway logs one line per request (to a file in the temp dir); nginx's
-# access log is off unless NGINX_ACCESS_LOG=1.
+# less to the others.
+#
+# Request logs (REQUEST_LOGS): "gateway" (the default) has the gateway write its line per request
+# (to a file in the temp dir, its default) and nginx none, the stricter reference; "none" turns
+# both off (the gateway with --request-log off), and "both" has nginx log each request too, to a
+# file buffered as the gateway's lines are (buffer=64k flush=100ms): the two like-for-like
+# comparisons.
 #
 # A case fails (exit status 1) if wrk counted socket errors or responses with status >= 400, if
 # the upstream did not execute once per first-execution response, if a replay reached the
@@ -126,7 +131,14 @@ fi
 LATENCY_CONNECTIONS=${LATENCY_CONNECTIONS:-1}
 WRK_THREADS=${WRK_THREADS:-1}
 NGINX_WORKERS=${NGINX_WORKERS:-1}
-NGINX_ACCESS_LOG=${NGINX_ACCESS_LOG:-0}
+REQUEST_LOGS=${REQUEST_LOGS:-gateway}
+case $REQUEST_LOGS in
+  gateway | none | both) ;;
+  *) echo "gateway-bench: REQUEST_LOGS must be gateway, none or both, not '$REQUEST_LOGS'" >&2
+     exit 2 ;;
+esac
+idem_request_log=()
+[[ $REQUEST_LOGS != none ]] || idem_request_log=(--request-log off)
 IDEM_THREADS=${IDEM_THREADS:-1}
 IDEM_STORE_THREADS=${IDEM_STORE_THREADS:-2}
 PROXY_CPUS=${PROXY_CPUS:-}
@@ -418,7 +430,7 @@ start_gateway() {
   LD_PRELOAD=${GATEWAY_PRELOAD:-} IDEM_ALLOC_COUNT_FILE="$work/allocs-count" \
     "${proxy_pin[@]}" "$work/bin/idem" gateway "${config[@]}" --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --upstream "http://$service" --store "$store" \
-    "${idem_threads[@]}" --store-threads "$store_threads" >"$log" 2>&1 &
+    "${idem_threads[@]}" "${idem_request_log[@]}" --store-threads "$store_threads" >"$log" 2>&1 &
   gateway_pid=$!
   pids+=("$gateway_pid")
   gateway=$(address_after "$log" "gateway on" "$gateway_pid")
@@ -441,7 +453,7 @@ prime() {
 start_nginx() {
   local dir=$work/nginx port access_log=off
   mkdir -p "$dir"
-  [[ $NGINX_ACCESS_LOG == 1 ]] && access_log="$dir/access.log"
+  [[ $REQUEST_LOGS == both ]] && access_log="$dir/access.log combined buffer=64k flush=100ms"
   for _ in 1 2 3 4 5; do
     port=$((20000 + RANDOM % 40000))
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi  # taken
@@ -469,7 +481,8 @@ start_nginx() {
 echo "gateway-bench: $(nproc) cores, shared by wrk, the proxy and the upstream;" \
   "$DURATION per run after a 1 s warm-up; $CONNECTIONS connections for throughput," \
   "$LATENCY_CONNECTIONS for latency; wrk $WRK_THREADS thread(s), nginx $NGINX_WORKERS" \
-  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s)${PROXY_CPUS:+;\
+  "worker(s), idem $IDEM_THREADS event-loop + $IDEM_STORE_THREADS store thread(s);" \
+  "request logs: $REQUEST_LOGS${PROXY_CPUS:+;\
  proxies pinned to CPU(s) $PROXY_CPUS}" >&2
 
 "$work/bin/example_service" 127.0.0.1:0 >"$work/service.log" 2>&1 &
