@@ -27,6 +27,7 @@ std::unique_ptr<KeyWaiters::Slot> KeyWaiters::Enter(std::string scope_digest,
     MutexLock lock(mu_);
     if (shutting_down() || waiting_.size() >= max_waiters_) return nullptr;
     waiting_.emplace(scope_digest, state);
+    entered_.store(waiting_.size());
   }
   return std::unique_ptr<Slot>(new Slot(*this, std::move(scope_digest), std::move(state)));
 }
@@ -95,6 +96,7 @@ void KeyWaiters::Leave(const std::string& scope_digest, const State* state) {
   for (auto it = begin; it != end; ++it) {
     if (it->second.get() == state) {
       waiting_.erase(it);
+      entered_.store(waiting_.size());
       return;
     }
   }

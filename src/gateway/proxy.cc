@@ -64,7 +64,7 @@ Task<flow::Waited> ClaimKey(Services& s, const RoutePolicy& route, const Request
   flow::Waited waited{std::move(*claimed)};
   if (flow::MayWait(route, request, waited.begun)) {
     waited = co_await flow::AwaitSettled(s, route, request, admission.scope,
-                                         admission.fingerprint, trace.key_digest,
+                                         admission.fingerprint, trace.key_digest(),
                                          std::move(waited.begun), client);
   }
   co_return std::move(waited);
@@ -143,7 +143,7 @@ Task<void> HandleAdmitted(Services& s, Request& request, const flow::Admission& 
   }
   // A client that hung up while waiting gets the 409 it would have had (nobody reads it): it
   // never claims the key.
-  flow::ClaimVerdict verdict = flow::VerdictFor(waited.begun, route, request, trace.key_digest);
+  flow::ClaimVerdict verdict = flow::VerdictFor(waited.begun, route, request, trace.key_digest());
   trace.detail = waited.hung_up ? "the client hung up while waiting" : verdict.detail;
   if (!verdict.log_message.empty()) LogAnswer(s.log, *verdict.answer, verdict.log_message);
   switch (verdict.action) {
@@ -175,7 +175,7 @@ Task<Response> HandleProxyRequest(Services& s, Request& request, flow::ClientHan
     co_await ForwardUnprotected(s, request, trace, Outcome::kPassthrough, res);
     co_return std::move(res);
   }
-  if (!admission.scope.key.empty()) trace.key_digest = internal::ScopeDigest(admission.scope);
+  trace.set_scope(admission.scope);
   if (admission.kind == flow::Admission::Kind::kRefused) {
     res = AnswerRefusal(s, request, trace, admission.refusal);
     co_return std::move(res);

@@ -23,13 +23,13 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
     released =
         co_await s.store.AsyncRelease(std::move(release_scope), release_token, asio::use_awaitable);
   }
-  if (released.ok()) s.waiters.Notify(trace.key_digest);  // a waiter may claim it now
+  if (released.ok()) s.waiters.Notify(trace.key_digest());  // a waiter may claim it now
   if (!released.ok()) {
     // Keep trying after the response, while the lease lasts (completion_retry.h).
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
                        {StoreWrite::kRelease, scope, token, {}, Duration(0),
-                        trace.key_digest.str(), Fingerprint{}, trace.arrival(), route.lease,
+                        std::string(trace.key_digest()), Fingerprint{}, trace.arrival(), route.lease,
                         released.status()});
   }
 }
@@ -58,9 +58,11 @@ void AfterComplete(Services& s, const asio::any_io_executor& executor, const Rou
                    const StoredResponse& stored, const Trace& trace,
                    const Result<CompleteOutcome>& completed) {
   if (completed.ok() && *completed == CompleteOutcome::kOk) {
-    s.waiters.NotifyCompleted(trace.key_digest, stored, fingerprint);  // waiters replay it now
+    if (s.waiters.anyone_waiting()) {  // waiters replay it now
+      s.waiters.NotifyCompleted(trace.key_digest(), stored, fingerprint);
+    }
   } else if (completed.ok()) {
-    s.waiters.Notify(trace.key_digest);  // fenced: the record is someone else's; ask the store
+    s.waiters.Notify(trace.key_digest());  // fenced: the record is someone else's; ask the store
   }
   if (!completed.ok()) {
     // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
@@ -68,12 +70,14 @@ void AfterComplete(Services& s, const asio::any_io_executor& executor, const Rou
     // is tried again after the response until it is stored.
     RetryAfterResponse(
         executor, RetryServicesOf(s),
-        {StoreWrite::kComplete, scope, token, stored, route.retention, trace.key_digest.str(),
+        {StoreWrite::kComplete, scope, token, stored, route.retention, std::string(trace.key_digest()),
          fingerprint, trace.arrival(), route.lease, completed.status()});
-    s.waiters.NotifyCompleted(trace.key_digest, stored, fingerprint);  // they replay it now
+    if (s.waiters.anyone_waiting()) {  // they replay it now
+      s.waiters.NotifyCompleted(trace.key_digest(), stored, fingerprint);
+    }
   } else if (*completed == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
-    s.log.Warn("fenced", "key " + trace.key_digest.str() + ": token " + std::to_string(token) +
+    s.log.Warn("fenced", "key " + std::string(trace.key_digest()) + ": token " + std::to_string(token) +
                              " lost ownership before completing; its response was not stored");
   }
 }
@@ -117,11 +121,11 @@ Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope,
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(
         executor, RetryServicesOf(s),
-        {StoreWrite::kAccept, scope, token, accepted, operation_lease, trace.key_digest.str(),
+        {StoreWrite::kAccept, scope, token, accepted, operation_lease, std::string(trace.key_digest()),
          fingerprint, trace.arrival(), route.lease, recorded.status()});
   } else if (*recorded == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
-    s.log.Warn("fenced", "key " + trace.key_digest.str() + ": token " + std::to_string(token) +
+    s.log.Warn("fenced", "key " + std::string(trace.key_digest()) + ": token " + std::to_string(token) +
                              " lost ownership before its operation was accepted; its job's "
                              "completion will be refused");
   }

@@ -26,8 +26,14 @@ class Trace {
   // started its lease, so retries after the response give up in time (completion_retry.h).
   TimePoint arrival() const { return arrival_; }
 
+  // The scope of the request's key, held by the caller for the trace's life: key_digest()
+  // digests it.
+  void set_scope(const Scope& scope) { scope_ = &scope; }
+  // The key's digest (Scope::Digest()) for log lines and waiters, made on first use: a request
+  // that is logged nowhere and awaited by no one needs none. Empty when the request has no key.
+  std::string_view key_digest() const;
+
   // Filled in as the flow learns them, for the log line.
-  internal::ScopeDigest key_digest;  // empty when the request has no key
   FencingToken token = 0;
   std::string detail;  // why, for errors
 
@@ -43,6 +49,8 @@ class Trace {
   std::string path_;
   SteadyClock::time_point start_ = SteadyClock::now();
   TimePoint arrival_;
+  const Scope* scope_ = nullptr;
+  mutable internal::ScopeDigest key_digest_;
 };
 
 // Times one store call into the store latency histogram, from construction to destruction.
