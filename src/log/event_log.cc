@@ -6,10 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <chrono>
-#include <iterator>
 #include <mutex>
 #include <string>
 

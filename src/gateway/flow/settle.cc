@@ -29,8 +29,8 @@ Task<void> ReleaseKey(Services& s, const RoutePolicy& route, const Scope& scope,
     auto executor = co_await asio::this_coro::executor;
     RetryAfterResponse(executor, RetryServicesOf(s),
                        {StoreWrite::kRelease, scope, token, {}, Duration(0),
-                        std::string(trace.key_digest()), Fingerprint{}, trace.arrival(), route.lease,
-                        released.status()});
+                        std::string(trace.key_digest()), Fingerprint{}, trace.arrival(),
+                        route.lease, released.status()});
   }
 }
 
@@ -68,16 +68,17 @@ void AfterComplete(Services& s, const asio::any_io_executor& executor, const Rou
     // Complete is safe to repeat (store.h): a completion lost here would let a retry after the
     // lease execute again, so it is held in memory, and answers this key's retries, while it
     // is tried again after the response until it is stored.
-    RetryAfterResponse(
-        executor, RetryServicesOf(s),
-        {StoreWrite::kComplete, scope, token, stored, route.retention, std::string(trace.key_digest()),
-         fingerprint, trace.arrival(), route.lease, completed.status()});
+    RetryAfterResponse(executor, RetryServicesOf(s),
+                       {StoreWrite::kComplete, scope, token, stored, route.retention,
+                        std::string(trace.key_digest()), fingerprint, trace.arrival(), route.lease,
+                        completed.status()});
     if (s.waiters.anyone_waiting()) {  // they replay it now
       s.waiters.NotifyCompleted(trace.key_digest(), stored, fingerprint);
     }
   } else if (*completed == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
-    s.log.Warn("fenced", "key " + std::string(trace.key_digest()) + ": token " + std::to_string(token) +
+    s.log.Warn("fenced", "key " + std::string(trace.key_digest()) + ": token " +
+                             std::to_string(token) +
                              " lost ownership before completing; its response was not stored");
   }
 }
@@ -119,13 +120,14 @@ Task<void> AcceptKey(Services& s, const RoutePolicy& route, const Scope& scope,
     // Until it lands the key holds only the request's lease, after which a retry would run the
     // operation again: held in memory and tried until stored, as a completion is.
     auto executor = co_await asio::this_coro::executor;
-    RetryAfterResponse(
-        executor, RetryServicesOf(s),
-        {StoreWrite::kAccept, scope, token, accepted, operation_lease, std::string(trace.key_digest()),
-         fingerprint, trace.arrival(), route.lease, recorded.status()});
+    RetryAfterResponse(executor, RetryServicesOf(s),
+                       {StoreWrite::kAccept, scope, token, accepted, operation_lease,
+                        std::string(trace.key_digest()), fingerprint, trace.arrival(), route.lease,
+                        recorded.status()});
   } else if (*recorded == CompleteOutcome::kFenced) {
     s.metrics.CountZombie();
-    s.log.Warn("fenced", "key " + std::string(trace.key_digest()) + ": token " + std::to_string(token) +
+    s.log.Warn("fenced", "key " + std::string(trace.key_digest()) + ": token " +
+                             std::to_string(token) +
                              " lost ownership before its operation was accepted; its job's "
                              "completion will be refused");
   }
