@@ -557,15 +557,24 @@ std::string BeginFromThreads(Store& store, const std::string& prefix, int thread
   return first;
 }
 
+// A store on `server` with a pool of 4 connections, all connected; nullptr (and a failure
+// recorded) if it cannot be opened.
+std::unique_ptr<Store> OpenWarmPool(PostgresServer& server) {
+  EXPECT_EQ(server.error(), "");
+  auto opened = OpenStore(server.Url(server.CreateDatabase()) + "?pool_size=4&timeout_ms=2000");
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  if (!opened.ok()) return nullptr;
+  EXPECT_TRUE(internal::HooksOf(**opened).OpenConnections(4).ok());
+  return std::move(*opened);
+}
+
 // The server restarts while the pool's connections sit idle: each connection is found closed
 // when it is next lent, before anything is sent on it, and replaced; no call fails.
 TEST(PostgresFaultTest, ConnectionsClosedWhileIdleAreReplacedBeforeTheyAreUsed) {
   PostgresServer server;  // its own server: this test kills it
-  ASSERT_EQ(server.error(), "");
-  auto opened = OpenStore(server.Url(server.CreateDatabase()) + "?pool_size=4&timeout_ms=2000");
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  Store& store = **opened;
-  ASSERT_TRUE(internal::HooksOf(store).OpenConnections(4).ok());
+  std::unique_ptr<Store> opened = OpenWarmPool(server);
+  ASSERT_NE(opened, nullptr);
+  Store& store = *opened;
   ASSERT_EQ(BeginFromThreads(store, "before-", 4, 5), "");
 
   ASSERT_TRUE(server.Restart()) << server.error();
@@ -577,11 +586,9 @@ TEST(PostgresFaultTest, ConnectionsClosedWhileIdleAreReplacedBeforeTheyAreUsed) 
 // a backoff of its own, and concurrent calls all succeed at once.
 TEST(PostgresFaultTest, TheFirstConnectThatSucceedsEndsTheBackoffForEveryConnection) {
   PostgresServer server;  // its own server: this test kills it
-  ASSERT_EQ(server.error(), "");
-  auto opened = OpenStore(server.Url(server.CreateDatabase()) + "?pool_size=4&timeout_ms=2000");
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  Store& store = **opened;
-  ASSERT_TRUE(internal::HooksOf(store).OpenConnections(4).ok());
+  std::unique_ptr<Store> opened = OpenWarmPool(server);
+  ASSERT_NE(opened, nullptr);
+  Store& store = *opened;
 
   server.Kill();
   const auto outage_ends = SteadyClock::now() + milliseconds(1500);
