@@ -27,7 +27,7 @@ std::unique_ptr<KeyWaiters::Slot> KeyWaiters::Enter(std::string scope_digest,
     MutexLock lock(mu_);
     if (shutting_down() || waiting_.size() >= max_waiters_) return nullptr;
     waiting_.emplace(scope_digest, state);
-    entered_.store(waiting_.size());
+    waiting_count_.store(waiting_.size());
   }
   return std::unique_ptr<Slot>(new Slot(*this, std::move(scope_digest), std::move(state)));
 }
@@ -85,18 +85,13 @@ void KeyWaiters::Shutdown() {
   for (const auto& [digest, state] : waiting_) Wake(state, nullptr);
 }
 
-size_t KeyWaiters::waiting() const {
-  MutexLock lock(mu_);
-  return waiting_.size();
-}
-
 void KeyWaiters::Leave(const std::string& scope_digest, const State* state) {
   MutexLock lock(mu_);
   auto [begin, end] = waiting_.equal_range(scope_digest);
   for (auto it = begin; it != end; ++it) {
     if (it->second.get() == state) {
       waiting_.erase(it);
-      entered_.store(waiting_.size());
+      waiting_count_.store(waiting_.size());
       return;
     }
   }

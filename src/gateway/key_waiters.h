@@ -69,10 +69,6 @@ class KeyWaiters {
   void NotifyOne(std::string_view scope_digest) IDEM_EXCLUDES(mu_);
   // Notify, except for `slot` itself.
   void NotifyOthers(const Slot& slot) IDEM_EXCLUDES(mu_);
-  // Whether any request waits for any key, read without the lock: a completion checks it before
-  // it makes the key's digest and takes the lock for NotifyCompleted. A request entering after
-  // the check looks at the store after it has entered (flow/wait.cc), so it sees the completion.
-  bool anyone_waiting() const { return entered_.load() != 0; }
   // Wakes them because the key was completed with `response` for a request with `fingerprint`:
   // by this gateway (its Complete answered kOk), or by another whose settle notice carried the
   // response. The response is copied once, and only if someone waits.
@@ -87,7 +83,10 @@ class KeyWaiters {
   void Shutdown() IDEM_EXCLUDES(mu_);
   bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
 
-  size_t waiting() const IDEM_EXCLUDES(mu_);
+  // Requests waiting now, read without the lock: a completion checks it for 0 before it makes
+  // the key's digest and takes the lock for NotifyCompleted. A request entering after that
+  // check looks at the store after it has entered (flow/wait.cc), so it sees the completion.
+  size_t waiting() const { return waiting_count_.load(); }
 
  private:
   struct State;
@@ -105,7 +104,7 @@ class KeyWaiters {
   const size_t max_waiters_;
   std::atomic<bool> shutting_down_{false};
   mutable Mutex mu_;
-  std::atomic<size_t> entered_{0};  // waiting_.size(), changed under mu_
+  std::atomic<size_t> waiting_count_{0};  // waiting_.size(), changed under mu_
   std::unordered_multimap<std::string, std::shared_ptr<State>, DigestHash, std::equal_to<>> waiting_
       IDEM_GUARDED_BY(mu_);
 };

@@ -58,7 +58,7 @@ void AfterComplete(Services& s, const asio::any_io_executor& executor, const Rou
                    const StoredResponse& stored, const Trace& trace,
                    const Result<CompleteOutcome>& completed) {
   if (completed.ok() && *completed == CompleteOutcome::kOk) {
-    if (s.waiters.anyone_waiting()) {  // waiters replay it now
+    if (s.waiters.waiting() != 0) {  // waiters replay it now
       s.waiters.NotifyCompleted(trace.key_digest(), stored, fingerprint);
     }
   } else if (completed.ok()) {
@@ -72,7 +72,7 @@ void AfterComplete(Services& s, const asio::any_io_executor& executor, const Rou
                        {StoreWrite::kComplete, scope, token, stored, route.retention,
                         std::string(trace.key_digest()), fingerprint, trace.arrival(), route.lease,
                         completed.status()});
-    if (s.waiters.anyone_waiting()) {  // they replay it now
+    if (s.waiters.waiting() != 0) {  // they replay it now
       s.waiters.NotifyCompleted(trace.key_digest(), stored, fingerprint);
     }
   } else if (*completed == CompleteOutcome::kFenced) {
