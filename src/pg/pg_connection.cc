@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/idle_socket.h"
 #include "pg/pg_errors.h"
 
 namespace idem::internal::pg {
@@ -40,12 +41,14 @@ PgConnection::~PgConnection() { PQfinish(conn_); }
 
 bool PgConnection::StillOpen() {
   if (!healthy()) return false;
-  pollfd p{PQsocket(conn_), POLLIN | POLLRDHUP, 0};
-  const int n = poll(&p, 1, 0);
-  if (n <= 0) return true;  // nothing arrived (or the look was interrupted): as it was
-  if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
-    healthy_ = false;
-    return false;
+  switch (internal::LookAtIdleSocket(PQsocket(conn_))) {
+    case internal::IdleSocket::kQuiet:
+      return true;
+    case internal::IdleSocket::kClosed:
+      healthy_ = false;
+      return false;
+    case internal::IdleSocket::kReadable:
+      break;
   }
   // Something arrived between statements (a notice, a changed setting, or the server's last
   // words before it closes): libpq takes it in and says whether the connection survives.
